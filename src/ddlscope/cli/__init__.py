@@ -1,0 +1,1 @@
+"""The ``ddlscope`` command line (typer). Each module registers one command or command group."""

@@ -1,0 +1,115 @@
+"""Options and helpers shared by the commands: job construction, catalog, errors."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+
+from ddlscope.specs.architecture import ARCHITECTURES, Architecture
+from ddlscope.specs.catalog import Catalog, CatalogError, load_catalog, load_system
+from ddlscope.specs.examples import EXAMPLE_SERVER
+from ddlscope.specs.system import System
+
+err_console = Console(stderr=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def describe_validation(exc: ValidationError, what: str) -> str:
+    """One line per field error: ``what.field: message (got value)``."""
+    parts = []
+    for e in exc.errors():
+        loc = ".".join(str(x) for x in e["loc"])
+        parts.append(f"{what}{'.' + loc if loc else ''}: {e['msg']} (got {e.get('input')!r})")
+    return "\n".join(parts)
+
+
+def user_errors(func: F) -> F:
+    """Turn the errors a user can cause into a red message and exit code 2 (no traceback)."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except ValidationError as exc:
+            err_console.print(f"[red]error:[/red] {describe_validation(exc, exc.title)}")
+        except (ValueError, CatalogError, FileNotFoundError, OSError) as exc:
+            err_console.print(f"[red]error:[/red] {exc}")
+        sys.exit(2)
+
+    return wrapper  # type: ignore[return-value]
+
+
+# -- options ------------------------------------------------------------------------------------
+CatalogFiles = Annotated[
+    list[Path] | None,
+    typer.Option("--catalog", help="extra catalog file(s) (TOML/JSON) adding GPUs, links, servers"),
+]
+SystemName = Annotated[
+    str, typer.Option("--system", "-s", help=f"server type from the catalog (default {EXAMPLE_SERVER})")
+]
+SystemFile = Annotated[
+    Path | None, typer.Option("--system-file", help="system file ([system] table; e.g. from `ddlscope calibrate`)")
+]
+GpuOpt = Annotated[str | None, typer.Option("--gpu", help="override the server's GPU (catalog name)")]
+NicOpt = Annotated[str | None, typer.Option("--nic", help="override the NIC (catalog link name)")]
+NvlinkOpt = Annotated[
+    str | None, typer.Option("--nvlink", help="override NVLink (catalog link name, or 'none')")
+]
+ArchOpt = Annotated[
+    str | None,
+    typer.Option("--architecture", "-a", help=f"one of {', '.join(ARCHITECTURES)}"),
+]
+WorkersOpt = Annotated[int | None, typer.Option("--workers", "-w", help="worker processes")]
+GpusPerWorkerOpt = Annotated[int | None, typer.Option("--gpus-per-worker", help="GPUs per worker")]
+PsOpt = Annotated[int | None, typer.Option("--ps", help="parameter-server shards (ps_worker)")]
+ServersOpt = Annotated[int | None, typer.Option("--servers", help="servers (default: as few as fit)")]
+OverlapOpt = Annotated[
+    str, typer.Option("--overlap", help="communication/computation overlap: none, full, or a fraction")
+]
+FormatOpt = Annotated[str, typer.Option("--format", "-f", help="table, json or csv")]
+
+
+def resolve_system(
+    system: str, system_file: Path | None, gpu: str | None, nic: str | None, nvlink: str | None,
+    catalog_files: list[Path] | None,
+) -> tuple[System, Catalog]:
+    """The System from ``--system-file`` or ``--system`` with overrides, and the catalog used."""
+    catalog = load_catalog(*(catalog_files or []))
+    if system_file is not None:
+        base, catalog = load_system(system_file, catalog)
+        if gpu or nic or nvlink:
+            raise ValueError("--gpu/--nic/--nvlink: put overrides in the system file when --system-file is given")
+        return base, catalog
+    return catalog.system(system, gpu=gpu, nic=nic, nvlink=nvlink), catalog
+
+
+def resolve_architecture(
+    kind: str | None, workers: int | None, gpus_per_worker: int | None, ps: int | None, servers: int | None,
+    default: Architecture,
+) -> Architecture:
+    """The Architecture from the flags; unset flags take sensible values for the kind.
+
+    Without ``--architecture`` the ``default`` is used, with any count flags applied to it.
+    """
+    if kind is None:
+        fields = default.model_dump()
+    else:
+        fields = {"kind": kind, "num_workers": 1, "gpus_per_worker": 1, "num_ps": 0, "num_servers": None}
+        if kind == "ps_worker":
+            fields["num_ps"] = 1
+    for key, value in (("num_workers", workers), ("gpus_per_worker", gpus_per_worker), ("num_ps", ps),
+                       ("num_servers", servers)):
+        if value is not None:
+            fields[key] = value
+    if kind == "1wng" and gpus_per_worker is None and workers and workers > 1:
+        # `-a 1wng -w 4` reads naturally as four GPUs under one worker
+        fields["num_workers"], fields["gpus_per_worker"] = 1, workers
+    return Architecture.model_validate(fields)

@@ -1,0 +1,31 @@
+"""The ``ddlscope`` console entry point: one typer app, commands registered from their modules.
+
+Command modules each define ``register(app)``; add a new one to :data:`COMMAND_MODULES`.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+app = typer.Typer(
+    name="ddlscope",
+    help="Where a distributed training step's time goes, what a change would buy, "
+    "and why parameter-server RPCs are slow.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+COMMAND_MODULES: tuple[str, ...] = (
+    "ddlscope.cli.model",
+)
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(_name).register(app)
+
+
+def main() -> None:
+    """Run the CLI (``python -m ddlscope``)."""
+    app()

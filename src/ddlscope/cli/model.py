@@ -1,0 +1,198 @@
+"""``ddlscope predict`` and ``ddlscope whatif``: the step-time model on one job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import polars as pl
+import typer
+
+from ddlscope.cli.common import (
+    ArchOpt,
+    CatalogFiles,
+    FormatOpt,
+    GpuOpt,
+    GpusPerWorkerOpt,
+    NicOpt,
+    NvlinkOpt,
+    OverlapOpt,
+    PsOpt,
+    ServersOpt,
+    SystemFile,
+    SystemName,
+    WorkersOpt,
+    resolve_architecture,
+    resolve_system,
+    user_errors,
+)
+from ddlscope.model.api import predict as predict_job
+from ddlscope.model.api import predict_whatif
+from ddlscope.model.step_time import COMPONENTS
+from ddlscope.report.console import emit
+from ddlscope.specs.examples import EXAMPLE_SERVER, example_architecture, example_workload
+from ddlscope.specs.scenario import BUILTIN_SCENARIOS, Scenario, resolve_scenarios
+from ddlscope.specs.workload import Workload, load_workload
+
+WorkloadFile = Annotated[
+    Path | None,
+    typer.Option("--workload-file", help="workload fields as TOML/JSON (default: the built-in ResNet-50 example)"),
+]
+BatchOpt = Annotated[int | None, typer.Option("--batch-size", "-b", help="samples per GPU per step")]
+PrecisionOpt = Annotated[str | None, typer.Option("--precision", help="fp32, tf32, fp16 or bf16")]
+
+_LINK_OF = {"pcie": "pcie_bytes", "nvlink": "nvlink_bytes", "network": "network_bytes"}
+
+
+def _workload(workload_file: Path | None, batch_size: int | None, precision: str | None) -> Workload:
+    w = load_workload(workload_file) if workload_file else example_workload()
+    changes: dict[str, object] = {}
+    if batch_size is not None and batch_size != w.batch_size:
+        # per-sample quantities scale with the batch; parameters do not
+        f = batch_size / w.batch_size
+        changes = {
+            "batch_size": batch_size,
+            "compute_bound_flops": w.compute_bound_flops * f,
+            "memory_bound_bytes": w.memory_bound_bytes * f,
+            "memory_bound_flops": w.memory_bound_flops * f,
+            "input_bytes": w.input_bytes * f,
+            "stored_input_bytes": None if w.stored_input_bytes is None else w.stored_input_bytes * f,
+            "sparse_bytes_per_step": min(w.sparse_bytes_per_step * f, w.embedding_table_bytes),
+        }
+    if precision is not None:
+        changes["precision"] = precision
+    return Workload.model_validate({**w.model_dump(), **changes}) if changes else w
+
+
+def _component_table(row: dict) -> pl.DataFrame:
+    return pl.DataFrame({
+        "component": list(COMPONENTS),
+        "time_s": [row[f"{c}_s"] for c in COMPONENTS],
+        "share": [row[f"share_{c}"] for c in COMPONENTS],
+        "bytes_per_step": [row.get(_LINK_OF.get(c, "")) for c in COMPONENTS],
+    })
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``predict`` and ``whatif`` to ``app``."""
+
+    @app.command()
+    @user_errors
+    def predict(
+        workload_file: WorkloadFile = None,
+        batch_size: BatchOpt = None,
+        precision: PrecisionOpt = None,
+        architecture: ArchOpt = None,
+        workers: WorkersOpt = None,
+        gpus_per_worker: GpusPerWorkerOpt = None,
+        ps: PsOpt = None,
+        servers: ServersOpt = None,
+        system: SystemName = EXAMPLE_SERVER,
+        system_file: SystemFile = None,
+        gpu: GpuOpt = None,
+        nic: NicOpt = None,
+        nvlink: NvlinkOpt = None,
+        catalog: CatalogFiles = None,
+        overlap: OverlapOpt = "none",
+        fmt: FormatOpt = "table",
+    ) -> None:
+        """Predict where one training step's time goes for one job.
+
+        Components: data I/O, compute-bound, memory-bound, and weight/gradient communication per
+        link class (PCIe, NVLink, network); the step time, samples/s and the bottleneck.
+        """
+        w = _workload(workload_file, batch_size, precision)
+        arch = resolve_architecture(architecture, workers, gpus_per_worker, ps, servers, example_architecture())
+        sysm, _ = resolve_system(system, system_file, gpu, nic, nvlink, catalog)
+        out = predict_job(w, arch, sysm, overlap=overlap)
+        row = out.row(0, named=True)
+        if fmt == "table":
+            title = (f"{w.name} | {arch.kind}: {arch.num_gpus} GPU(s) on {row['num_servers']} server(s)"
+                     f"{f', {arch.num_ps} PS' if arch.num_ps else ''} | {sysm.name}")
+            emit(_component_table(row), "table", title=title, extra={
+                "step_s": row["step_s"],
+                "samples_per_s (all GPUs)": row["samples_per_s"],
+                "exposed communication share": row["share_comm"],
+                "bottleneck": f"{row['bottleneck']} (link: {row['bottleneck_link']})",
+                "overlap": f"{overlap} (fraction {row['overlap_fraction']})",
+            })
+        else:
+            emit(out, fmt)
+
+    @app.command()
+    @user_errors
+    def whatif(
+        scenario: Annotated[
+            list[str] | None,
+            typer.Option("--scenario", help="built-in scenario name or scenario file (repeatable; default: "
+                         f"all built-ins: {', '.join(BUILTIN_SCENARIOS)}), or inline 'name:key=value,...'"),
+        ] = None,
+        workload_file: WorkloadFile = None,
+        batch_size: BatchOpt = None,
+        precision: PrecisionOpt = None,
+        architecture: ArchOpt = None,
+        workers: WorkersOpt = None,
+        gpus_per_worker: GpusPerWorkerOpt = None,
+        ps: PsOpt = None,
+        servers: ServersOpt = None,
+        system: SystemName = EXAMPLE_SERVER,
+        system_file: SystemFile = None,
+        gpu: GpuOpt = None,
+        nic: NicOpt = None,
+        nvlink: NvlinkOpt = None,
+        catalog: CatalogFiles = None,
+        overlap: OverlapOpt = "none",
+        fmt: FormatOpt = "table",
+    ) -> None:
+        """Run one job under what-if scenarios and print each with its speedup over the baseline.
+
+        With no options: the built-in example job (ResNet-50, PS/Worker, 8 workers, 2 PS shards on
+        the PAI study's 8 x V100 NVLink server with 25 Gb/s Ethernet) under every built-in scenario.
+        """
+        w = _workload(workload_file, batch_size, precision)
+        arch = resolve_architecture(architecture, workers, gpus_per_worker, ps, servers, example_architecture())
+        sysm, cat = resolve_system(system, system_file, gpu, nic, nvlink, catalog)
+        scenarios = _scenarios(scenario)
+        out = predict_whatif(w, arch, sysm, scenarios, overlap=overlap, catalog=cat)
+        if fmt == "table":
+            table = out.select(
+                "scenario",
+                pl.col("scenario_applied").alias("applied"),
+                "architecture",
+                "step_s",
+                "speedup",
+                (pl.col("compute_bound_s") + pl.col("memory_bound_s")).alias("compute_s"),
+                "data_io_s",
+                "exposed_comm_s",
+                "share_comm",
+                "bottleneck",
+                "bottleneck_link",
+            )
+            emit(table, "table",
+                 title=f"What-if: {w.name} | {arch.kind}, {arch.num_gpus} GPU(s) | {sysm.name}",
+                 caption="times in seconds per step; compute_s = compute-bound + memory-bound; "
+                 "speedup = baseline step_s / scenario step_s; --format json for every column")
+        else:
+            emit(out, fmt)
+
+
+def _scenarios(items: list[str] | None) -> list[Scenario]:
+    """Built-in names, files, or inline ``name:key=value,key=value`` scenarios."""
+    if not items:
+        return list(BUILTIN_SCENARIOS.values())
+    out: list[Scenario] = []
+    for item in items:
+        if ":" in item and "=" in item:
+            name, _, body = item.partition(":")
+            fields: dict[str, object] = {"name": name}
+            for pair in filter(None, body.split(",")):
+                key, sep, value = pair.partition("=")
+                if not sep:
+                    raise ValueError(f"--scenario {item!r}: expected key=value pairs after 'name:'")
+                fields[key.strip()] = value.strip()
+            if "only_architectures" in fields:
+                fields["only_architectures"] = tuple(str(fields["only_architectures"]).split("+"))
+            out.append(Scenario.model_validate(fields))
+        else:
+            out.extend(resolve_scenarios([item]))
+    return out

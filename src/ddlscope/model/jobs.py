@@ -1,0 +1,185 @@
+"""The Jobs table: one row per (job, scenario), flat numeric columns the model reads.
+
+A job is a (Workload, Architecture, System) triple plus two modifiers; :func:`job_row` flattens
+one into a dict, :func:`jobs_frame` stacks rows into a Polars DataFrame with the schema
+:data:`JOB_SCHEMA`. Ingest code (cluster traces, scenario application) may build the same columns
+directly; :func:`check_jobs_frame` tells what is missing.
+
+Units are in the names: ``_bytes``, ``_flops`` (count), ``_flop_per_s``, ``_bytes_per_s``,
+``_s`` (seconds). Bandwidths are per direction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import polars as pl
+
+from ddlscope.specs.architecture import ARCHITECTURES, Architecture
+from ddlscope.specs.overlap import overlap_fraction
+from ddlscope.specs.system import System
+from ddlscope.specs.workload import PRECISIONS, Workload
+
+ArchitectureEnum = pl.Enum(list(ARCHITECTURES))
+PrecisionEnum = pl.Enum(list(PRECISIONS))
+
+#: column -> (dtype, meaning). The single definition of the Jobs table.
+JOB_SCHEMA: dict[str, tuple[pl.DataType, str]] = {
+    "job_id": (pl.Int64, "job identifier"),
+    # workload (per replica per step)
+    "workload": (pl.String, "workload name"),
+    "batch_size": (pl.Int64, "samples per replica per step"),
+    "precision": (PrecisionEnum, "fp32 | tf32 | fp16 | bf16"),
+    "compute_bound_flops": (pl.Float64, "FLOPs of compute-bound ops"),
+    "memory_bound_bytes": (pl.Float64, "bytes moved by memory-bound ops"),
+    "memory_bound_flops": (pl.Float64, "FLOPs of memory-bound ops"),
+    "input_bytes": (pl.Float64, "input bytes copied host to GPU"),
+    "stored_input_bytes": (pl.Float64, "input bytes read from storage"),
+    "dense_param_bytes": (pl.Float64, "dense parameter = gradient bytes"),
+    "num_gradient_tensors": (pl.Int64, "gradient messages per step"),
+    "sparse_bytes_per_step": (pl.Float64, "embedding bytes touched"),
+    "embedding_table_bytes": (pl.Float64, "embedding table bytes"),
+    "peak_memory_bytes": (pl.Float64, "peak GPU memory of a replica (null: unknown)"),
+    # architecture
+    "architecture": (ArchitectureEnum, "training architecture"),
+    "num_workers": (pl.Int64, "worker processes"),
+    "gpus_per_worker": (pl.Int64, "GPUs per worker"),
+    "num_ps": (pl.Int64, "parameter-server shards"),
+    "num_servers": (pl.Int64, "servers holding the GPUs"),
+    # system
+    "system": (pl.String, "system name"),
+    "gpu": (pl.String, "GPU name"),
+    "gpu_peak_fp32_flop_per_s": (pl.Float64, "peak FP32"),
+    "gpu_peak_tf32_flop_per_s": (pl.Float64, "peak TF32"),
+    "gpu_peak_fp16_flop_per_s": (pl.Float64, "peak FP16 tensor"),
+    "gpu_peak_bf16_flop_per_s": (pl.Float64, "peak BF16 tensor"),
+    "gpu_memory_bandwidth_bytes_per_s": (pl.Float64, "GPU memory bandwidth"),
+    "gpu_memory_bytes": (pl.Float64, "GPU memory capacity"),
+    "server_gpus": (pl.Int64, "GPUs per server"),
+    "pcie": (pl.String, "PCIe link name"),
+    "pcie_bandwidth_bytes_per_s": (pl.Float64, "PCIe x16 bandwidth per direction"),
+    "pcie_latency_s": (pl.Float64, "PCIe alpha"),
+    "gpus_per_pcie_root": (pl.Int64, "GPUs sharing one host uplink"),
+    "nvlink": (pl.String, "NVLink name, empty if none"),
+    "nvlink_bandwidth_bytes_per_s": (pl.Float64, "NVLink per GPU per direction, 0 if none"),
+    "nvlink_latency_s": (pl.Float64, "NVLink alpha"),
+    "nic": (pl.String, "NIC link name"),
+    "nic_bandwidth_bytes_per_s": (pl.Float64, "one NIC per direction"),
+    "nic_latency_s": (pl.Float64, "NIC alpha"),
+    "nics_per_server": (pl.Int64, "NICs per server"),
+    "storage_read_bytes_per_s": (pl.Float64, "storage read bandwidth per server"),
+    "eff_compute": (pl.Float64, "efficiency"),
+    "eff_memory": (pl.Float64, "efficiency"),
+    "eff_pcie": (pl.Float64, "efficiency"),
+    "eff_nvlink": (pl.Float64, "efficiency"),
+    "eff_network": (pl.Float64, "efficiency"),
+    "eff_storage": (pl.Float64, "efficiency"),
+    # modifiers
+    "overlap_fraction": (pl.Float64, "fraction of communication that may overlap computation"),
+    "memory_bound_scale": (pl.Float64, "factor on memory-bound bytes (op fusion)"),
+}
+
+_names = list(JOB_SCHEMA)
+SYSTEM_COLUMNS: tuple[str, ...] = tuple(_names[_names.index("system") : _names.index("overlap_fraction")])
+"""The columns :func:`system_columns` fills: everything a scenario may swap with the hardware."""
+
+
+def workload_columns(w: Workload) -> dict[str, Any]:
+    """The workload's columns of :data:`JOB_SCHEMA`."""
+    return {
+        "workload": w.name,
+        "batch_size": w.batch_size,
+        "precision": w.precision,
+        "compute_bound_flops": w.compute_bound_flops,
+        "memory_bound_bytes": w.memory_bound_bytes,
+        "memory_bound_flops": w.memory_bound_flops,
+        "input_bytes": w.input_bytes,
+        "stored_input_bytes": w.input_bytes if w.stored_input_bytes is None else w.stored_input_bytes,
+        "dense_param_bytes": w.dense_param_bytes,
+        "num_gradient_tensors": w.num_gradient_tensors,
+        "sparse_bytes_per_step": w.sparse_bytes_per_step,
+        "embedding_table_bytes": w.embedding_table_bytes,
+        "peak_memory_bytes": w.peak_memory_bytes,
+    }
+
+
+def system_columns(s: System) -> dict[str, Any]:
+    """The system's columns of :data:`JOB_SCHEMA`, converted to base units (bytes/s, FLOP/s, s)."""
+    nv = s.nvlink
+    e = s.efficiency
+    return {
+        "system": s.name,
+        "gpu": s.gpu.name,
+        "gpu_peak_fp32_flop_per_s": s.gpu.peak_tflops.fp32 * 1e12,
+        "gpu_peak_tf32_flop_per_s": s.gpu.peak_tflops.tf32 * 1e12,
+        "gpu_peak_fp16_flop_per_s": s.gpu.peak_tflops.fp16 * 1e12,
+        "gpu_peak_bf16_flop_per_s": s.gpu.peak_tflops.bf16 * 1e12,
+        "gpu_memory_bandwidth_bytes_per_s": s.gpu.memory_bandwidth_gb_s * 1e9,
+        "gpu_memory_bytes": s.gpu.memory_gb * 1e9,
+        "server_gpus": s.gpus_per_server,
+        "pcie": s.pcie.name,
+        "pcie_bandwidth_bytes_per_s": s.pcie.bandwidth_gb_s * 1e9,
+        "pcie_latency_s": s.pcie.latency_us * 1e-6,
+        "gpus_per_pcie_root": s.gpus_per_pcie_root,
+        "nvlink": nv.name if nv else "",
+        "nvlink_bandwidth_bytes_per_s": nv.bandwidth_gb_s * 1e9 if nv else 0.0,
+        "nvlink_latency_s": nv.latency_us * 1e-6 if nv else 0.0,
+        "nic": s.nic.name,
+        "nic_bandwidth_bytes_per_s": s.nic.bandwidth_gb_s * 1e9,
+        "nic_latency_s": s.nic.latency_us * 1e-6,
+        "nics_per_server": s.nics_per_server,
+        "storage_read_bytes_per_s": s.storage_read_gb_s * 1e9,
+        "eff_compute": e.compute,
+        "eff_memory": e.memory,
+        "eff_pcie": e.pcie,
+        "eff_nvlink": e.nvlink,
+        "eff_network": e.network,
+        "eff_storage": e.storage,
+    }
+
+
+def job_row(
+    workload: Workload,
+    architecture: Architecture,
+    system: System,
+    *,
+    job_id: int = 0,
+    overlap: str | float = "none",
+    memory_bound_scale: float = 1.0,
+) -> dict[str, Any]:
+    """One row of the Jobs table for a (workload, architecture, system) triple.
+
+    Raises:
+        ValueError: the job does not fit its placement (more GPUs per server than the server has;
+            see :meth:`Architecture.servers_on`), a bad overlap, or a scale outside (0, 1].
+    """
+    if not 0.0 < memory_bound_scale <= 1.0:
+        raise ValueError(f"memory_bound_scale: expected a factor in (0, 1], got {memory_bound_scale}")
+    servers = architecture.servers_on(system.gpus_per_server)
+    return {
+        "job_id": job_id,
+        **workload_columns(workload),
+        "architecture": architecture.kind,
+        "num_workers": architecture.num_workers,
+        "gpus_per_worker": architecture.gpus_per_worker,
+        "num_ps": architecture.num_ps,
+        "num_servers": servers,
+        **system_columns(system),
+        "overlap_fraction": overlap_fraction(overlap),
+        "memory_bound_scale": memory_bound_scale,
+    }
+
+
+def jobs_frame(rows: Iterable[Mapping[str, Any]]) -> pl.DataFrame:
+    """Stack :func:`job_row` dicts into a DataFrame with the :data:`JOB_SCHEMA` dtypes."""
+    schema = {name: dtype for name, (dtype, _) in JOB_SCHEMA.items()}
+    return pl.DataFrame(list(rows), schema=schema)
+
+
+def check_jobs_frame(frame: pl.DataFrame | pl.LazyFrame) -> None:
+    """Raise ``ValueError`` naming every :data:`JOB_SCHEMA` column the frame lacks."""
+    names = frame.collect_schema().names()
+    missing = [c for c in JOB_SCHEMA if c not in names]
+    if missing:
+        raise ValueError(f"jobs table: missing column(s) {missing}; see ddlscope.model.jobs.JOB_SCHEMA")

@@ -1,0 +1,183 @@
+"""Applying what-if scenarios to a Jobs table, vectorised: Jobs x Scenarios in one pass.
+
+:func:`apply_scenario` rewrites the columns a :class:`~ddlscope.specs.scenario.Scenario` changes
+with Polars expressions (no loop over jobs); :func:`whatif` stacks the baseline and every
+scenario, runs the step-time model once over the whole stack and adds each row's speedup over its
+own baseline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+
+from ddlscope.model.jobs import JOB_SCHEMA, check_jobs_frame, system_columns
+from ddlscope.model.step_time import breakdown_lazy
+from ddlscope.specs.catalog import Catalog, builtin_catalog
+from ddlscope.specs.overlap import overlap_fraction
+from ddlscope.specs.scenario import MIXED_PRECISION_BYTES_FACTOR, Scenario
+
+c = pl.col
+_EFFICIENCY = ("eff_compute", "eff_memory", "eff_pcie", "eff_nvlink", "eff_network", "eff_storage")
+
+
+def _link_columns(catalog: Catalog, slot: str, name: str) -> dict[str, object]:
+    """Columns of one link slot (``pcie``, ``nvlink``, ``nic``) set to catalog link ``name``."""
+    if slot == "nvlink" and name.strip().lower() == "none":
+        return {"nvlink": "", "nvlink_bandwidth_bytes_per_s": 0.0, "nvlink_latency_s": 0.0}
+    link = catalog.link(name)
+    expected = {"pcie": ("pcie",), "nvlink": ("nvlink",), "nic": ("ethernet", "infiniband")}[slot]
+    if link.kind not in expected:
+        raise ValueError(f"scenario {slot}: {name!r} is a {link.kind} link, expected {' or '.join(expected)}")
+    return {
+        slot: link.name,
+        f"{slot}_bandwidth_bytes_per_s": link.bandwidth_gb_s * 1e9,
+        f"{slot}_latency_s": link.latency_us * 1e-6,
+    }
+
+
+def _hardware_changes(sc: Scenario, catalog: Catalog) -> dict[str, object]:
+    """Literal column values the scenario's hardware fields set (catalog look-ups, done once)."""
+    out: dict[str, object] = {}
+    if sc.server:
+        cols = system_columns(catalog.system(sc.server))
+        out.update({k: v for k, v in cols.items() if k not in _EFFICIENCY and k != "system"})
+    if sc.gpu:
+        gpu = catalog.gpu(sc.gpu)
+        out.update({
+            "gpu": gpu.name,
+            "gpu_peak_fp32_flop_per_s": gpu.peak_tflops.fp32 * 1e12,
+            "gpu_peak_tf32_flop_per_s": gpu.peak_tflops.tf32 * 1e12,
+            "gpu_peak_fp16_flop_per_s": gpu.peak_tflops.fp16 * 1e12,
+            "gpu_peak_bf16_flop_per_s": gpu.peak_tflops.bf16 * 1e12,
+            "gpu_memory_bandwidth_bytes_per_s": gpu.memory_bandwidth_gb_s * 1e9,
+            "gpu_memory_bytes": gpu.memory_gb * 1e9,
+        })
+    for slot in ("pcie", "nvlink", "nic"):
+        name = getattr(sc, slot)
+        if name:
+            out.update(_link_columns(catalog, slot, name))
+    if sc.nics_per_server:
+        out["nics_per_server"] = sc.nics_per_server
+    return out
+
+
+def _port(sc: Scenario, G: pl.Expr) -> tuple[dict[str, pl.Expr], pl.Expr]:
+    """Architecture columns after the port to ``sc.architecture`` on servers of ``G`` GPUs, and
+    where the port applies (expressions)."""
+    target = sc.architecture
+    p = c("num_workers") * c("gpus_per_worker")
+    m = (p + G - 1) // G
+    if target in ("allreduce_local", "1wng"):
+        ok = (p >= 2) & (p <= G)
+        cols = {"num_workers": p if target == "allreduce_local" else pl.lit(1, pl.Int64),
+                "gpus_per_worker": pl.lit(1, pl.Int64) if target == "allreduce_local" else p,
+                "num_servers": pl.lit(1, pl.Int64), "num_ps": pl.lit(0, pl.Int64)}
+    elif target in ("allreduce_cluster", "pearl"):
+        ok = (p >= 2) & (p % m == 0)
+        if target == "allreduce_cluster":
+            ok = ok & (m >= 2)
+        cols = {"num_workers": p, "gpus_per_worker": pl.lit(1, pl.Int64), "num_servers": m,
+                "num_ps": pl.lit(0, pl.Int64)}
+    elif target == "ps_worker":
+        ok = pl.lit(True)
+        cols = {"num_workers": p, "gpus_per_worker": pl.lit(1, pl.Int64), "num_servers": m,
+                "num_ps": pl.lit(sc.num_ps, pl.Int64) if sc.num_ps else m}
+    else:  # 1w1g
+        ok = p == 1
+        cols = {"num_workers": pl.lit(1, pl.Int64), "gpus_per_worker": pl.lit(1, pl.Int64),
+                "num_servers": pl.lit(1, pl.Int64), "num_ps": pl.lit(0, pl.Int64)}
+    cols["architecture"] = pl.lit(target).cast(JOB_SCHEMA["architecture"][0])
+    return cols, ok
+
+
+def apply_scenario(
+    jobs: pl.DataFrame | pl.LazyFrame, scenario: Scenario, catalog: Catalog | None = None
+) -> pl.LazyFrame:
+    """The Jobs table as it would be under ``scenario``.
+
+    Adds ``scenario`` (name) and ``scenario_applied`` (bool: the scenario changed this job; false
+    where ``only_architectures`` excludes it or a port does not fit). Unchanged rows keep their
+    values. Hardware swaps keep each row's efficiencies.
+
+    Raises:
+        CatalogError: a scenario names an unknown GPU, link or server.
+        ValueError: a link of the wrong kind in a slot; a missing Jobs column.
+    """
+    check_jobs_frame(jobs)
+    catalog = catalog or builtin_catalog()
+    lf = jobs.lazy()
+    selected = c("architecture").is_in(list(sc_arch)) if (sc_arch := scenario.only_architectures) else pl.lit(True)
+
+    hw = _hardware_changes(scenario, catalog)
+    new: dict[str, pl.Expr] = {k: pl.lit(v, dtype=JOB_SCHEMA[k][0]) for k, v in hw.items()}
+    if hw:
+        label = ",".join(f"{k}={getattr(scenario, k)}" for k in ("server", "gpu", "nic", "nvlink", "pcie",
+                                                                   "nics_per_server") if getattr(scenario, k))
+        new["system"] = c("system") + pl.lit(f"[{label}]")
+    # port conditions use the swapped server's GPU count
+    lf = lf.with_columns(_G_new=new.get("server_gpus", c("server_gpus")))
+    applies = selected
+    if scenario.architecture:
+        port_cols, ok = _port(scenario, c("_G_new"))
+        applies = applies & ok
+        new.update(port_cols)
+    elif "server_gpus" in new:
+        # a server swap re-spreads multi-server jobs and must still hold single-server ones
+        p = c("num_workers") * c("gpus_per_worker")
+        m = (p + c("_G_new") - 1) // c("_G_new")
+        single = c("architecture").is_in(["1w1g", "1wng", "allreduce_local"])
+        new["num_servers"] = pl.when(single).then(c("num_servers")).otherwise(pl.max_horizontal(m, c("num_servers")))
+        applies = applies & (~single | (p <= c("_G_new")))
+    if scenario.precision:
+        new["precision"] = pl.lit(scenario.precision).cast(JOB_SCHEMA["precision"][0])
+        was16 = c("precision").is_in(["fp16", "bf16"])
+        to16 = scenario.precision in ("fp16", "bf16")
+        factor = (pl.when(was16).then(1.0).otherwise(MIXED_PRECISION_BYTES_FACTOR) if to16
+                  else pl.when(was16).then(1.0 / MIXED_PRECISION_BYTES_FACTOR).otherwise(1.0))
+        new["memory_bound_bytes"] = c("memory_bound_bytes") * factor
+    if scenario.memory_bound_scale != 1.0:
+        new["memory_bound_scale"] = c("memory_bound_scale") * scenario.memory_bound_scale
+    if scenario.overlap is not None:
+        new["overlap_fraction"] = pl.lit(overlap_fraction(scenario.overlap))
+
+    lf = lf.with_columns(_applies=applies)
+    lf = lf.with_columns(
+        **{k: pl.when(c("_applies")).then(v).otherwise(c(k)) for k, v in new.items()},
+        scenario=pl.lit(scenario.name),
+        scenario_applied=c("_applies"),
+    )
+    return lf.drop("_G_new", "_applies")
+
+
+def whatif(
+    jobs: pl.DataFrame | pl.LazyFrame,
+    scenarios: Sequence[Scenario],
+    catalog: Catalog | None = None,
+) -> pl.DataFrame:
+    """Every job under the baseline and every scenario, with its speedup.
+
+    Args:
+        jobs: a Jobs table (:data:`~ddlscope.model.jobs.JOB_SCHEMA`), ``job_id`` unique per row.
+        scenarios: the what-ifs; names must be unique.
+
+    Returns:
+        One row per job x (baseline + scenarios): the Jobs columns (as changed), ``scenario``,
+        ``scenario_applied``, the step-time model's output columns, and ``speedup`` =
+        baseline ``step_s`` / this row's ``step_s`` (1.0 for the baseline and unapplied rows).
+
+    Raises:
+        ValueError: duplicate scenario names, a missing column, a duplicate ``job_id``.
+    """
+    names = [s.name for s in scenarios]
+    if len(set(names)) != len(names):
+        raise ValueError(f"scenarios: names must be unique, got {names}")
+    base = jobs.lazy().with_columns(scenario=pl.lit("baseline"), scenario_applied=pl.lit(False))
+    stacked = pl.concat([base, *(apply_scenario(jobs, s, catalog) for s in scenarios)], how="vertical_relaxed")
+    order = pl.Enum(["baseline", *names])
+    out = breakdown_lazy(stacked.with_columns(c("scenario").cast(order))).with_columns(
+        speedup=c("step_s").first().over("job_id") / c("step_s")
+    )
+    return out.collect()
+

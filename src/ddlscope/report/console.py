@@ -1,0 +1,112 @@
+"""Terminal tables and machine-readable output of Polars DataFrames.
+
+``emit(frame, fmt)`` is the one way commands print results: ``table`` renders a rich table (units
+come from the column names: ``_s`` seconds, ``_bytes``, ``_per_s``...), ``json`` prints a list of
+row objects, ``csv`` prints CSV with a header.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, TextIO
+
+import polars as pl
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+OutputFormat = Literal["table", "json", "csv"]
+FORMATS: tuple[str, ...] = ("table", "json", "csv")
+
+
+def format_value(value: Any, digits: int = 4) -> str:
+    """A compact human string: floats to ``digits`` significant digits, None as ``-``."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if value == 0:
+            return "0"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        mag = abs(value)
+        if 1e-3 <= mag < 1e6:
+            return f"{value:.{digits}g}"
+        return f"{value:.{digits - 1}e}"
+    return str(value)
+
+
+def rich_table(frame: pl.DataFrame, title: str | None = None, caption: str | None = None) -> Table:
+    """A rich :class:`~rich.table.Table` of ``frame``; numeric columns right-aligned."""
+    table = Table(
+        title=escape(title) if title else None,
+        caption=escape(caption) if caption else None,
+        show_lines=False,
+        header_style="bold",
+    )
+    for name, dtype in frame.schema.items():
+        table.add_column(escape(name), justify="right" if dtype.is_numeric() else "left", overflow="fold")
+    for row in frame.iter_rows():
+        table.add_row(*(escape(format_value(v)) for v in row))
+    return table
+
+
+def to_jsonable(value: Any) -> Any:
+    """``value`` with NaN/inf floats as None and other non-JSON types as strings (recursively)."""
+    if isinstance(value, float):
+        return None if math.isnan(value) or math.isinf(value) else value
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        return [to_jsonable(v) for v in value]
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    return str(value)
+
+
+def frame_records(frame: pl.DataFrame) -> list[dict[str, Any]]:
+    """Rows of ``frame`` as JSON-ready dicts (enums and dates as strings, NaN as null)."""
+    return [to_jsonable(r) for r in frame.to_dicts()]
+
+
+def emit(
+    frame: pl.DataFrame,
+    fmt: OutputFormat | str = "table",
+    *,
+    title: str | None = None,
+    caption: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+    stream: TextIO | None = None,
+) -> None:
+    """Print ``frame`` in ``fmt``.
+
+    ``json`` prints ``{"rows": [...], **extra}`` when ``extra`` is given, else the list of rows.
+    ``table`` prints the rich table, then ``extra`` as ``key: value`` lines.
+
+    Raises:
+        ValueError: an unknown format.
+    """
+    stream = stream or sys.stdout
+    if fmt == "table":
+        console = Console(file=stream)
+        if not console.is_terminal:
+            console = Console(file=stream, width=200)
+        console.print(rich_table(frame, title=title, caption=caption))
+        for key, value in (extra or {}).items():
+            text = format_value(value) if not isinstance(value, Mapping) else json.dumps(to_jsonable(value))
+            console.print(escape(f"{key}: {text}"))
+    elif fmt == "json":
+        rows = frame_records(frame)
+        payload: Any = {"rows": rows, **to_jsonable(dict(extra))} if extra else rows
+        stream.write(json.dumps(payload, indent=2) + "\n")
+    elif fmt == "csv":
+        out = frame.with_columns(pl.selectors.enum().cast(pl.String), pl.selectors.categorical().cast(pl.String))
+        stream.write(out.write_csv())
+    else:
+        raise ValueError(f"format: expected one of {FORMATS}, got {fmt!r}")

@@ -1,0 +1,81 @@
+"""The RPC log schema: one row per RPC between a worker and a parameter server.
+
+This is the contract between producers of RPC logs (``ddlscope ps-train``, users' own PS
+frameworks through a column mapping) and the RPC dissection. Timestamps are integer nanoseconds,
+each on its *own side's* clock (``client_*`` on the worker's host, ``server_*`` on the server's
+host); the two clocks may differ by any offset, so no analysis ever subtracts a client timestamp
+from a server one.
+
+Stages (:data:`STAGES`) and their definitions, each a difference on one clock:
+
+====================  ======================================================  =======
+stage                 definition                                              clock
+====================  ======================================================  =======
+client_queue          client_send_start - client_issue                       client
+client_send           client_send_end - client_send_start                    client
+network               (client_recv_end - client_send_end) - server residence  both, as
+                                                                                  durations
+server_receive        server_recv_end - server_recv_start                    server
+server_queue          server_proc_start - server_recv_end                    server
+server_processing     server_proc_end - server_proc_start                    server
+server_send           server_send_end - server_proc_end                      server
+client_completion     client_done - client_recv_end                          client
+====================  ======================================================  =======
+
+with server residence = ``server_send_end - server_recv_start``. The stages add up to the
+client-observed latency ``client_done - client_issue`` exactly.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+OPS: tuple[str, ...] = ("pull_sparse", "pull_dense", "push_sparse", "push_dense")
+"""RPC operations: pulls read parameters from the server, pushes write gradients to it."""
+OpEnum = pl.Enum(list(OPS))
+
+CONNECTION_EVENTS: tuple[str, ...] = ("reuse", "new", "reconnect")
+"""How the RPC got its connection: an open one reused, a new one, or a reconnect after a drop."""
+ConnectionEventEnum = pl.Enum(list(CONNECTION_EVENTS))
+
+CLIENT_TIMESTAMPS: tuple[str, ...] = (
+    "client_issue_ns", "client_send_start_ns", "client_send_end_ns", "client_recv_end_ns", "client_done_ns",
+)
+"""Worker-side timestamps in the order they must occur (ns, client clock)."""
+SERVER_TIMESTAMPS: tuple[str, ...] = (
+    "server_recv_start_ns", "server_recv_end_ns", "server_proc_start_ns", "server_proc_end_ns", "server_send_end_ns",
+)
+"""Server-side timestamps in the order they must occur (ns, server clock)."""
+
+#: column -> (dtype, required, meaning)
+RPC_SCHEMA: dict[str, tuple[pl.DataType, bool, str]] = {
+    "rpc_id": (pl.Int64, True, "unique id of the RPC within the log"),
+    "worker_id": (pl.Int64, True, "worker (client) id"),
+    "server_id": (pl.Int64, True, "parameter-server shard id"),
+    "connection_id": (pl.Int64, True, "connection (channel/socket) id, unique within the log"),
+    "iteration": (pl.Int64, True, "training iteration (step) of the worker"),
+    "op": (OpEnum, True, "pull_sparse | pull_dense | push_sparse | push_dense"),
+    "request_bytes": (pl.Int64, True, "request message size, bytes"),
+    "response_bytes": (pl.Int64, True, "response message size, bytes"),
+    "num_keys": (pl.Int64, True, "parameter keys (embedding rows, or dense tensors) in the request"),
+    **{name: (pl.Int64, True, "client clock, ns") for name in CLIENT_TIMESTAMPS},
+    **{name: (pl.Int64, True, "server clock, ns") for name in SERVER_TIMESTAMPS},
+    # optional
+    "connection_event": (ConnectionEventEnum, False, "reuse | new | reconnect"),
+    "client_connect_start_ns": (pl.Int64, False, "client clock, ns: connection set-up began (new/reconnect)"),
+    "client_connect_end_ns": (pl.Int64, False, "client clock, ns: connection established"),
+    "server_thread": (pl.Int64, False, "server thread (or core) that processed the RPC"),
+    "client_host": (pl.String, False, "worker host name"),
+    "server_host": (pl.String, False, "server host name"),
+    "table_id": (pl.Int64, False, "embedding table of a sparse op"),
+    "keys": (pl.List(pl.Int64), False, "the keys of the request (for update-skew analysis)"),
+}
+"""The RPC table's columns. Optional columns may be absent; extra columns are kept as they are."""
+
+REQUIRED_COLUMNS: tuple[str, ...] = tuple(k for k, (_, req, _) in RPC_SCHEMA.items() if req)
+
+STAGES: tuple[str, ...] = (
+    "client_queue", "client_send", "network", "server_receive", "server_queue",
+    "server_processing", "server_send", "client_completion",
+)
+"""The stages of an RPC, in time order (definitions in the module docstring)."""

@@ -1,0 +1,248 @@
+"""The hardware catalog: GPUs, links and server types, each number with its datasheet source.
+
+The built-in catalog is package data (``ddlscope/specs/data/catalog.toml``). Users add or
+override entries from their own TOML or JSON file with the same three sections::
+
+    [gpu."MyGPU"]
+    peak_tflops = { fp32 = 20.0, tf32 = 80.0, fp16 = 160.0, bf16 = 160.0 }
+    memory_bandwidth_gb_s = 1000
+    memory_gb = 48
+    source = "vendor datasheet, 2025"
+
+    [link."eth-800g"]
+    kind = "ethernet"
+    bandwidth_gb_s = 100.0
+    latency_us = 20.0
+
+    [server."my-box"]
+    gpu = "MyGPU"
+    gpus_per_server = 4
+    pcie = "pcie5-x16"
+    gpus_per_pcie_root = 2
+    nvlink = ""
+    nic = "eth-800g"
+    storage_read_gb_s = 5.0
+
+A *system file* (``--system-file`` of the CLI, or written by ``ddlscope calibrate``) may hold such
+entries plus a ``[system]`` table naming a server and overrides::
+
+    [system]
+    server = "pai-v100-nvlink-8"
+    gpu = "A100-SXM4-80GB"     # optional overrides: gpu, nic, nvlink ("none"), pcie,
+    nic = "eth-100g"           # gpus_per_server, gpus_per_pcie_root, nics_per_server,
+    [system.efficiency]        # storage_read_gb_s, efficiency
+    network = 0.7
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Mapping
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ddlscope.specs.system import Efficiency, GPUSpec, LinkSpec, ServerSpec, System
+
+SECTIONS = ("gpu", "link", "server")
+NO_NVLINK = "none"
+
+
+class CatalogError(ValueError):
+    """An unknown catalog name, or a catalog/system file that does not parse or validate."""
+
+
+def _norm(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def _read_mapping(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise CatalogError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        data = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        raise CatalogError(f"{path}: not valid {'JSON' if path.suffix.lower() == '.json' else 'TOML'}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise CatalogError(f"{path}: expected a table/object at the top level")
+    return data
+
+
+class Catalog:
+    """GPU, link and server entries by name, case-insensitive, with aliases for GPUs.
+
+    Attributes:
+        gpus, links, servers: dicts from canonical name to :class:`GPUSpec`, :class:`LinkSpec`,
+            :class:`ServerSpec`.
+
+    Raises:
+        CatalogError: an entry that does not validate (naming section, entry and field), a server
+            that refers to an unknown GPU or link, or an unknown name on look-up (listing the
+            known ones).
+    """
+
+    def __init__(self, entries: Mapping[str, Mapping[str, Mapping[str, Any]]], origin: str = "catalog"):
+        self.gpus: dict[str, GPUSpec] = {}
+        self.links: dict[str, LinkSpec] = {}
+        self.servers: dict[str, ServerSpec] = {}
+        self._alias: dict[str, str] = {}
+        self.add(entries, origin)
+
+    def add(self, entries: Mapping[str, Mapping[str, Mapping[str, Any]]], origin: str) -> None:
+        """Add (or override) entries from a mapping ``{"gpu": {name: {...}}, "link": ..., "server": ...}``."""
+        unknown = set(entries) - set(SECTIONS) - {"system"}
+        if unknown:
+            raise CatalogError(f"{origin}: unknown section(s) {sorted(unknown)}; expected {list(SECTIONS)}")
+        kinds = {"gpu": (GPUSpec, self.gpus), "link": (LinkSpec, self.links), "server": (ServerSpec, self.servers)}
+        for section in SECTIONS:
+            block = entries.get(section, {})
+            if not isinstance(block, Mapping):
+                raise CatalogError(f"{origin}: [{section}] must be a table of named entries")
+            model, target = kinds[section]
+            for name, fields in block.items():
+                if not isinstance(fields, Mapping):
+                    raise CatalogError(f"{origin}: [{section}.{name}] must be a table")
+                try:
+                    spec = model.model_validate({"name": name, **fields})
+                except ValidationError as exc:
+                    raise CatalogError(f"{origin}: [{section}.\"{name}\"]: {_describe(exc)}") from exc
+                target[name] = spec
+                if section == "gpu":
+                    for alias in (name, *spec.aliases):
+                        self._alias[_norm(alias)] = name
+        for server in self.servers.values():
+            self.gpu(server.gpu)
+            self.link(server.pcie)
+            self.link(server.nic)
+            if server.nvlink:
+                self.link(server.nvlink)
+
+    # -- look-ups -------------------------------------------------------------------------------
+    def gpu(self, name: str) -> GPUSpec:
+        """The GPU named ``name`` or one of its aliases (case-insensitive)."""
+        key = self._alias.get(_norm(name))
+        if key is None:
+            raise CatalogError(f"gpu: unknown GPU {name!r}; known: {', '.join(sorted(self.gpus))}")
+        return self.gpus[key]
+
+    def link(self, name: str) -> LinkSpec:
+        """The link named ``name`` (case-insensitive)."""
+        for key, spec in self.links.items():
+            if _norm(key) == _norm(name):
+                return spec
+        raise CatalogError(f"link: unknown link {name!r}; known: {', '.join(sorted(self.links))}")
+
+    def server(self, name: str) -> ServerSpec:
+        """The server type named ``name`` (case-insensitive)."""
+        for key, spec in self.servers.items():
+            if _norm(key) == _norm(name):
+                return spec
+        raise CatalogError(f"server: unknown server {name!r}; known: {', '.join(sorted(self.servers))}")
+
+    def system(
+        self,
+        server: str,
+        *,
+        gpu: str | None = None,
+        nic: str | None = None,
+        nvlink: str | None = None,
+        pcie: str | None = None,
+        gpus_per_server: int | None = None,
+        gpus_per_pcie_root: int | None = None,
+        nics_per_server: int | None = None,
+        storage_read_gb_s: float | None = None,
+        efficiency: Efficiency | Mapping[str, float] | None = None,
+        name: str | None = None,
+    ) -> System:
+        """A :class:`System` from server type ``server`` with optional overrides.
+
+        ``nvlink="none"`` removes NVLink (GPU-to-GPU traffic then goes over PCIe).
+
+        Raises:
+            CatalogError: unknown names, or a combination that does not validate.
+        """
+        base = self.server(server)
+        nv = base.nvlink if nvlink is None else ("" if _norm(nvlink) == NO_NVLINK else nvlink)
+        parts = {
+            "gpu": self.gpu(gpu or base.gpu),
+            "gpus_per_server": gpus_per_server or base.gpus_per_server,
+            "pcie": self.link(pcie or base.pcie),
+            "gpus_per_pcie_root": gpus_per_pcie_root or base.gpus_per_pcie_root,
+            "nvlink": self.link(nv) if nv else None,
+            "nic": self.link(nic or base.nic),
+            "nics_per_server": nics_per_server or base.nics_per_server,
+            "storage_read_gb_s": storage_read_gb_s or base.storage_read_gb_s,
+        }
+        parts["gpus_per_pcie_root"] = min(parts["gpus_per_pcie_root"], parts["gpus_per_server"])
+        changed = [f"{k}={v}" for k, v in (("gpu", gpu), ("nic", nic), ("nvlink", nvlink), ("pcie", pcie)) if v]
+        label = name or (base.name + (f"[{','.join(changed)}]" if changed else ""))
+        try:
+            return System(name=label, efficiency=Efficiency.model_validate(dict(efficiency or {})), **parts)
+        except ValidationError as exc:
+            raise CatalogError(f"system {label!r}: {_describe(exc)}") from exc
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "(entry)"
+        parts.append(f"{loc}: {err['msg']} (got {err.get('input')!r})")
+    return "; ".join(parts)
+
+
+@cache
+def _builtin_entries() -> dict[str, Any]:
+    text = resources.files("ddlscope.specs").joinpath("data/catalog.toml").read_text()
+    return tomllib.loads(text)
+
+
+def builtin_catalog() -> Catalog:
+    """A fresh :class:`Catalog` holding the built-in entries (``specs/data/catalog.toml``)."""
+    return Catalog(_builtin_entries(), origin="built-in catalog")
+
+
+def load_catalog(*paths: str | Path) -> Catalog:
+    """The built-in catalog extended (entries added or overridden) by the TOML/JSON ``paths``.
+
+    Raises:
+        CatalogError: a file that cannot be read, parsed or validated (naming the file and entry).
+    """
+    cat = builtin_catalog()
+    for p in paths:
+        path = Path(p)
+        cat.add(_read_mapping(path), origin=str(path))
+    return cat
+
+
+def load_system(path: str | Path, catalog: Catalog | None = None) -> tuple[System, Catalog]:
+    """Read a system file: catalog entries plus a ``[system]`` table (see module docstring).
+
+    Returns the resolved :class:`System` and the catalog extended by the file's entries.
+
+    Raises:
+        CatalogError: unreadable file, no ``[system]`` table, unknown names, invalid values.
+    """
+    path = Path(path)
+    data = _read_mapping(path)
+    cat = catalog or builtin_catalog()
+    cat.add({k: v for k, v in data.items() if k in SECTIONS}, origin=str(path))
+    spec = data.get("system")
+    if not isinstance(spec, Mapping) or "server" not in spec:
+        raise CatalogError(f"{path}: expected a [system] table with at least `server = \"<name>\"`")
+    allowed = {
+        "server", "gpu", "nic", "nvlink", "pcie", "gpus_per_server", "gpus_per_pcie_root",
+        "nics_per_server", "storage_read_gb_s", "efficiency", "name",
+    }
+    extra = set(spec) - allowed
+    if extra:
+        raise CatalogError(f"{path}: [system] has unknown field(s) {sorted(extra)}; expected some of {sorted(allowed)}")
+    try:
+        return cat.system(**spec), cat
+    except CatalogError as exc:
+        raise CatalogError(f"{path}: {exc}") from exc

@@ -1,0 +1,164 @@
+"""The Scenario spec: one what-if change to a job's architecture, hardware or workload.
+
+A scenario lists only what it changes; everything else stays as in the baseline. Changes apply to
+the jobs selected by ``only_architectures`` (all jobs when empty). An architecture port applies only
+where the ported job fits (e.g. ``allreduce_local`` needs all GPUs in one server); jobs where it
+does not are kept unchanged and marked ``scenario_applied = false``.
+
+The built-in scenarios (:data:`BUILTIN_SCENARIOS`) are the PAI study's what-ifs (IISWC 2019;
+reconstruction) plus the usual hardware and software upgrades.
+
+Scenario files are TOML (``[[scenario]]`` tables) or JSON (a list of objects) with these fields::
+
+    [[scenario]]
+    name = "nic-100g-and-a100"
+    nic = "eth-100g"
+    gpu = "A100-SXM4-40GB"
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ddlscope.specs.architecture import ArchitectureKind
+from ddlscope.specs.overlap import overlap_fraction
+from ddlscope.specs.workload import Precision
+
+MIXED_PRECISION_BYTES_FACTOR = 0.5
+"""Memory-bound bytes of a step moved from 32-bit to 16-bit arithmetic are multiplied by this
+(element-wise and normalisation ops stream 2-byte instead of 4-byte activations). An approximation
+stated here: AMP's FP32 master weights and optimizer update do not shrink, so the true factor lies
+a little above 0.5."""
+
+
+class Scenario(BaseModel):
+    """One what-if: the fields given override the baseline job's.
+
+    - ``name``, ``description``: labels.
+    - ``only_architectures``: apply to jobs of these architectures only (empty: all).
+    - ``architecture``: port target. Counts follow the port: ``allreduce_local`` and ``1wng`` put
+      all GPUs in one server (only where they fit), ``allreduce_cluster`` and ``pearl`` use
+      ``ceil(p / server GPUs)`` servers (only where the GPUs divide evenly; ``allreduce_cluster``
+      needs two or more), ``ps_worker`` one worker per GPU and ``num_ps`` shards (default: one per
+      server), ``1w1g`` only for one-GPU jobs.
+    - ``num_ps``: PS shards of a port to ``ps_worker``.
+    - ``server``: swap the whole server type (GPU, links, counts; efficiencies are kept).
+    - ``gpu``, ``nic``, ``nvlink`` (``"none"`` removes NVLink), ``pcie``: swap one part.
+    - ``nics_per_server``: NICs per server.
+    - ``precision``: new arithmetic precision; memory-bound bytes scale by bytes per element
+      (:data:`MIXED_PRECISION_BYTES_FACTOR` from 32 to 16 bit, its inverse back).
+    - ``memory_bound_scale``: factor on memory-bound bytes (op fusion), in (0, 1].
+    - ``overlap``: overlap policy (``none``, ``full``) or fraction.
+
+    Raises:
+        pydantic.ValidationError: unknown fields, a scale outside (0, 1], a bad overlap.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(..., min_length=1)
+    description: str = ""
+    only_architectures: tuple[ArchitectureKind, ...] = ()
+    architecture: ArchitectureKind | None = None
+    num_ps: int | None = Field(None, ge=1)
+    server: str | None = None
+    gpu: str | None = None
+    nic: str | None = None
+    nvlink: str | None = None
+    pcie: str | None = None
+    nics_per_server: int | None = Field(None, ge=1)
+    precision: Precision | None = None
+    memory_bound_scale: float = Field(1.0, gt=0, le=1)
+    overlap: str | float | None = None
+
+    @field_validator("overlap")
+    @classmethod
+    def _overlap_ok(cls, v: str | float | None) -> str | float | None:
+        if v is None:
+            return v
+        overlap_fraction(v)
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _not_baseline(cls, v: str) -> str:
+        if v.strip().lower() == "baseline":
+            raise ValueError("name: 'baseline' is reserved for the unchanged job")
+        return v
+
+
+BUILTIN_SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            name="ps-to-allreduce-nvlink",
+            description="port PS/Worker jobs that fit one server to ring all-reduce over NVLink "
+            "(PAI study what-if; NVLink 2 added where the server lacks it)",
+            only_architectures=("ps_worker",),
+            architecture="allreduce_local",
+            nvlink="nvlink2",
+        ),
+        Scenario(name="ethernet-100g", description="NIC from its speed to 100 Gb/s Ethernet", nic="eth-100g"),
+        Scenario(name="add-nvlink", description="NVLink 2 between the GPUs of a server", nvlink="nvlink2"),
+        Scenario(name="gpu-a100", description="GPU replaced by an A100 SXM4 40 GB", gpu="A100-SXM4-40GB"),
+        Scenario(name="gpu-h100", description="GPU replaced by an H100 SXM5 80 GB", gpu="H100-SXM5-80GB"),
+        Scenario(name="mixed-precision", description="FP16 automatic mixed precision", precision="fp16"),
+        Scenario(
+            name="op-fusion",
+            description="element-wise op fusion halves memory-bound bytes (stated factor 0.5)",
+            memory_bound_scale=0.5,
+        ),
+        Scenario(name="overlap-full", description="communication overlapped with computation", overlap="full"),
+    )
+}
+"""Built-in scenarios by name."""
+
+def load_scenarios(path: str | Path) -> list[Scenario]:
+    """Read scenarios from a TOML (``[[scenario]]``) or JSON (list of objects) file.
+
+    Raises:
+        ValueError: unreadable or unparsable file, or an invalid entry (naming file, entry index
+            and field).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        entries = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text).get("scenario")
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: does not parse: {exc}") from exc
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f"{path}: expected a non-empty list of scenarios ([[scenario]] tables in TOML)")
+    out = []
+    for i, entry in enumerate(entries):
+        try:
+            out.append(Scenario.model_validate(entry))
+        except ValidationError as exc:
+            errs = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(entry)'}: {e['msg']}" for e in exc.errors())
+            raise ValueError(f"{path}: scenario #{i + 1}: {errs}") from exc
+    return out
+
+
+def resolve_scenarios(names_or_files: list[str]) -> list[Scenario]:
+    """Built-in scenario names and/or scenario files, in the order given.
+
+    Raises:
+        ValueError: a name that is neither a built-in scenario nor an existing file.
+    """
+    out: list[Scenario] = []
+    for item in names_or_files:
+        if item in BUILTIN_SCENARIOS:
+            out.append(BUILTIN_SCENARIOS[item])
+        elif Path(item).is_file():
+            out.extend(load_scenarios(item))
+        else:
+            raise ValueError(
+                f"scenario: {item!r} is neither a built-in scenario ({', '.join(BUILTIN_SCENARIOS)}) nor a file"
+            )
+    return out

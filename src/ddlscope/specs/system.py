@@ -1,0 +1,151 @@
+"""The System spec: the hardware a job runs on (the *system* input of the model).
+
+A :class:`System` is one GPU type, the server that holds it (GPUs per server, PCIe generation and
+how the GPUs share the host's root complex, NVLink or none), the network (NIC type, NICs per
+server), storage read bandwidth, and an efficiency factor per resource. Numbers come from the
+built-in catalog (:mod:`ddlscope.specs.catalog`, every entry with its datasheet source), from a
+user's catalog file, or from a profile written by ``ddlscope calibrate``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+LinkKind = Literal["pcie", "nvlink", "ethernet", "infiniband"]
+
+
+class PeakTflops(BaseModel):
+    """Dense peak throughput of a GPU per precision, in TFLOP/s (1e12 FLOP/s).
+
+    ``fp32`` on the CUDA cores; ``tf32`` TF32 tensor cores; ``fp16``/``bf16`` 16-bit tensor cores
+    with FP32 accumulate. A GPU without a unit repeats its ``fp32`` figure. Source: the GPU's
+    datasheet, given in :attr:`GPUSpec.source`.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fp32: float = Field(..., gt=0)
+    tf32: float = Field(..., gt=0)
+    fp16: float = Field(..., gt=0)
+    bf16: float = Field(..., gt=0)
+
+
+class GPUSpec(BaseModel):
+    """One GPU type: peak FLOP/s per precision, memory bandwidth (GB/s = 1e9 B/s), capacity (GB)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    aliases: tuple[str, ...] = ()
+    peak_tflops: PeakTflops
+    memory_bandwidth_gb_s: float = Field(..., gt=0)
+    memory_gb: float = Field(..., gt=0)
+    source: str = ""
+
+
+class LinkSpec(BaseModel):
+    """One link type of the alpha-beta (Hockney) model ``t = alpha + n / beta``.
+
+    ``bandwidth_gb_s`` is beta in GB/s (1e9 bytes/s) per direction; ``latency_us`` is alpha in
+    microseconds; ``rate_gbps`` the marketed bit rate for network links (informational).
+    Source: Hockney, "The communication challenge for MPP", Parallel Computing 20 (1994).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    kind: LinkKind
+    bandwidth_gb_s: float = Field(..., gt=0)
+    latency_us: float = Field(..., ge=0)
+    rate_gbps: float | None = Field(None, gt=0)
+    source: str = ""
+
+
+class ServerSpec(BaseModel):
+    """A server type as named in the catalog: references to GPU and link entries by name.
+
+    ``gpus_per_pcie_root``: GPUs sharing one x16 uplink to the host (those behind one PCIe
+    switch). ``nvlink`` is a link name or ``""`` for a server without NVLink.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    gpu: str
+    gpus_per_server: int = Field(..., ge=1)
+    pcie: str
+    gpus_per_pcie_root: int = Field(..., ge=1)
+    nvlink: str = ""
+    nic: str
+    nics_per_server: int = Field(1, ge=1)
+    storage_read_gb_s: float = Field(..., gt=0)
+    source: str = ""
+
+
+class Efficiency(BaseModel):
+    """Fraction of each resource's peak that training achieves, each in (0, 1].
+
+    Defaults are stated assumptions, not measurements, chosen from commonly reported figures:
+    large cuBLAS/cuDNN kernels reach 50-70 % of peak (``compute`` 0.6); memory-bound DL kernels
+    reach 60-80 % of HBM bandwidth where STREAM reaches about 90 % (``memory`` 0.7); NCCL's bus
+    bandwidth on NVLink and host copies over PCIe reach about 80-85 % of the link rate (``nvlink``
+    0.85, ``pcie`` 0.8); TCP over a datacentre NIC about 85 % (``network`` 0.85); storage read
+    bandwidth is a sustained figure already (``storage`` 1.0). ``ddlscope calibrate`` replaces
+    them with measured values.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    compute: float = Field(0.6, gt=0, le=1)
+    memory: float = Field(0.7, gt=0, le=1)
+    pcie: float = Field(0.8, gt=0, le=1)
+    nvlink: float = Field(0.85, gt=0, le=1)
+    network: float = Field(0.85, gt=0, le=1)
+    storage: float = Field(1.0, gt=0, le=1)
+
+
+class System(BaseModel):
+    """The hardware one job runs on, with every number resolved.
+
+    Build one with :func:`ddlscope.specs.catalog.Catalog.system` (by catalog name, with
+    overrides) or :func:`ddlscope.specs.catalog.load_system` (from a file).
+
+    Raises:
+        pydantic.ValidationError: a link of the wrong kind in a slot (a PCIe link as the NIC),
+            more GPUs per PCIe root than per server, or a non-positive number; the error names the
+            field.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    gpu: GPUSpec
+    gpus_per_server: int = Field(..., ge=1)
+    pcie: LinkSpec
+    gpus_per_pcie_root: int = Field(..., ge=1)
+    nvlink: LinkSpec | None = None
+    nic: LinkSpec
+    nics_per_server: int = Field(1, ge=1)
+    storage_read_gb_s: float = Field(..., gt=0)
+    efficiency: Efficiency = Efficiency()
+
+    @model_validator(mode="after")
+    def _links_in_their_slots(self) -> System:
+        if self.pcie.kind != "pcie":
+            raise ValueError(f"pcie: expected a link of kind 'pcie', got {self.pcie.name!r} ({self.pcie.kind})")
+        if self.nvlink is not None and self.nvlink.kind != "nvlink":
+            raise ValueError(
+                f"nvlink: expected a link of kind 'nvlink' or none, got {self.nvlink.name!r} ({self.nvlink.kind})"
+            )
+        if self.nic.kind not in ("ethernet", "infiniband"):
+            raise ValueError(
+                f"nic: expected an 'ethernet' or 'infiniband' link, got {self.nic.name!r} ({self.nic.kind})"
+            )
+        if self.gpus_per_pcie_root > self.gpus_per_server:
+            raise ValueError(
+                f"gpus_per_pcie_root: expected <= gpus_per_server ({self.gpus_per_server}), "
+                f"got {self.gpus_per_pcie_root}"
+            )
+        return self

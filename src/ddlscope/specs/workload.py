@@ -1,0 +1,123 @@
+"""The Workload spec: what one training step demands of one replica (one GPU's share).
+
+The workload is the *application* input of the step-time model, kept apart from the placement
+(:class:`~ddlscope.specs.architecture.Architecture`) and the hardware
+(:class:`~ddlscope.specs.system.System`), as Calculon keeps application, execution and system apart.
+It holds totals only; the per-op table it may come from is produced by ``ddlscope profile``.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+Precision = Literal["fp32", "tf32", "fp16", "bf16"]
+"""Arithmetic precision of a step: ``fp32`` plain FP32; ``tf32`` FP32 storage with TF32 tensor-core
+matmuls; ``fp16`` / ``bf16`` automatic mixed precision (16-bit tensor-core matmuls with FP32
+accumulate and FP32 master weights and gradients)."""
+
+PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")
+
+
+class Workload(BaseModel):
+    """Per-step demand of one data-parallel replica.
+
+    All quantities are per training step (iteration) and per replica, where a replica is the model
+    copy on one GPU that processes ``batch_size`` samples. Forward, backward and optimizer update
+    are all included.
+
+    Fields (units in the names):
+
+    - ``batch_size``: samples per replica per step (> 0).
+    - ``precision``: one of :data:`PRECISIONS`; selects the GPU's peak FLOP/s.
+    - ``compute_bound_flops``: FLOPs of compute-bound ops (matmul, convolution, attention
+      matmuls); timed against the GPU's peak FLOP/s.
+    - ``memory_bound_bytes``: bytes read plus written by memory-bound ops (element-wise,
+      normalisation, reductions, embedding look-ups, optimizer update); timed against the GPU's
+      memory bandwidth.
+    - ``memory_bound_flops``: FLOPs of those memory-bound ops (a roofline floor; usually tiny).
+    - ``input_bytes``: input batch bytes copied host to GPU (decoded tensors).
+    - ``stored_input_bytes``: input bytes read from storage per step (compressed records, e.g.
+      JPEG); ``None`` means the same as ``input_bytes``.
+    - ``dense_param_bytes``: bytes of the dense parameters, equal to the dense gradient bytes
+      exchanged per step (in the precision gradients are communicated in).
+    - ``num_gradient_tensors``: how many separately communicated gradient messages (tensors, or
+      buckets after fusion) a step sends; each pays the link latency (the alpha of the alpha-beta
+      model). At least 1 when ``dense_param_bytes`` > 0.
+    - ``sparse_bytes_per_step``: embedding-table bytes a replica's batch touches per step
+      (rows touched x bytes per row); pulled before and pushed after the step in parameter-server
+      training, exchanged with all-to-all in ``pearl``.
+    - ``embedding_table_bytes``: total size of the sparse (embedding) tables.
+    - ``peak_memory_bytes``: optional peak GPU memory of one replica (weights, gradients, optimizer
+      state, activations, embedding tables held on the GPU); used to flag jobs that do not fit.
+
+    Raises:
+        pydantic.ValidationError: a negative quantity, a zero batch, an unknown precision, gradient
+            bytes without gradient tensors, or sparse bytes touched larger than the tables. The
+            error names the field and what was expected.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field("workload", description="label of the workload (model name, job name)")
+    batch_size: int = Field(..., gt=0, description="samples per replica per step")
+    precision: Precision = "fp32"
+    compute_bound_flops: float = Field(..., ge=0)
+    memory_bound_bytes: float = Field(..., ge=0)
+    memory_bound_flops: float = Field(0.0, ge=0)
+    input_bytes: float = Field(0.0, ge=0)
+    stored_input_bytes: float | None = Field(None, ge=0)
+    dense_param_bytes: float = Field(0.0, ge=0)
+    num_gradient_tensors: int = Field(0, ge=0)
+    sparse_bytes_per_step: float = Field(0.0, ge=0)
+    embedding_table_bytes: float = Field(0.0, ge=0)
+    peak_memory_bytes: float | None = Field(None, ge=0)
+    source: str = Field("", description="where the numbers come from (profile command, file)")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Workload:
+        if self.dense_param_bytes > 0 and self.num_gradient_tensors < 1:
+            raise ValueError(
+                "num_gradient_tensors: expected >= 1 when dense_param_bytes > 0 "
+                f"(got {self.num_gradient_tensors}); every gradient message pays the link latency"
+            )
+        if self.sparse_bytes_per_step > 0 and self.embedding_table_bytes < self.sparse_bytes_per_step:
+            raise ValueError(
+                "embedding_table_bytes: expected >= sparse_bytes_per_step "
+                f"({self.sparse_bytes_per_step:g}), got {self.embedding_table_bytes:g}; a step cannot "
+                "touch more embedding bytes than the tables hold"
+            )
+        return self
+
+
+def load_workload(path: str | Path) -> Workload:
+    """Read a Workload from a TOML or JSON file: the fields at the top level or in a
+    ``[workload]`` table (the output of ``ddlscope profile --format json`` is accepted too, via its
+    ``workload`` object).
+
+    Raises:
+        ValueError: unreadable or unparsable file, or fields that do not validate (naming the file
+            and the field).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        data = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: does not parse: {exc}") from exc
+    if isinstance(data, dict) and isinstance(data.get("workload"), dict):
+        data = data["workload"]
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a table of workload fields")
+    try:
+        return Workload.model_validate(data)
+    except ValidationError as exc:
+        errs = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(workload)'}: {e['msg']}" for e in exc.errors())
+        raise ValueError(f"{path}: {errs}") from exc
