@@ -20,6 +20,7 @@ app = typer.Typer(
 
 COMMAND_MODULES: tuple[str, ...] = (
     "ddlscope.cli.model",
+    "ddlscope.cli.rpc",
 )
 
 for _name in COMMAND_MODULES:
