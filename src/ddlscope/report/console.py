@@ -97,7 +97,9 @@ def emit(
         console = Console(file=stream)
         if not console.is_terminal:
             console = Console(file=stream, width=200)
-        console.print(rich_table(frame, title=title, caption=caption))
+        if title:  # a line of its own: a table title would wrap at the table's width
+            console.print(f"[bold]{escape(title)}[/bold]")
+        console.print(rich_table(frame, caption=caption))
         for key, value in (extra or {}).items():
             text = format_value(value) if not isinstance(value, Mapping) else json.dumps(to_jsonable(value))
             console.print(escape(f"{key}: {text}"))

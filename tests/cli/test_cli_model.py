@@ -1,0 +1,56 @@
+"""`ddlscope predict` and `ddlscope whatif` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from ddlscope.cli.main import app
+
+runner = CliRunner()
+
+
+def test_whatif_default_example_runs_every_builtin_scenario():
+    res = runner.invoke(app, ["whatif", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.output)
+    assert [r["scenario"] for r in rows][:2] == ["baseline", "ps-to-allreduce-nvlink"]
+    assert len(rows) == 9
+    base = rows[0]
+    assert base["architecture"] == "ps_worker" and base["speedup"] == 1.0
+    port = rows[1]
+    assert port["architecture"] == "allreduce_local" and port["speedup"] > 1
+
+
+def test_predict_table_and_csv():
+    res = runner.invoke(app, ["predict", "-a", "allreduce_cluster", "-w", "32", "--nic", "ib-hdr"])
+    assert res.exit_code == 0, res.output
+    assert "allreduce_cluster: 32 GPU(s) on 4 server(s)" in res.output
+    assert "pai-v100-nvlink-8[nic=ib-hdr]" in res.output
+    res = runner.invoke(app, ["predict", "--format", "csv"])
+    header = res.output.splitlines()[0].split(",")
+    assert {"step_s", "share_network", "bottleneck"} <= set(header)
+
+
+def test_predict_workload_file_and_inline_scenario(tmp_path):
+    f = tmp_path / "w.toml"
+    f.write_text('[workload]\nname = "tiny"\nbatch_size = 2\ncompute_bound_flops = 1e12\n'
+                 'memory_bound_bytes = 1e9\ndense_param_bytes = 4e6\nnum_gradient_tensors = 2\n')
+    res = runner.invoke(app, ["whatif", "--workload-file", str(f), "-a", "allreduce_local", "-w", "4",
+                              "--scenario", "no-nvlink:nvlink=none", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.output)
+    assert rows[1]["scenario"] == "no-nvlink" and rows[1]["nvlink_s"] == 0 and rows[1]["pcie_s"] > 0
+
+
+def test_bad_input_is_one_clear_line_and_exit_2():
+    res = runner.invoke(app, ["predict", "--gpu", "V200"])
+    assert res.exit_code == 2
+    assert "unknown GPU 'V200'" in res.output
+    res = runner.invoke(app, ["predict", "-a", "allreduce_local", "-w", "16"])
+    assert res.exit_code == 2 and "at most 8 GPUs per server" in res.output
+    res = runner.invoke(app, ["predict", "-a", "ps_worker", "-w", "0"])
+    assert res.exit_code == 2 and "num_workers" in res.output
+    res = runner.invoke(app, ["predict", "--overlap", "sometimes"])
+    assert res.exit_code == 2 and "overlap" in res.output

@@ -1,0 +1,120 @@
+"""What-if scenarios: the PAI study's NIC-upgrade arithmetic, ports, and scenario scope."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+from tests.model.conftest import TOY_ENTRIES
+
+from ddlscope.model.api import predict, predict_whatif
+from ddlscope.model.jobs import job_row, jobs_frame
+from ddlscope.model.scenarios import whatif
+from ddlscope.specs.architecture import Architecture
+from ddlscope.specs.catalog import Catalog
+from ddlscope.specs.scenario import BUILTIN_SCENARIOS, Scenario, load_scenarios, resolve_scenarios
+from ddlscope.specs.system import Efficiency
+from ddlscope.specs.workload import Workload
+
+ONES = Efficiency(compute=1, memory=1, pcie=1, nvlink=1, network=1, storage=1)
+
+
+def zero_latency_catalog() -> Catalog:
+    entries = {k: {n: dict(v) for n, v in d.items()} for k, d in TOY_ENTRIES.items()}
+    for link in entries["link"].values():
+        link["latency_us"] = 0.0
+    return Catalog(entries, origin="toy, zero latency")
+
+
+def test_nic_4x_speedup_is_amdahl_with_network_share_062():
+    """Overlap none, network share f = 0.62: a 4x faster NIC gives 1 / ((1 - f) + f / 4) = 1.869x.
+
+    Job: ps_worker with 1 worker, 1 PS shard, no input. W = S = 0.31e9 bytes:
+    network = 2 * max(W, W) / 1 GB/s = 0.62 s; PCIe = 2 * 1 * S / 10 GB/s = 0.062 s;
+    compute-bound = 3.18e12 / 10e12 = 0.318 s; step = 0.62 + 0.062 + 0.318 = 1.0 s, f = 0.62.
+    """
+    cat = zero_latency_catalog()
+    w = Workload(batch_size=1, compute_bound_flops=3.18e12, memory_bound_bytes=0.0,
+                 dense_param_bytes=0.31e9, num_gradient_tensors=1)
+    arch = Architecture(kind="ps_worker", num_workers=1, num_ps=1)
+    base = predict(w, arch, cat.system("toy-server", efficiency=ONES)).row(0, named=True)
+    assert base["step_s"] == pytest.approx(1.0)
+    assert base["share_network"] == pytest.approx(0.62)
+    out = predict_whatif(w, arch, cat.system("toy-server", efficiency=ONES),
+                         [Scenario(name="nic-4x", nic="toy-nic-4x")], catalog=cat)
+    speedup = out.filter(pl.col("scenario") == "nic-4x")["speedup"].item()
+    f = 0.62
+    assert speedup == pytest.approx(1 / ((1 - f) + f / 4))
+    assert speedup == pytest.approx(1.8692, abs=1e-4)
+
+
+def test_port_to_allreduce_local_only_where_the_job_fits(toy_catalog):
+    system = toy_catalog.system("toy-server", efficiency=ONES)
+    w = Workload(batch_size=8, compute_bound_flops=1e12, memory_bound_bytes=1e9,
+                 dense_param_bytes=100e6, num_gradient_tensors=10)
+    jobs = jobs_frame([
+        job_row(w, Architecture(kind="ps_worker", num_workers=4, num_ps=1), system, job_id=0),  # fits 4 GPUs
+        job_row(w, Architecture(kind="ps_worker", num_workers=8, num_ps=2), system, job_id=1),  # 8 > 4
+        job_row(w, Architecture(kind="1w1g"), system, job_id=2),  # not a PS job
+    ])
+    port = Scenario(name="port", only_architectures=("ps_worker",), architecture="allreduce_local")
+    out = whatif(jobs, [port], toy_catalog).filter(pl.col("scenario") == "port").sort("job_id")
+    assert out["scenario_applied"].to_list() == [True, False, False]
+    assert out["architecture"].cast(pl.String).to_list() == ["allreduce_local", "ps_worker", "1w1g"]
+    assert out["num_workers"].to_list() == [4, 8, 1]
+    # the ported job: ring over NVLink 2 * 3/4 * 100e6 / 100 GB/s + 60 * 5 us instead of the PS traffic
+    assert out["nvlink_s"][0] == pytest.approx(150e6 / 100e9 + 60 * 5e-6)
+    assert out["speedup"].to_list()[1:] == [1.0, 1.0]
+    assert out["speedup"][0] > 1
+
+
+def test_server_swap_respreads_multi_server_jobs(toy_catalog):
+    base = TOY_ENTRIES["server"]["toy-server"]
+    entries = {"server": {"big": {**base, "gpus_per_server": 8, "gpus_per_pcie_root": 4},
+                          "small": {**base, "gpus_per_server": 2}}}
+    toy_catalog.add(entries, "test")
+    system = toy_catalog.system("toy-server", efficiency=ONES)
+    w = Workload(batch_size=8, compute_bound_flops=1e12, memory_bound_bytes=1e9,
+                 dense_param_bytes=100e6, num_gradient_tensors=10)
+    jobs = jobs_frame([job_row(w, Architecture(kind="allreduce_cluster", num_workers=8), system, job_id=0)])
+    out = whatif(jobs, [Scenario(name="big", server="big"), Scenario(name="small", server="small")], toy_catalog)
+    big = out.filter(pl.col("scenario") == "big").row(0, named=True)
+    # 8 GPUs were on 2 servers of 4; the new server holds 8, but the job keeps its 2 servers
+    assert big["num_servers"] == 2 and big["server_gpus"] == 8 and big["fits_placement"]
+    assert big["eff_network"] == 1.0  # efficiencies are kept
+    small = out.filter(pl.col("scenario") == "small").row(0, named=True)
+    # on 2-GPU servers the 8 GPUs need ceil(8 / 2) = 4 servers
+    assert small["num_servers"] == 4 and small["gpus_per_server_used"] == 2 and small["fits_placement"]
+
+
+def test_mixed_precision_scales_memory_bytes_once(toy_catalog):
+    system = toy_catalog.system("toy-server", efficiency=ONES)
+    w32 = Workload(batch_size=8, compute_bound_flops=4e12, memory_bound_bytes=100e9)
+    w16 = w32.model_copy(update={"precision": "fp16"})
+    jobs = jobs_frame([job_row(w32, Architecture(kind="1w1g"), system, job_id=0),
+                       job_row(w16, Architecture(kind="1w1g"), system, job_id=1)])
+    out = whatif(jobs, [BUILTIN_SCENARIOS["mixed-precision"]], toy_catalog)
+    mp = out.filter(pl.col("scenario") == "mixed-precision").sort("job_id")
+    # fp32 -> fp16: peak 10 -> 40 TFLOP/s, memory-bound bytes halved; the fp16 job is unchanged
+    assert mp["compute_bound_s"].to_list() == pytest.approx([4e12 / 40e12, 4e12 / 40e12])
+    assert mp["memory_bound_s"].to_list() == pytest.approx([50e9 / 1000e9, 100e9 / 1000e9])
+    assert mp["speedup"][1] == pytest.approx(1.0)
+
+
+def test_builtin_scenarios_resolve_and_files_load(tmp_path):
+    f = tmp_path / "s.toml"
+    f.write_text('[[scenario]]\nname = "a100-100g"\ngpu = "A100-SXM4-40GB"\nnic = "eth-100g"\n')
+    got = resolve_scenarios(["ethernet-100g", str(f)])
+    assert [s.name for s in got] == ["ethernet-100g", "a100-100g"]
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[scenario]]\nname = "x"\nmemory_bound_scale = 2\n')
+    with pytest.raises(ValueError, match=r"bad.toml: scenario #1: memory_bound_scale"):
+        load_scenarios(bad)
+    with pytest.raises(ValueError, match="neither a built-in scenario"):
+        resolve_scenarios(["no-such-thing"])
+
+
+def test_duplicate_scenario_names_rejected(toy_system):
+    w = Workload(batch_size=1, compute_bound_flops=1.0, memory_bound_bytes=1.0)
+    s = Scenario(name="x", overlap="full")
+    with pytest.raises(ValueError, match="unique"):
+        predict_whatif(w, Architecture(kind="1w1g"), toy_system, [s, s])

@@ -1,0 +1,106 @@
+"""Bad specs fail with an error that names the field and what was expected."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from ddlscope.model.api import predict
+from ddlscope.specs.architecture import Architecture
+from ddlscope.specs.catalog import CatalogError, builtin_catalog, load_catalog, load_system
+from ddlscope.specs.workload import Workload, load_workload
+
+
+def test_negative_bytes_named():
+    with pytest.raises(ValidationError, match=r"memory_bound_bytes[\s\S]*greater than or equal to 0"):
+        Workload(batch_size=1, compute_bound_flops=1.0, memory_bound_bytes=-5.0)
+
+
+def test_zero_batch_and_gradients_without_tensors():
+    with pytest.raises(ValidationError, match="batch_size"):
+        Workload(batch_size=0, compute_bound_flops=1.0, memory_bound_bytes=1.0)
+    with pytest.raises(ValidationError, match="num_gradient_tensors: expected >= 1"):
+        Workload(batch_size=1, compute_bound_flops=1.0, memory_bound_bytes=1.0, dense_param_bytes=4.0)
+    with pytest.raises(ValidationError, match="embedding_table_bytes: expected >= sparse_bytes_per_step"):
+        Workload(batch_size=1, compute_bound_flops=1.0, memory_bound_bytes=1.0, sparse_bytes_per_step=10.0)
+
+
+def test_unknown_gpu_lists_the_known_ones():
+    cat = builtin_catalog()
+    with pytest.raises(CatalogError, match=r"gpu: unknown GPU 'V200'; known: .*V100-SXM2-16GB"):
+        cat.system("pai-v100-nvlink-8", gpu="V200")
+    with pytest.raises(CatalogError, match="server: unknown server"):
+        cat.system("no-such-server")
+
+
+def test_zero_workers_and_ps_without_shards():
+    with pytest.raises(ValidationError, match="num_workers"):
+        Architecture(kind="ps_worker", num_workers=0, num_ps=1)
+    with pytest.raises(ValidationError, match="num_ps: ps_worker expects >= 1 parameter-server shard"):
+        Architecture(kind="ps_worker", num_workers=4)
+    with pytest.raises(ValidationError, match="num_ps: expected 0 for allreduce_local"):
+        Architecture(kind="allreduce_local", num_workers=4, num_ps=2)
+    with pytest.raises(ValidationError, match="1w1g is one worker with one GPU"):
+        Architecture(kind="1w1g", num_workers=2)
+    with pytest.raises(ValidationError, match="divide evenly"):
+        Architecture(kind="allreduce_cluster", num_workers=10, num_servers=4)
+
+
+def test_job_larger_than_its_placement():
+    system = builtin_catalog().system("pai-v100-nvlink-8")  # 8 GPUs per server
+    w = Workload(batch_size=1, compute_bound_flops=1.0, memory_bound_bytes=1.0)
+    with pytest.raises(ValueError, match=r"allreduce_local with 16 GPUs puts 16 GPUs on a server that has 8"):
+        predict(w, Architecture(kind="allreduce_local", num_workers=16), system)
+    with pytest.raises(ValueError, match=r"expected at most 8 GPUs per server \(num_servers >= 4\)"):
+        predict(w, Architecture(kind="allreduce_cluster", num_workers=32, num_servers=2), system)
+
+
+def test_every_catalog_entry_names_its_source():
+    cat = builtin_catalog()
+    required = {"P100-PCIE-16GB", "V100-PCIE-16GB", "V100-SXM2-16GB", "T4", "A100-SXM4-40GB", "A100-SXM4-80GB",
+                "H100-SXM5-80GB", "H200-SXM-141GB"}
+    assert required <= set(cat.gpus)
+    links = {"pcie3-x16", "pcie4-x16", "pcie5-x16", "nvlink2", "nvlink3", "nvlink4", "eth-10g", "eth-25g",
+             "eth-40g", "eth-100g", "eth-200g", "eth-400g", "ib-edr", "ib-hdr", "ib-ndr"}
+    assert links <= set(cat.links)
+    for spec in [*cat.gpus.values(), *cat.links.values(), *cat.servers.values()]:
+        assert len(spec.source) > 20, spec.name
+    # datasheet arithmetic: PCIe 3.0 x16 = 16 lanes * 8 GT/s * 128/130 / 8 bits = 15.754 GB/s
+    assert cat.link("pcie3-x16").bandwidth_gb_s == pytest.approx(16 * 8 * 128 / 130 / 8, abs=1e-3)
+    assert cat.link("eth-25g").bandwidth_gb_s == 25 / 8
+    assert cat.gpu("V100M32").name == "V100-SXM2-32GB"  # PAI trace's GPU type name resolves
+
+
+def test_user_catalog_and_system_files(tmp_path):
+    f = tmp_path / "mine.toml"
+    f.write_text(
+        '[gpu."MyGPU"]\npeak_tflops = { fp32 = 20.0, tf32 = 80.0, fp16 = 160.0, bf16 = 160.0 }\n'
+        'memory_bandwidth_gb_s = 1000\nmemory_gb = 48\nsource = "vendor sheet"\n'
+        '[system]\nserver = "dgx-a100"\ngpu = "MyGPU"\nnic = "eth-100g"\n[system.efficiency]\nnetwork = 0.5\n'
+    )
+    system, _ = load_system(f)
+    assert system.gpu.name == "MyGPU" and system.nic.name == "eth-100g" and system.efficiency.network == 0.5
+    assert "MyGPU" in load_catalog(f).gpus
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[gpu."X"]\npeak_tflops = { fp32 = -1.0, tf32 = 1.0, fp16 = 1.0, bf16 = 1.0 }\n'
+                   'memory_bandwidth_gb_s = 1\nmemory_gb = 1\n')
+    with pytest.raises(CatalogError, match=r'bad.toml: \[gpu."X"\]: peak_tflops.fp32'):
+        load_catalog(bad)
+    wrong_slot = tmp_path / "slot.toml"
+    wrong_slot.write_text('[system]\nserver = "dgx-a100"\nnic = "pcie4-x16"\n')
+    with pytest.raises(CatalogError, match="nic: expected an 'ethernet' or 'infiniband' link"):
+        load_system(wrong_slot)
+    garbage = tmp_path / "garbage.toml"
+    garbage.write_text("this is = = not toml")
+    with pytest.raises(CatalogError, match=r"garbage\.toml: not valid TOML"):
+        load_catalog(garbage)
+
+
+def test_workload_file(tmp_path):
+    f = tmp_path / "w.json"
+    f.write_text('{"workload": {"name": "m", "batch_size": 4, "compute_bound_flops": 1e9, '
+                 '"memory_bound_bytes": 1e6}}')
+    assert load_workload(f).batch_size == 4
+    f.write_text('{"batch_size": 4, "compute_bound_flops": 1e9}')
+    with pytest.raises(ValueError, match=r"w.json: memory_bound_bytes: Field required"):
+        load_workload(f)
