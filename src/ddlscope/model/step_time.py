@@ -88,47 +88,48 @@ c = pl.col
 
 
 def _argmax(names: tuple[str, ...], cols: list[pl.Expr], dtype: pl.DataType, none_label: str | None) -> pl.Expr:
-    """The name of the largest of ``cols`` (first wins ties); ``none_label`` if all are 0."""
-    top = pl.max_horizontal(cols)
-    expr = None
-    for name, col in zip(names, cols, strict=True):
-        expr = (pl.when(col == top).then(pl.lit(name)) if expr is None
-                else expr.when(col == top).then(pl.lit(name)))
-    out = expr.otherwise(pl.lit(None))
+    """The name of the largest of ``cols`` (the first wins ties); ``none_label`` if all are <= 0.
+
+    A running maximum with the index of its holder, then one look-up from index to name: cheaper
+    than comparing every column against the row maximum.
+    """
+    best, idx = cols[0], pl.lit(0, pl.UInt8)
+    for i, col in enumerate(cols[1:], start=1):
+        idx = pl.when(col > best).then(pl.lit(i, pl.UInt8)).otherwise(idx)
+        best = pl.max_horizontal(best, col)
+    labels = list(names)
     if none_label is not None:
-        out = pl.when(top <= 0).then(pl.lit(none_label)).otherwise(out)
-    return out.cast(dtype)
+        idx = pl.when(best <= 0).then(pl.lit(len(names), pl.UInt8)).otherwise(idx)
+        labels.append(none_label)
+    return idx.replace_strict(list(range(len(labels))), labels, return_dtype=dtype)
 
 
 def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     """The model as a lazy query: ``jobs`` (columns of :data:`ddlscope.model.jobs.JOB_SCHEMA`)
     with the output columns of this module's docstring appended.
 
+    The formulas are built as one expression graph and materialised in three passes (Polars
+    eliminates the common sub-expressions), so no intermediate column is written to memory.
+
     Raises:
         ValueError: a required column is missing (all are named).
     """
     check_jobs_frame(jobs)
-    lf = jobs.lazy()
+    f = pl.Float64
     arch = c("architecture")
 
     # -- placement ---------------------------------------------------------------------------
-    lf = lf.with_columns(num_gpus=c("num_workers") * c("gpus_per_worker")).with_columns(
-        gpus_per_server_used=(c("num_gpus") + c("num_servers") - 1) // c("num_servers"),
-    ).with_columns(
-        fits_placement=c("gpus_per_server_used") <= c("server_gpus"),
-        _r=pl.min_horizontal(c("gpus_per_server_used"), c("gpus_per_pcie_root")).cast(pl.Float64),
-        _has_nv=c("nvlink_bandwidth_bytes_per_s") > 0,
-        _B_pcie=c("pcie_bandwidth_bytes_per_s") * c("eff_pcie"),
-        _B_nv=c("nvlink_bandwidth_bytes_per_s") * c("eff_nvlink"),
-        _B_nic=c("nic_bandwidth_bytes_per_s") * c("eff_network"),
-        _p=c("num_gpus").cast(pl.Float64),
-        _g=c("gpus_per_server_used").cast(pl.Float64),
-        _m=c("num_servers").cast(pl.Float64),
-        _k=c("num_gradient_tensors").cast(pl.Float64),
-        _S=c("dense_param_bytes"),
-        _E=c("sparse_bytes_per_step"),
-        _sparse=(c("sparse_bytes_per_step") > 0).cast(pl.Float64),
-    )
+    num_gpus = c("num_workers") * c("gpus_per_worker")
+    per_server = (num_gpus + c("num_servers") - 1) // c("num_servers")
+    p, g, m = num_gpus.cast(f), per_server.cast(f), c("num_servers").cast(f)
+    r = pl.min_horizontal(per_server, c("gpus_per_pcie_root")).cast(f)
+    k = c("num_gradient_tensors").cast(f)
+    S, E = c("dense_param_bytes"), c("sparse_bytes_per_step")
+    sp = (E > 0).cast(f)
+    has_nv = c("nvlink_bandwidth_bytes_per_s") > 0
+    B_pcie = c("pcie_bandwidth_bytes_per_s") * c("eff_pcie")
+    B_nv = c("nvlink_bandwidth_bytes_per_s") * c("eff_nvlink")
+    B_nic = c("nic_bandwidth_bytes_per_s") * c("eff_network")
 
     # -- data I/O and computation --------------------------------------------------------------
     peak = (
@@ -137,42 +138,26 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
         .when(c("precision") == "fp16").then(c("gpu_peak_fp16_flop_per_s"))
         .otherwise(c("gpu_peak_bf16_flop_per_s"))
     )
-    lf = lf.with_columns(
-        storage_s=c("_g") * c("stored_input_bytes") / (c("storage_read_bytes_per_s") * c("eff_storage")),
-        h2d_s=pl.when(c("input_bytes") > 0)
-        .then(c("pcie_latency_s") + c("_r") * c("input_bytes") / c("_B_pcie"))
-        .otherwise(0.0),
-        compute_bound_s=c("compute_bound_flops") / (peak * c("eff_compute")),
-        memory_bound_s=pl.max_horizontal(
-            c("memory_bound_bytes") * c("memory_bound_scale")
-            / (c("gpu_memory_bandwidth_bytes_per_s") * c("eff_memory")),
-            c("memory_bound_flops") / (c("gpu_peak_fp32_flop_per_s") * c("eff_compute")),
-        ),
+    storage_s = g * c("stored_input_bytes") / (c("storage_read_bytes_per_s") * c("eff_storage"))
+    h2d_s = pl.when(c("input_bytes") > 0).then(c("pcie_latency_s") + r * c("input_bytes") / B_pcie).otherwise(0.0)
+    compute_bound_s = c("compute_bound_flops") / (peak * c("eff_compute"))
+    memory_bound_s = pl.max_horizontal(
+        c("memory_bound_bytes") * c("memory_bound_scale") / (c("gpu_memory_bandwidth_bytes_per_s") * c("eff_memory")),
+        c("memory_bound_flops") / (c("gpu_peak_fp32_flop_per_s") * c("eff_compute")),
     )
 
     # -- communication: bytes and messages per link class ----------------------------------------
-    p, g, m, k, S, E, r, sp = (c(x) for x in ("_p", "_g", "_m", "_k", "_S", "_E", "_r", "_sparse"))
-    is_host_ps = arch.is_in(["1wng", "ps_worker"])
-    is_ring = arch.is_in(["allreduce_local", "allreduce_cluster", "pearl"])
-    is_gather = arch.is_in(["allreduce_local", "allreduce_cluster"])
-    is_pearl = arch == "pearl"
+    is_host_ps = arch.is_in(["1wng", "ps_worker"]).cast(f)
+    is_ring = arch.is_in(["allreduce_local", "allreduce_cluster", "pearl"]).cast(f)
+    is_gather = arch.is_in(["allreduce_local", "allreduce_cluster"]).cast(f)
+    is_pearl = (arch == "pearl").cast(f)
     is_ps = arch == "ps_worker"
-    f = pl.Float64
-
     # host traffic (GPU <-> host memory over the shared PCIe uplink)
-    host_bytes = is_host_ps.cast(f) * 2 * r * (S + E)
-    host_msgs = is_host_ps.cast(f) * 2 * k
+    host_bytes = is_host_ps * 2 * r * (S + E)
+    host_msgs = is_host_ps * 2 * k
     # intra-server collective traffic (per GPU)
-    intra_bytes = (
-        is_ring.cast(f) * 2 * (g - 1) / g * S
-        + is_gather.cast(f) * (g - 1) * m * E
-        + is_pearl.cast(f) * 2 * (g - 1) / p * E
-    )
-    intra_msgs = (
-        is_ring.cast(f) * k * 2 * (g - 1)
-        + is_gather.cast(f) * sp * (g - 1)
-        + is_pearl.cast(f) * sp * 2 * (g - 1)
-    )
+    intra_bytes = is_ring * 2 * (g - 1) / g * S + is_gather * (g - 1) * m * E + is_pearl * 2 * (g - 1) / p * E
+    intra_msgs = is_ring * k * 2 * (g - 1) + is_gather * sp * (g - 1) + is_pearl * sp * 2 * (g - 1)
     # network traffic (per NIC) and messages
     workers = c("num_workers").cast(f)
     workers_per_server = ((c("num_workers") + c("num_servers") - 1) // c("num_servers")).cast(f)
@@ -181,53 +166,18 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     worker_bytes = S + c("gpus_per_worker").cast(f) * E
     ps_net_bytes = 2 * pl.max_horizontal(workers_per_server * worker_bytes / nics, workers * worker_bytes / ps_shards)
     ring_net_bytes = (
-        is_ring.cast(f) * 2 * (m - 1) / m * S
-        + is_gather.cast(f) * g * (m - 1) * E
-        + is_pearl.cast(f) * 2 * g * (p - g) / p * E
+        is_ring * 2 * (m - 1) / m * S + is_gather * g * (m - 1) * E + is_pearl * 2 * g * (p - g) / p * E
     ) / nics
-    net_bytes = pl.when(is_ps).then(ps_net_bytes).otherwise(ring_net_bytes)
-    net_msgs = pl.when(is_ps).then(2 * (k / ps_shards).ceil()).otherwise(
-        is_ring.cast(f) * k * 2 * (m - 1)
-        + is_gather.cast(f) * sp * (m - 1)
-        + is_pearl.cast(f) * sp * 2 * (p - g)
+    network_bytes = pl.when(is_ps).then(ps_net_bytes).otherwise(ring_net_bytes)
+    network_msgs = pl.when(is_ps).then(2 * (k / ps_shards).ceil()).otherwise(
+        is_ring * k * 2 * (m - 1) + is_gather * sp * (m - 1) + is_pearl * sp * 2 * (p - g)
     )
-
-    nv = c("_has_nv")
-    lf = lf.with_columns(
-        pcie_bytes=host_bytes + pl.when(nv).then(0.0).otherwise(intra_bytes),
-        _pcie_msgs=host_msgs + pl.when(nv).then(0.0).otherwise(intra_msgs),
-        nvlink_bytes=pl.when(nv).then(intra_bytes).otherwise(0.0),
-        _nvlink_msgs=pl.when(nv).then(intra_msgs).otherwise(0.0),
-        network_bytes=net_bytes,
-        _network_msgs=net_msgs,
-    ).with_columns(
-        pcie_s=c("_pcie_msgs") * c("pcie_latency_s") + c("pcie_bytes") / c("_B_pcie"),
-        nvlink_s=pl.when(nv)
-        .then(c("_nvlink_msgs") * c("nvlink_latency_s") + c("nvlink_bytes") / c("_B_nv"))
-        .otherwise(0.0),
-        network_s=c("_network_msgs") * c("nic_latency_s") + c("network_bytes") / c("_B_nic"),
-        data_io_s=c("storage_s") + c("h2d_s"),
-    )
-
-    # -- overlap, step time, shares --------------------------------------------------------------
-    lf = lf.with_columns(
-        comm_s=c("pcie_s") + c("nvlink_s") + c("network_s"),
-        _compute_s=c("compute_bound_s") + c("memory_bound_s"),
-    ).with_columns(
-        exposed_comm_s=c("comm_s") - pl.min_horizontal(c("overlap_fraction") * c("comm_s"), c("_compute_s")),
-    ).with_columns(
-        step_s=c("data_io_s") + c("_compute_s") + c("exposed_comm_s"),
-        _exposed_ratio=pl.when(c("comm_s") > 0).then(c("exposed_comm_s") / c("comm_s")).otherwise(0.0),
-    ).with_columns(
-        samples_per_s=c("batch_size") * c("num_gpus") / c("step_s"),
-        share_data_io=c("data_io_s") / c("step_s"),
-        share_compute_bound=c("compute_bound_s") / c("step_s"),
-        share_memory_bound=c("memory_bound_s") / c("step_s"),
-        share_pcie=c("pcie_s") * c("_exposed_ratio") / c("step_s"),
-        share_nvlink=c("nvlink_s") * c("_exposed_ratio") / c("step_s"),
-        share_network=c("network_s") * c("_exposed_ratio") / c("step_s"),
-        share_comm=c("exposed_comm_s") / c("step_s"),
-    )
+    pcie_bytes = host_bytes + pl.when(has_nv).then(0.0).otherwise(intra_bytes)
+    pcie_msgs = host_msgs + pl.when(has_nv).then(0.0).otherwise(intra_msgs)
+    nvlink_bytes = pl.when(has_nv).then(intra_bytes).otherwise(0.0)
+    nvlink_s = pl.when(has_nv).then(intra_msgs * c("nvlink_latency_s") + intra_bytes / B_nv).otherwise(0.0)
+    pcie_s = pcie_msgs * c("pcie_latency_s") + pcie_bytes / B_pcie
+    network_s = network_msgs * c("nic_latency_s") + network_bytes / B_nic
 
     # -- memory capacity -------------------------------------------------------------------------
     table = c("embedding_table_bytes")
@@ -236,12 +186,52 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
         .when(arch == "pearl").then(c("peak_memory_bytes") - table + table / p)
         .otherwise(c("peak_memory_bytes"))
     )
-    lf = lf.with_columns(
+
+    return _shares(_step(jobs.lazy().with_columns(
+        num_gpus=num_gpus,
+        gpus_per_server_used=per_server,
+        fits_placement=per_server <= c("server_gpus"),
         fits_gpu_memory=needed <= c("gpu_memory_bytes"),
-        bottleneck=_argmax(COMPONENTS, [c(f"share_{x}") for x in COMPONENTS], ComponentEnum, None),
+        storage_s=storage_s,
+        h2d_s=h2d_s,
+        data_io_s=storage_s + h2d_s,
+        compute_bound_s=compute_bound_s,
+        memory_bound_s=memory_bound_s,
+        pcie_s=pcie_s,
+        nvlink_s=nvlink_s,
+        network_s=network_s,
+        comm_s=pcie_s + nvlink_s + network_s,
+        pcie_bytes=pcie_bytes,
+        nvlink_bytes=nvlink_bytes,
+        network_bytes=network_bytes,
+    )))
+
+
+def _step(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """Pass 2: overlap and step time from the components."""
+    compute_s = c("compute_bound_s") + c("memory_bound_s")
+    exposed = c("comm_s") - pl.min_horizontal(c("overlap_fraction") * c("comm_s"), compute_s)
+    return lf.with_columns(exposed_comm_s=exposed, step_s=c("data_io_s") + compute_s + exposed)
+
+
+def _shares(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """Pass 3: throughput, shares and bottleneck from the step time."""
+    step = c("step_s")
+    exposed_per_comm = pl.when(c("comm_s") > 0).then(c("exposed_comm_s") / c("comm_s")).otherwise(0.0)
+    shares = {
+        "share_data_io": c("data_io_s") / step,
+        "share_compute_bound": c("compute_bound_s") / step,
+        "share_memory_bound": c("memory_bound_s") / step,
+        **{f"share_{x}": c(f"{x}_s") * exposed_per_comm / step for x in LINKS},
+    }
+    return lf.with_columns(
+        samples_per_s=c("batch_size") * c("num_gpus") / step,
+        **shares,
+        share_comm=c("exposed_comm_s") / step,
+        bottleneck=_argmax(COMPONENTS, [c(f"{x}_s") for x in COMPONENTS[:3]]
+                           + [c(f"{x}_s") * exposed_per_comm for x in LINKS], ComponentEnum, None),
         bottleneck_link=_argmax(LINKS, [c(f"{x}_s") for x in LINKS], LinkEnum, "none"),
     )
-    return lf.drop(pl.selectors.starts_with("_"))
 
 
 def breakdown(jobs: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:

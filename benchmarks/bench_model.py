@@ -1,0 +1,97 @@
+"""Throughput of the vectorised step-time model: 1 M jobs x 10 scenarios.
+
+Goal (issue 2): at least 10 million job-scenario rows per second on the 2-core development machine.
+
+Prints three figures:
+- model only: ``breakdown`` over the already stacked 10 M-row Jobs x Scenarios table;
+- what-if end to end: ``whatif`` (apply 10 scenarios + model + per-job speedup) from the 1 M jobs;
+- peak resident memory of the process.
+
+Run: ``python benchmarks/bench_model.py [--jobs 1000000]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+
+import numpy as np
+import polars as pl
+
+from ddlscope.model.jobs import JOB_SCHEMA, job_row
+from ddlscope.model.scenarios import apply_scenario, whatif
+from ddlscope.model.step_time import breakdown_lazy
+from ddlscope.specs.architecture import ARCHITECTURES, Architecture
+from ddlscope.specs.catalog import builtin_catalog
+from ddlscope.specs.examples import example_workload
+from ddlscope.specs.scenario import BUILTIN_SCENARIOS, Scenario
+
+
+def random_jobs(n: int, seed: int = 0) -> pl.DataFrame:
+    """``n`` random jobs on the PAI NVLink server: every architecture, 1-64 GPUs, varied workloads."""
+    rng = np.random.default_rng(seed)
+    cat = builtin_catalog()
+    template = job_row(example_workload(), Architecture(kind="1w1g"), cat.system("pai-v100-nvlink-8"))
+    frame = pl.DataFrame([template], schema={k: t for k, (t, _) in JOB_SCHEMA.items()})
+    jobs = frame.select(pl.all().gather(np.zeros(n, dtype=np.int64)))
+    kind = rng.integers(0, len(ARCHITECTURES), n)
+    gpus = 2 ** rng.integers(1, 7, n)  # 2..64
+    arch = np.array(ARCHITECTURES)[kind]
+    single = np.isin(arch, ["1wng", "allreduce_local"])
+    gpus = np.where(arch == "1w1g", 1, np.where(single, np.minimum(gpus, 8), gpus))
+    servers = np.where(np.isin(arch, ["1w1g", "1wng", "allreduce_local"]), 1, np.maximum(1, -(-gpus // 8)))
+    servers = np.where((arch == "allreduce_cluster") & (servers < 2), 2, servers)
+    scale = rng.lognormal(0, 1, n)
+    return jobs.with_columns(
+        job_id=pl.Series(np.arange(n)),
+        architecture=pl.Series(arch).cast(JOB_SCHEMA["architecture"][0]),
+        num_workers=pl.Series(np.where(arch == "1wng", 1, gpus)),
+        gpus_per_worker=pl.Series(np.where(arch == "1wng", gpus, 1)),
+        num_ps=pl.Series(np.where(arch == "ps_worker", np.maximum(1, gpus // 4), 0)),
+        num_servers=pl.Series(servers),
+        compute_bound_flops=pl.col("compute_bound_flops") * pl.Series(scale),
+        memory_bound_bytes=pl.col("memory_bound_bytes") * pl.Series(rng.lognormal(0, 1, n)),
+        dense_param_bytes=pl.col("dense_param_bytes") * pl.Series(rng.lognormal(0, 1.5, n)),
+    )
+
+
+SCENARIOS = [
+    *BUILTIN_SCENARIOS.values(),
+    Scenario(name="ib-hdr", nic="ib-hdr"),
+    Scenario(name="to-allreduce-cluster", only_architectures=("ps_worker",), architecture="allreduce_cluster"),
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    jobs = random_jobs(args.jobs)
+    stacked = pl.concat([apply_scenario(jobs, s) for s in SCENARIOS], how="vertical_relaxed").collect()
+    rows = stacked.height
+    print(f"jobs: {args.jobs:,}  scenarios: {len(SCENARIOS)}  job-scenario rows: {rows:,}")
+
+    best = float("inf")
+    for _ in range(args.repeat):
+        t = time.perf_counter()
+        out = breakdown_lazy(stacked).collect()
+        best = min(best, time.perf_counter() - t)
+    assert out.height == rows and out["step_s"].null_count() == 0
+    print(f"model only (breakdown of the stacked table): {best:.2f} s = {rows / best / 1e6:.1f} M rows/s "
+          f"(best of {args.repeat})")
+
+    best = float("inf")
+    for _ in range(args.repeat):
+        t = time.perf_counter()
+        res = whatif(jobs, SCENARIOS)
+        best = min(best, time.perf_counter() - t)
+    total = res.height
+    print(f"what-if end to end (apply scenarios + model + speedup, incl. baseline): {best:.2f} s = "
+          f"{total / best / 1e6:.1f} M rows/s over {total:,} rows (best of {args.repeat})")
+    print(f"peak resident memory: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2:.2f} GiB")
+
+
+if __name__ == "__main__":
+    main()
