@@ -163,9 +163,11 @@ def whatif(
         scenarios: the what-ifs; names must be unique.
 
     Returns:
-        One row per job x (baseline + scenarios): the Jobs columns (as changed), ``scenario``,
-        ``scenario_applied``, the step-time model's output columns, and ``speedup`` =
-        baseline ``step_s`` / this row's ``step_s`` (1.0 for the baseline and unapplied rows).
+        One row per job x (baseline + scenarios): the Jobs columns (as changed),
+        ``baseline_architecture`` (the job's architecture before any port), ``scenario`` (an Enum in
+        the order baseline, then ``scenarios``), ``scenario_applied``, the step-time model's
+        output columns, and ``speedup`` = baseline ``step_s`` / this row's ``step_s`` (1.0 for the
+        baseline and unapplied rows).
 
     Raises:
         ValueError: duplicate scenario names, a missing column, a duplicate ``job_id``.
@@ -173,7 +175,8 @@ def whatif(
     names = [s.name for s in scenarios]
     if len(set(names)) != len(names):
         raise ValueError(f"scenarios: names must be unique, got {names}")
-    base = jobs.lazy().with_columns(scenario=pl.lit("baseline"), scenario_applied=pl.lit(False))
+    jobs = jobs.lazy().with_columns(baseline_architecture=c("architecture"))
+    base = jobs.with_columns(scenario=pl.lit("baseline"), scenario_applied=pl.lit(False))
     stacked = pl.concat([base, *(apply_scenario(jobs, s, catalog) for s in scenarios)], how="vertical_relaxed")
     order = pl.Enum(["baseline", *names])
     out = breakdown_lazy(stacked.with_columns(c("scenario").cast(order))).with_columns(

@@ -1,0 +1,116 @@
+"""Aggregates over a population's per-job breakdowns, weighted by job count and by GPU-time.
+
+Input: the output of :func:`ddlscope.model.scenarios.whatif` (one row per job x scenario) with a
+``gpu_time_s`` column (the job's GPU-seconds in the trace: duration x GPUs; the GPU-time weight).
+Every aggregate is computed for both weights; ``weight`` is ``jobs`` (each job counts 1) or
+``gpu_time`` (each job counts its GPU-seconds).
+
+Weighted mean ``sum(w x) / sum(w)``; weighted quantile q: the smallest x whose cumulative weight
+share (rows sorted by x) reaches q (the inverse of the weighted empirical CDF, Hyndman & Fan 1996
+type 1 with weights).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ddlscope.model.step_time import COMPONENTS
+
+c = pl.col
+WEIGHTS: dict[str, pl.Expr] = {"jobs": pl.lit(1.0), "gpu_time": c("gpu_time_s")}
+"""The two weightings of every aggregate."""
+SPEEDUP_EPS = 1e-9
+"""A job counts as sped up when its speedup exceeds 1 + SPEEDUP_EPS."""
+MATERIAL_SPEEDUP = 1.05
+"""A job counts as *materially* sped up when its speedup is at least 5 %."""
+
+
+def weighted_mean(x: pl.Expr, w: pl.Expr) -> pl.Expr:
+    """``sum(w x) / sum(w)`` (null when the weights sum to 0)."""
+    return (x * w).sum() / w.sum()
+
+
+def weighted_quantile(x: pl.Expr, w: pl.Expr, q: float) -> pl.Expr:
+    """The weighted quantile ``q`` of ``x`` (inverse weighted ECDF), for an aggregation context."""
+    cum = w.sort_by(x).cum_sum() / w.sum()
+    return x.sort().filter(cum >= q - 1e-12).first()
+
+
+def _weighted(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` twice, once per weighting, with columns ``weight`` (name) and ``_w`` (value)."""
+    return pl.concat([frame.with_columns(weight=pl.lit(name), _w=expr.cast(pl.Float64))
+                      for name, expr in WEIGHTS.items()])
+
+
+def component_shares(baseline: pl.DataFrame) -> pl.DataFrame:
+    """Mean share of each step-time component per architecture (and ``all``), per weighting.
+
+    Args:
+        baseline: per-job breakdown rows of one scenario (usually the baseline); columns
+            ``architecture``, ``gpu_time_s``, ``share_<component>``, ``share_comm``.
+
+    Returns:
+        Columns ``weight``, ``architecture`` (string; ``all`` for the whole population), ``jobs``
+        (row count), ``gpu_time_s`` (sum), ``mean_share_<component>`` for the six components,
+        ``mean_share_comm`` and the weighted ``p10/p50/p90_share_comm``.
+    """
+    df = _weighted(baseline.with_columns(c("architecture").cast(pl.String)))
+    aggs = [
+        pl.len().alias("jobs"),
+        c("gpu_time_s").sum(),
+        *(weighted_mean(c(f"share_{k}"), c("_w")).alias(f"mean_share_{k}") for k in COMPONENTS),
+        weighted_mean(c("share_comm"), c("_w")).alias("mean_share_comm"),
+        *(weighted_quantile(c("share_comm"), c("_w"), q).alias(f"p{int(q * 100)}_share_comm") for q in (0.1, 0.5, 0.9)),
+    ]
+    per_arch = df.group_by("weight", "architecture").agg(aggs)
+    overall = df.group_by("weight").agg(aggs).with_columns(architecture=pl.lit("all"))
+    return pl.concat([per_arch, overall.select(per_arch.columns)]).sort("weight", "architecture")
+
+
+def bottleneck_mix(baseline: pl.DataFrame) -> pl.DataFrame:
+    """Share of jobs (by each weighting) whose bottleneck is each component, per architecture.
+
+    Returns:
+        Columns ``weight``, ``architecture`` (``all`` included), ``bottleneck``, ``share`` (the
+        weighted fraction of the architecture's jobs; sums to 1 per weight and architecture).
+    """
+    df = _weighted(baseline.with_columns(c("architecture").cast(pl.String), c("bottleneck").cast(pl.String)))
+    both = pl.concat([df, df.with_columns(architecture=pl.lit("all"))])
+    return (
+        both.group_by("weight", "architecture", "bottleneck").agg(c("_w").sum().alias("_sum"))
+        .with_columns(share=c("_sum") / c("_sum").sum().over("weight", "architecture"))
+        .drop("_sum").sort("weight", "architecture", "bottleneck")
+    )
+
+
+def scenario_speedups(results: pl.DataFrame) -> pl.DataFrame:
+    """Per scenario and baseline architecture (and ``all``): how many jobs a change speeds up.
+
+    Args:
+        results: :func:`~ddlscope.model.scenarios.whatif` output with ``gpu_time_s``.
+
+    Returns:
+        Columns ``weight``, ``scenario``, ``architecture`` (the job's *baseline* architecture,
+        ``all`` included), ``jobs``, ``applied_share`` (weighted fraction of jobs the scenario
+        applies to), ``sped_up_share`` (speedup > 1), ``materially_sped_up_share`` (speedup >=
+        1.05), ``slowed_share`` (speedup < 1), ``mean_speedup``, ``median_speedup`` (weighted,
+        unapplied jobs count with speedup 1), ``mean_speedup_applied`` (over applied jobs only).
+    """
+    df = _weighted(results.filter(c("scenario") != "baseline").with_columns(
+        c("scenario").cast(pl.String), architecture=c("baseline_architecture").cast(pl.String)))
+    both = pl.concat([df, df.with_columns(architecture=pl.lit("all"))])
+    w, s = c("_w"), c("speedup")
+    out = both.group_by("weight", "scenario", "architecture").agg(
+        pl.len().alias("jobs"),
+        (w * c("scenario_applied")).sum().truediv(w.sum()).alias("applied_share"),
+        (w * (s > 1 + SPEEDUP_EPS)).sum().truediv(w.sum()).alias("sped_up_share"),
+        (w * (s >= MATERIAL_SPEEDUP)).sum().truediv(w.sum()).alias("materially_sped_up_share"),
+        (w * (s < 1 - SPEEDUP_EPS)).sum().truediv(w.sum()).alias("slowed_share"),
+        weighted_mean(s, w).alias("mean_speedup"),
+        weighted_quantile(s, w, 0.5).alias("median_speedup"),
+        weighted_mean(s.filter(c("scenario_applied")), w.filter(c("scenario_applied"))).alias("mean_speedup_applied"),
+    )
+    dtype = results.schema["scenario"]
+    names = list(dtype.categories) if isinstance(dtype, pl.Enum) else results["scenario"].unique(maintain_order=True)
+    order = {name: i for i, name in enumerate(names)}
+    return out.sort(c("scenario").replace_strict(order, return_dtype=pl.Int64), "weight", "architecture")

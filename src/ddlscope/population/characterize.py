@@ -1,0 +1,129 @@
+"""Characterize a job population: every job under every scenario, then the aggregates.
+
+:func:`characterize` is the whole computation behind ``ddlscope characterize``: one vectorised
+:func:`~ddlscope.model.scenarios.whatif` pass over Jobs x Scenarios, the aggregates of
+:mod:`ddlscope.population.aggregates`, and the headline figures the PAI study (IISWC 2019)
+reports, measured on this population (reconstruction: the study's own numbers are 62 % average
+communication share, 60 % of PS/Worker jobs sped up by porting to all-reduce over NVLink, 1.7x
+average speedup from 25 to 100 Gb/s Ethernet).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from ddlscope.model.jobs import check_jobs_frame
+from ddlscope.model.scenarios import whatif
+from ddlscope.population.aggregates import bottleneck_mix, component_shares, scenario_speedups
+from ddlscope.specs.catalog import Catalog
+from ddlscope.specs.scenario import Scenario
+
+c = pl.col
+
+PORT_SCENARIO = "ps-to-allreduce-nvlink"
+NIC_SCENARIO = "ethernet-100g"
+
+
+@dataclass
+class Characterization:
+    """Everything ``ddlscope characterize`` reports.
+
+    Attributes:
+        results: one row per job x scenario: the Jobs columns, the model's outputs, ``speedup``,
+            ``baseline_architecture``, ``gpu_time_s`` and any job-identifying columns of the input.
+        shares: :func:`~ddlscope.population.aggregates.component_shares` of the baseline.
+        bottlenecks: :func:`~ddlscope.population.aggregates.bottleneck_mix` of the baseline.
+        speedups: :func:`~ddlscope.population.aggregates.scenario_speedups`.
+        headline: the study's three headline figures measured on this population (see
+            :func:`headline_figures`), plus counts.
+        notes: caveats to print with the report (reconstructions, assumptions).
+    """
+
+    results: pl.DataFrame
+    shares: pl.DataFrame
+    bottlenecks: pl.DataFrame
+    speedups: pl.DataFrame
+    headline: dict[str, float | int | None]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def baseline(self) -> pl.DataFrame:
+        """The baseline rows of :attr:`results`."""
+        return self.results.filter(c("scenario") == "baseline")
+
+
+def headline_figures(results: pl.DataFrame, speedups: pl.DataFrame) -> dict[str, float | int | None]:
+    """The PAI study's three headline figures, measured on ``results`` (job-weighted unless the
+    name says ``gpu_time``).
+
+    - ``mean_comm_share``: mean over jobs of the exposed weight/gradient communication share of
+      the step time (PAI study: about 62 %), and ``mean_comm_share_gpu_time``;
+    - ``ps_worker_sped_up_by_allreduce_port``: fraction of PS/Worker jobs that the
+      ``ps-to-allreduce-nvlink`` port speeds up (PAI study: about 60 %), null without that scenario;
+    - ``mean_speedup_ethernet_25_to_100``: mean speedup of 25 -> 100 Gb/s Ethernet over the jobs
+      that use the network (PAI study: about 1.7x), and over all jobs; null without that scenario.
+    """
+    base = results.filter(c("scenario") == "baseline")
+    out: dict[str, float | int | None] = {
+        "jobs": base.height,
+        "gpus": int(base["num_gpus"].sum()),
+        "mean_comm_share": base["share_comm"].mean(),
+        "mean_comm_share_gpu_time": (base["share_comm"] * base["gpu_time_s"]).sum() / base["gpu_time_s"].sum(),
+    }
+
+    def pick(scenario: str, arch: str, column: str) -> float | None:
+        row = speedups.filter((c("weight") == "jobs") & (c("scenario") == scenario) & (c("architecture") == arch))
+        return row[column].item() if row.height else None
+
+    out["ps_worker_jobs"] = base.filter(c("architecture") == "ps_worker").height
+    out["ps_worker_sped_up_by_allreduce_port"] = pick(PORT_SCENARIO, "ps_worker", "sped_up_share")
+    network_jobs = base.filter(c("network_s") > 0).select("job_id")
+    nic = results.filter(c("scenario") == NIC_SCENARIO)
+    out["network_jobs"] = network_jobs.height
+    out["mean_speedup_ethernet_25_to_100"] = (
+        nic.join(network_jobs, on="job_id")["speedup"].mean() if nic.height and network_jobs.height else None
+    )
+    out["mean_speedup_ethernet_25_to_100_all_jobs"] = pick(NIC_SCENARIO, "all", "mean_speedup")
+    return out
+
+
+def characterize(
+    jobs: pl.DataFrame,
+    scenarios: Sequence[Scenario],
+    catalog: Catalog | None = None,
+    notes: Sequence[str] = (),
+) -> Characterization:
+    """Run every job of ``jobs`` under the baseline and every scenario and aggregate.
+
+    Args:
+        jobs: a Jobs table (:data:`~ddlscope.model.jobs.JOB_SCHEMA`) with unique ``job_id`` and a
+            ``gpu_time_s`` column (GPU-seconds of the job; 1 per GPU when unknown). Extra columns
+            (model, source, ...) are carried into the results.
+        scenarios: the what-ifs.
+        catalog: the catalog scenarios resolve names in (default: built-in).
+        notes: caveats to carry into the report.
+
+    Raises:
+        ValueError: an empty population, missing columns, duplicate job ids or scenario names.
+    """
+    check_jobs_frame(jobs)
+    if "gpu_time_s" not in jobs.columns:
+        raise ValueError("jobs: a gpu_time_s column is required (GPU-seconds per job; the GPU-time weight)")
+    if jobs.height == 0:
+        raise ValueError("jobs: the population is empty; nothing to characterize")
+    if jobs["job_id"].n_unique() != jobs.height:
+        raise ValueError("jobs: job_id must be unique")
+    results = whatif(jobs, scenarios, catalog)
+    base = results.filter(c("scenario") == "baseline")
+    speedups = scenario_speedups(results)
+    return Characterization(
+        results=results,
+        shares=component_shares(base),
+        bottlenecks=bottleneck_mix(base),
+        speedups=speedups,
+        headline=headline_figures(results, speedups),
+        notes=list(notes),
+    )

@@ -1,0 +1,158 @@
+"""The characterization report: figures and tables of a :class:`~ddlscope.population.characterize.Characterization`.
+
+Figures (each also written as PNG and SVG):
+
+- ``breakdown``: mean step-time share of each component per architecture, job- and GPU-time-weighted;
+- ``comm_share_cdf``: CDF over jobs of the exposed communication share, per architecture;
+- ``speedups``: distribution of each scenario's speedup over the jobs it applies to;
+- ``bottlenecks``: share of jobs whose bottleneck is each component, per architecture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+from matplotlib.ticker import NullFormatter
+
+from ddlscope.model.step_time import COMPONENTS
+from ddlscope.population.characterize import Characterization
+from ddlscope.report.figures import COMPONENT_COLORS, COMPONENT_LABELS, new_figure
+from ddlscope.report.html import HtmlReport
+from ddlscope.specs.architecture import ARCHITECTURES
+
+c = pl.col
+ARCH_ORDER = [*ARCHITECTURES, "all"]
+
+
+def _archs(frame: pl.DataFrame) -> list[str]:
+    present = set(frame["architecture"].cast(pl.String).to_list())
+    return [a for a in ARCH_ORDER if a in present]
+
+
+def breakdown_figure(shares: pl.DataFrame):
+    """Stacked horizontal bars: mean share of each component per architecture, two weightings."""
+    fig, axes = new_figure(10.0, 4.2, 1, 2, sharey=True)
+    for ax, weight, title in zip(axes, ("jobs", "gpu_time"), ("weighted by job count", "weighted by GPU-time"),
+                                 strict=True):
+        df = shares.filter(c("weight") == weight)
+        archs = _archs(df)[::-1]
+        left = np.zeros(len(archs))
+        for comp in COMPONENTS:
+            vals = np.array([df.filter(c("architecture") == a)[f"mean_share_{comp}"].item() * 100 for a in archs])
+            ax.barh(archs, vals, left=left, color=COMPONENT_COLORS[comp], label=COMPONENT_LABELS[comp])
+            left += vals
+        ax.set_xlim(0, 100)
+        ax.set_xlabel("mean share of step time (%)")
+        ax.set_title(title)
+    axes[0].set_ylabel("training architecture")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=6, frameon=False)
+    return fig
+
+
+def comm_cdf_figure(baseline: pl.DataFrame):
+    """CDF over jobs of the exposed communication share, one line per architecture."""
+    fig, ax = new_figure(7.0, 4.2)
+    for arch in _archs(baseline):
+        x = np.sort(baseline.filter(c("architecture") == arch)["share_comm"].to_numpy() * 100)
+        y = np.arange(1, len(x) + 1) / len(x)
+        ax.step(x, y, where="post", label=f"{arch} ({len(x)} jobs)")
+    ax.set_xlim(0, 100)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("exposed weight/gradient communication (% of step time)")
+    ax.set_ylabel("fraction of jobs")
+    ax.legend(loc="lower right")
+    return fig
+
+
+def speedup_figure(results: pl.DataFrame):
+    """Box plot per scenario of the speedup over the jobs the scenario applies to (log axis)."""
+    scen = [s for s in results["scenario"].cast(pl.String).unique(maintain_order=True) if s != "baseline"]
+    data, labels = [], []
+    for s in scen:
+        v = results.filter((c("scenario") == s) & c("scenario_applied"))["speedup"].to_numpy()
+        data.append(v if len(v) else np.array([1.0]))
+        labels.append(f"{s} (n={len(v)})")
+    fig, ax = new_figure(8.0, 0.45 * len(scen) + 1.6)
+    ax.boxplot(data, vert=False, tick_labels=labels, showmeans=True, whis=(5, 95), showfliers=False,
+               meanprops={"marker": "D", "markerfacecolor": "white", "markeredgecolor": "black", "markersize": 5})
+    ax.axvline(1.0, color="grey", lw=1, ls="--")
+    ax.set_xscale("log")
+    lo = min(float(np.min(d)) for d in data)
+    hi = max(float(np.max(d)) for d in data)
+    ticks = [t for t in (0.25, 0.5, 0.75, 1, 1.25, 1.5, 2, 3, 4, 6, 8, 12, 16, 32, 64) if lo / 1.3 <= t <= hi * 1.3]
+    ax.set_xticks(ticks, [f"{t:g}x" for t in ticks])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.invert_yaxis()
+    ax.set_xlabel("speedup over baseline (log scale)")
+    ax.set_title("box: 25-75 %, whiskers: 5-95 %, line: median, diamond: mean", fontsize=9)
+    return fig
+
+
+def bottleneck_figure(bottlenecks: pl.DataFrame):
+    """Stacked bars: share of jobs (by count) whose bottleneck is each component, per architecture."""
+    df = bottlenecks.filter(c("weight") == "jobs")
+    archs = _archs(df)[::-1]
+    fig, ax = new_figure(7.5, 4.0)
+    left = np.zeros(len(archs))
+    for comp in COMPONENTS:
+        vals = np.array([
+            (df.filter((c("architecture") == a) & (c("bottleneck") == comp))["share"].sum()) * 100 for a in archs
+        ])
+        ax.barh(archs, vals, left=left, color=COMPONENT_COLORS[comp], label=COMPONENT_LABELS[comp])
+        left += vals
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("jobs whose bottleneck is the component (%)")
+    ax.set_ylabel("training architecture")
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=3, frameon=False)
+    return fig
+
+
+def write_characterization_report(
+    ch: Characterization,
+    out_dir: str | Path,
+    *,
+    title: str,
+    subtitle: str,
+    accounting: pl.DataFrame | None = None,
+    extra_summary: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write the report folder (``index.html``, ``figures/``, ``tables/``, ``summary.json``).
+
+    Args:
+        ch: the characterization.
+        out_dir: the folder (created).
+        title, subtitle: page heading.
+        accounting: optional table of how every input job was accounted for (reason, count).
+        extra_summary: more entries for ``summary.json``.
+
+    Returns:
+        The path of ``index.html``.
+    """
+    rep = HtmlReport(title, subtitle=subtitle)
+    for note in ch.notes:
+        rep.add_note(note)
+    rep.add_heading("Headline figures")
+    rep.add_key_values(ch.headline, "Measured on this population (jobs-weighted unless marked gpu_time)")
+    if accounting is not None:
+        rep.add_heading("Every job accounted for")
+        rep.add_table("accounting", accounting, "Input jobs by outcome")
+    rep.add_heading("Where the step time goes")
+    rep.add_figure("breakdown", breakdown_figure(ch.shares),
+                   "Mean share of step time per component and architecture (baseline)")
+    rep.add_figure("comm_share_cdf", comm_cdf_figure(ch.baseline),
+                   "CDF over jobs of the exposed weight/gradient communication share (baseline)")
+    rep.add_figure("bottlenecks", bottleneck_figure(ch.bottlenecks), "Bottleneck mix per architecture (baseline)")
+    rep.add_table("component_shares", ch.shares, "Mean component shares and communication-share quantiles")
+    rep.add_table("bottleneck_mix", ch.bottlenecks, "Share of jobs per bottleneck component")
+    rep.add_heading("What the changes buy")
+    rep.add_figure("speedups", speedup_figure(ch.results), "Speedup of each scenario over the jobs it applies to")
+    rep.add_table("scenario_speedups", ch.speedups, "Per scenario and baseline architecture: jobs sped up, speedups")
+    rep.add_heading("Per-job results")
+    rep.add_table("jobs", ch.results, "Every job under every scenario (the step-time model's full output)", max_rows=20)
+    rep.set_summary({**ch.headline, **dict(extra_summary or {}), "notes": ch.notes})
+    return rep.write(out_dir)
