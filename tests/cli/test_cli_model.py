@@ -54,3 +54,13 @@ def test_bad_input_is_one_clear_line_and_exit_2():
     assert res.exit_code == 2 and "num_workers" in res.output
     res = runner.invoke(app, ["predict", "--overlap", "sometimes"])
     assert res.exit_code == 2 and "overlap" in res.output
+
+
+def test_catalog_lists_every_kind():
+    for kind, expected in (("gpus", "H200-SXM-141GB"), ("links", "ib-ndr"), ("servers", "pai-v100-pcie-8"),
+                           ("scenarios", "ps-to-allreduce-nvlink")):
+        res = runner.invoke(app, ["catalog", kind, "--format", "json"])
+        assert res.exit_code == 0, res.output
+        assert expected in [r["name"] for r in json.loads(res.output)]
+    res = runner.invoke(app, ["catalog", "widgets"])
+    assert res.exit_code == 2 and "expected one of gpus, links, servers, scenarios" in res.output

@@ -56,7 +56,11 @@ SystemName = Annotated[
     str, typer.Option("--system", "-s", help=f"server type from the catalog (default {EXAMPLE_SERVER})")
 ]
 SystemFile = Annotated[
-    Path | None, typer.Option("--system-file", help="system file ([system] table; e.g. from `ddlscope calibrate`)")
+    Path | None,
+    typer.Option(
+        "--system-file",
+        help="system file (a \\[system] table naming a server, with overrides; e.g. written by `ddlscope calibrate`)",
+    ),
 ]
 GpuOpt = Annotated[str | None, typer.Option("--gpu", help="override the server's GPU (catalog name)")]
 NicOpt = Annotated[str | None, typer.Option("--nic", help="override the NIC (catalog link name)")]

@@ -98,8 +98,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Predict where one training step's time goes for one job.
 
-        Components: data I/O, compute-bound, memory-bound, and weight/gradient communication per
-        link class (PCIe, NVLink, network); the step time, samples/s and the bottleneck.
+        Components: data I/O, compute-bound, memory-bound, and weight/gradient communication per link class (PCIe,
+        NVLink, network); the step time, samples/s and the bottleneck. Without options: the built-in ResNet-50
+        example as PS/Worker (8 workers, 2 PS) on the PAI study's 8 x V100 NVLink server with 25 Gb/s Ethernet.
         """
         w = _workload(workload_file, batch_size, precision)
         arch = resolve_architecture(architecture, workers, gpus_per_worker, ps, servers, example_architecture())
@@ -146,8 +147,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run one job under what-if scenarios and print each with its speedup over the baseline.
 
-        With no options: the built-in example job (ResNet-50, PS/Worker, 8 workers, 2 PS shards on
-        the PAI study's 8 x V100 NVLink server with 25 Gb/s Ethernet) under every built-in scenario.
+        Without options: the built-in example job (ResNet-50, PS/Worker, 8 workers, 2 PS shards on the PAI study's
+        8 x V100 NVLink server with 25 Gb/s Ethernet) under every built-in scenario.
         """
         w = _workload(workload_file, batch_size, precision)
         arch = resolve_architecture(architecture, workers, gpus_per_worker, ps, servers, example_architecture())

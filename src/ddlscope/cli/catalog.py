@@ -1,0 +1,59 @@
+"""``ddlscope catalog``: list the GPUs, links, servers and scenarios ddlscope knows."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import polars as pl
+import typer
+
+from ddlscope.cli.common import CatalogFiles, FormatOpt, user_errors
+from ddlscope.report.console import emit
+from ddlscope.specs.catalog import load_catalog
+from ddlscope.specs.scenario import BUILTIN_SCENARIOS
+
+KINDS = ("gpus", "links", "servers", "scenarios")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``catalog`` to ``app``."""
+
+    @app.command()
+    @user_errors
+    def catalog(
+        kind: Annotated[str, typer.Argument(help=f"one of {', '.join(KINDS)}")] = "servers",
+        extra: CatalogFiles = None,
+        sources: Annotated[bool, typer.Option("--sources", help="show each entry's datasheet source")] = False,
+        fmt: FormatOpt = "table",
+    ) -> None:
+        """List the built-in catalog (plus --catalog files): GPUs, links, server types, or scenarios."""
+        if kind not in KINDS:
+            raise ValueError(f"kind: expected one of {', '.join(KINDS)}, got {kind!r}")
+        cat = load_catalog(*(extra or []))
+        if kind == "gpus":
+            rows = [{"name": g.name, "fp32_tflops": g.peak_tflops.fp32, "tf32_tflops": g.peak_tflops.tf32,
+                     "fp16_tflops": g.peak_tflops.fp16, "bf16_tflops": g.peak_tflops.bf16,
+                     "memory_bandwidth_gb_s": g.memory_bandwidth_gb_s, "memory_gb": g.memory_gb,
+                     "aliases": ", ".join(g.aliases), "source": g.source} for g in cat.gpus.values()]
+        elif kind == "links":
+            rows = [{"name": x.name, "kind": x.kind, "bandwidth_gb_s": x.bandwidth_gb_s, "rate_gbps": x.rate_gbps,
+                     "latency_us": x.latency_us, "source": x.source} for x in cat.links.values()]
+        elif kind == "servers":
+            rows = [{"name": s.name, "gpu": s.gpu, "gpus_per_server": s.gpus_per_server, "pcie": s.pcie,
+                     "gpus_per_pcie_root": s.gpus_per_pcie_root, "nvlink": s.nvlink or "none", "nic": s.nic,
+                     "nics_per_server": s.nics_per_server, "storage_read_gb_s": s.storage_read_gb_s,
+                     "source": s.source} for s in cat.servers.values()]
+        else:
+            rows = [{"name": s.name, "description": s.description,
+                     "changes": ", ".join(f"{k}={v}" for k, v in s.model_dump(exclude={"name", "description"},
+                                                                                 exclude_defaults=True).items())}
+                    for s in BUILTIN_SCENARIOS.values()]
+        frame = pl.DataFrame(rows)
+        if not sources and fmt == "table" and "source" in frame.columns:
+            frame = frame.drop("source")
+        emit(frame, fmt, title=f"ddlscope catalog: {kind}",
+             caption="bandwidths in GB/s (1e9 bytes/s) per direction; --sources shows each datasheet source"
+             if kind != "scenarios" else None)
+
+
+
