@@ -12,7 +12,6 @@ from rich.console import Console
 
 from ddlscope.cli.common import FormatOpt, user_errors
 from ddlscope.report.console import emit
-from ddlscope.report.skew import offload_report, skew_report
 from ddlscope.skew.frequency import DEFAULT_WINDOW_EVENTS, analyze_skew
 from ddlscope.skew.latency import stage_times_ns
 from ddlscope.skew.offload import (
@@ -114,8 +113,10 @@ def register(rpc_app: typer.Typer) -> None:
         else:
             emit(a.ranks.head(top), fmt, extra=summary)
         if report is not None:
+            from ddlscope.report.skew import skew_report  # matplotlib: imported only when needed
+
             path = skew_report(a, report)
-            Console(stderr=True).print(f"report: {path}")
+            Console(stderr=True).print(f"report: {path}", soft_wrap=True)
 
     @rpc_app.command()
     @user_errors
@@ -184,5 +185,7 @@ def register(rpc_app: typer.Typer) -> None:
             emit(res.table, fmt, extra=None if fmt == "csv" else {k: v for k, v in res.summary().items()
                                                                    if k != "curve"})
         if report is not None:
+            from ddlscope.report.skew import offload_report  # matplotlib: imported only when needed
+
             path = offload_report(res, stream.source, report)
-            Console(stderr=True).print(f"report: {path}")
+            Console(stderr=True).print(f"report: {path}", soft_wrap=True)

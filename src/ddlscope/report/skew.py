@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
-from scipy import special, stats
+from scipy import special
 
 from ddlscope.report.figures import new_figure
 from ddlscope.report.html import HtmlReport
@@ -93,7 +93,7 @@ def rank_frequency_figure(a: SkewAnalysis) -> Figure:
             ln = a.lognormal
             z = (np.log(xs - 0.5) - ln.mu) / ln.sigma
             z0 = (np.log(ln.xmin - 0.5) - ln.mu) / ln.sigma
-            sf_ln = np.exp(stats.norm.logsf(z) - stats.norm.logsf(z0))
+            sf_ln = np.exp(special.log_ndtr(-z) - special.log_ndtr(-z0))  # (1 - Φ(z)) / (1 - Φ(z0))
             c = a.comparison
             verdict = {"power_law": "favours power law", "lognormal": "favours log-normal"}.get(
                 c.favoured, "inconclusive")

@@ -114,7 +114,9 @@ def _finish(raw: pl.DataFrame, id_cols: list[str], label: pl.Expr, source: str, 
         .sort("_pos").with_row_index("key").drop("_pos")
         .with_columns(pl.col("key").cast(pl.Int64))
     )
-    events = raw.join(uniq, on=id_cols, how="left", maintain_order="left")
+    events = raw.join(uniq, on=id_cols, how="left", maintain_order="left", nulls_equal=True)
+    if events["key"].null_count():  # cannot happen with nulls_equal; guard the invariant the simulation needs
+        raise ValueError(f"{source}: internal error: {events['key'].null_count()} events without a key id")
     for name, dtype in EVENT_SCHEMA.items():
         if name not in events.columns:
             events = events.with_columns(pl.lit(None, dtype=dtype).alias(name))
