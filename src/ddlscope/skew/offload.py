@@ -51,6 +51,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -262,65 +263,76 @@ class SpaceSaving:
     its weight. Every key with true frequency above ``total / capacity`` is monitored, and no
     count underestimates (paper, Lemma 3 and Theorem 1).
 
-    Implementation: a dict of key -> heap entry ``(count, sequence, key)`` and a lazy min-heap;
-    an entry is current when the dict points to that very tuple. O(log capacity) per event.
+    Implementation: the paper's Stream-Summary — keys grouped in buckets of equal count, each an
+    insertion-ordered ``OrderedDict`` (so the first key of the smallest bucket is the one that
+    reached that count first) — plus a lazy min-heap of the bucket counts for weighted updates.
+    O(1) dict operations per event, O(log buckets) when a new count value appears.
     """
 
     def __init__(self, capacity: int) -> None:
         if capacity < 0:
             raise ValueError(f"capacity: expected >= 0, got {capacity}")
         self.capacity = int(capacity)
-        self._entry: dict[int, tuple[int, int, int]] = {}
-        self._heap: list[tuple[int, int, int]] = []
-        self._seq = 0
+        self._count: dict[int, int] = {}
+        self._bucket: dict[int, OrderedDict[int, None]] = {}
+        self._levels: list[int] = []  # lazy min-heap of bucket counts
 
     def update(self, keys: list[int], weights: list[int] | None = None) -> None:
-        """Feed events in order (``keys`` and optional ``weights``, default 1 each)."""
+        """Feed events in order (``keys`` and optional ``weights`` >= 1, default 1 each)."""
         cap = self.capacity
         if cap == 0:
             return
-        entry, heap, seq = self._entry, self._heap, self._seq
+        count, bucket, levels = self._count, self._bucket, self._levels
+        get, bget = count.get, bucket.get
         push, pop = heapq.heappush, heapq.heappop
-        get = entry.get
-        limit = 4 * cap + 1024
+        new_bucket = OrderedDict
         for k, w in zip(keys, weights if weights is not None else [1] * len(keys), strict=True):
-            e = get(k)
-            if e is not None:
-                e = (e[0] + w, seq, k)
-            elif len(entry) < cap:
-                e = (w, seq, k)
+            c = get(k)
+            if c is not None:
+                b = bucket[c]
+                del b[k]
+                if not b:
+                    del bucket[c]
+                c += w
+            elif len(count) < cap:
+                c = w
             else:
-                while True:
-                    m = heap[0]
-                    if get(m[2]) is m:
-                        break
-                    pop(heap)
-                pop(heap)
-                del entry[m[2]]
-                e = (m[0] + w, seq, k)
-            seq += 1
-            entry[k] = e
-            push(heap, e)
-            if len(heap) > limit:
-                heap[:] = list(entry.values())
-                heapq.heapify(heap)
-        self._seq = seq
+                while levels[0] not in bucket:
+                    pop(levels)
+                m = levels[0]
+                b = bucket[m]
+                evicted, _ = b.popitem(last=False)
+                del count[evicted]
+                if not b:
+                    del bucket[m]
+                c = m + w
+            nb = bget(c)
+            if nb is None:
+                nb = bucket[c] = new_bucket()
+                push(levels, c)
+                if len(levels) > 4 * len(bucket) + 1024:
+                    levels[:] = list(bucket)
+                    heapq.heapify(levels)
+            nb[k] = None
+            count[k] = c
 
     def keys(self) -> np.ndarray:
         """The monitored keys (int64, unordered)."""
-        return np.fromiter(self._entry.keys(), dtype=np.int64, count=len(self._entry))
+        return np.fromiter(self._count, dtype=np.int64, count=len(self._count))
 
     def top(self, k: int) -> np.ndarray:
         """The ``k`` monitored keys with the largest counts (ties: smaller key first), int64."""
         keys = self.keys()
         if keys.size <= k:
             return keys
-        counts = np.fromiter((e[0] for e in self._entry.values()), dtype=np.int64, count=keys.size)
-        return keys[np.lexsort((keys, -counts))[:k]]
+        counts = np.fromiter(self._count.values(), dtype=np.int64, count=keys.size)
+        bound = np.int64(keys.max()) + 1
+        score = counts * bound + (bound - 1 - keys)  # unique; larger = hotter
+        return keys[np.argpartition(-score, k - 1)[:k]]
 
     def counts(self) -> dict[int, int]:
         """Monitored key -> its (over-)estimated count."""
-        return {k: e[0] for k, e in self._entry.items()}
+        return dict(self._count)
 
 
 def _space_saving_policy(trace: OffloadTrace, warmup: int, refresh: int, capacity: int, counters_factor: float

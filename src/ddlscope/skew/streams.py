@@ -42,6 +42,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from ddlscope.rpc.schema import OPS
@@ -124,6 +125,21 @@ def _finish(raw: pl.DataFrame, id_cols: list[str], label: pl.Expr, source: str, 
     table = pl.col("table_id").cast(pl.Int64) if "table_id" in id_cols else pl.lit(None, dtype=pl.Int64)
     keys = uniq.select("key", label.cast(pl.String).alias("label"), table.alias("table_id"))
     return KeyStream(events, keys, source, kind, {k: v for k, v in skipped.items() if v}, notes)
+
+
+def stream_from_keys(keys: np.ndarray, source: str = "array") -> KeyStream:
+    """A raw stream (``access`` events) from integer keys in order, shape ``(M,)``; key ids are
+    re-assigned by first appearance and the original integers become the labels.
+
+    Raises:
+        ValueError: not a 1-D integer array, or empty.
+    """
+    arr = np.asarray(keys)
+    if arr.ndim != 1 or arr.size == 0 or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"{source}: expected a non-empty 1-D integer array of keys, got {arr.dtype} {arr.shape}")
+    raw = pl.DataFrame({"raw_key": arr.astype(np.int64)}).with_columns(
+        pl.lit("access").alias("op"), pl.lit(1).alias("count"))
+    return _finish(raw, ["raw_key"], pl.col("raw_key"), source, "synthetic", {}, ())
 
 
 def read_text_tokens(path: str | Path) -> KeyStream:
