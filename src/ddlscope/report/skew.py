@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 from scipy import special
 
 from ddlscope.report.figures import new_figure
@@ -34,6 +34,14 @@ POLICY_COLORS: dict[str, str] = {
     "oracle": "#7f7f7f",
 }
 """One colour per hot-set policy."""
+
+POLICY_STYLES: dict[str, dict[str, object]] = {
+    "static": {"marker": "o", "ls": "-", "lw": 1.6},
+    "lfu": {"marker": "s", "ls": "-", "lw": 3.2, "alpha": 0.55},
+    "space_saving": {"marker": "^", "ls": "--", "lw": 1.4},
+    "oracle": {"marker": "d", "ls": ":", "lw": 1.6},
+}
+"""Line style per policy, so that policies with identical curves stay visible."""
 
 POLICY_LABELS: dict[str, str] = {
     "static": "static top-k (warm-up)",
@@ -118,10 +126,12 @@ def coverage_figure(a: SkewAnalysis) -> Figure:
     lru = a.reuse.filter(a.reuse["cache_keys"] <= max(cum.size, 1))
     ax.plot(lru["cache_keys"].to_numpy(), lru["lru_hit_ratio"].to_numpy(), "s--", ms=3.5, color="#2ca02c", lw=1.3,
             label="LRU cache of k keys (reuse distance < k)")
+    points: dict[int, tuple[list[str], float]] = {}  # fractions that round to the same k share a label
     for row in a.coverage.iter_rows(named=True):
-        k, share = row["top_keys"], row["share"]
+        points.setdefault(row["top_keys"], ([], row["share"]))[0].append(f"{row['top_fraction'] * 100:g} %")
+    for k, (fracs, share) in points.items():
         ax.plot([k], [share], "o", color="#d62728", ms=6, zorder=5)
-        ax.annotate(f"top {row['top_fraction'] * 100:g} %: {share * 100:.1f} %", (k, share),
+        ax.annotate(f"top {', '.join(fracs)}: {share * 100:.1f} %", (k, share),
                     textcoords="offset points", xytext=(6, -12), fontsize=8.5)
     ax.set_xscale("log")
     ax.set_ylim(0, 1.02)
@@ -136,11 +146,12 @@ def churn_figure(a: SkewAnalysis) -> Figure:
     """Per window: churn of the top-k hot set, its own coverage and the previous window's."""
     fig, ax = new_figure(7.0, 3.8)
     ch = a.churn
-    x = np.arange(ch.height)
-    ax.plot(x, ch["churn"].to_numpy(), "o-", ms=3, color="#d62728", label="churn (hot keys new this window)")
-    ax.plot(x, ch["hot_share"].to_numpy(), "-", color="#1f77b4", label="share on this window's hot set")
-    ax.plot(x, ch["prev_hot_share"].to_numpy(), "--", color="#2ca02c", label="share on previous window's hot set")
-    ax.set_ylim(0, 1.02)
+    x = ch["window"].to_numpy()
+    ax.plot(x, ch["churn"].to_numpy(), "o-", ms=3, color="#d62728", label="churn (new hot keys)")
+    ax.plot(x, ch["hot_share"].to_numpy(), "-", color="#1f77b4", label="events on own hot set")
+    ax.plot(x, ch["prev_hot_share"].to_numpy(), "--", color="#2ca02c", label="events on previous window's hot set")
+    ax.set_ylim(-0.02, 1.02)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(f"window ({a.churn_window})")
     ax.set_ylabel("fraction")
     ax.set_title(f"Hot-set churn (hot set = top {a.hot_keys:,} keys per window)")
@@ -161,15 +172,16 @@ def offload_figure(res: OffloadResult) -> Figure:
     for policy in t["policy"].unique(maintain_order=True).to_list():
         sub = t.filter(t["policy"] == policy)
         x = sub["budget_bytes"].to_numpy()
-        color = POLICY_COLORS.get(policy, "#333333")
+        style = {"color": POLICY_COLORS.get(policy, "#333333"), "ms": 4.0,
+                 **POLICY_STYLES.get(policy, {"marker": "o", "ls": "-"})}
         label = POLICY_LABELS.get(policy, policy)
-        axes[0].plot(x, sub["push_aggregated_fraction"].to_numpy(), "o-", ms=3.5, color=color, label=label)
+        axes[0].plot(x, sub["push_aggregated_fraction"].to_numpy(), label=label, **style)
         if has_pulls:
-            axes[0].plot(x, sub["pull_served_fraction"].to_numpy(), ":", color=color, lw=1.2)
-        axes[1].plot(x, sub["server_updates_saved_fraction"].to_numpy(), "o-", ms=3.5, color=color)
-        axes[2].plot(x, sub["server_bytes_saved_fraction"].to_numpy(), "o-", ms=3.5, color=color)
+            axes[0].plot(x, sub["pull_served_fraction"].to_numpy(), ":", color=style["color"], lw=1.0)
+        axes[1].plot(x, sub["server_updates_saved_fraction"].to_numpy(), **style)
+        axes[2].plot(x, sub["server_bytes_saved_fraction"].to_numpy(), **style)
         if has_latency:
-            axes[3].plot(x, sub["latency_speedup"].to_numpy(), "o-", ms=3.5, color=color)
+            axes[3].plot(x, sub["latency_speedup"].to_numpy(), **style)
     axes[0].set_ylabel("fraction of evaluated events")
     axes[0].set_title("pushes aggregated in switch" + (" (dotted: pulls served)" if has_pulls else
                                                         " (= pulls served)" if same else ""), fontsize=10)
