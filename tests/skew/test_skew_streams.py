@@ -17,6 +17,7 @@ from ddlscope.skew.streams import (
     read_rpc_log_keys,
     read_text_tokens,
     read_update_table,
+    with_vocabulary,
 )
 
 
@@ -125,3 +126,19 @@ def test_emulate_training_by_hand(tmp_path: Path) -> None:
     assert s.events["worker_id"].to_list() == [0, 0, 1, 1] * 2 + [0, 1, 1] * 2
     assert s.events["iteration"].to_list() == [0] * 8 + [1] * 6
     assert s.events["count"].to_list() == [1] * 14
+
+
+def test_vocabulary_names_integer_keys(tmp_path: Path) -> None:
+    p = tmp_path / "updates.parquet"
+    pl.DataFrame({"iteration": [0, 0, 1], "table_id": [0, 1, 0], "key": [5, 5, 9], "updates": [1, 1, 1]}
+                 ).write_parquet(p)
+    v = tmp_path / "vocabulary.parquet"
+    pl.DataFrame({"table_id": [0, 1], "key": [5, 5], "feature": ["the", "C1=ab"]}).write_parquet(v)
+    s = with_vocabulary(read_update_table(p), v)
+    # (0, 5) -> the, (1, 5) -> C1=ab, (0, 9) is not in the vocabulary and keeps "0:9"
+    assert s.keys["label"].to_list() == ["the", "C1=ab", "0:9"]
+    assert "1 keys not in it" in s.notes[-1]
+    text = tmp_path / "t.txt"
+    text.write_text("a b")
+    with pytest.raises(ValueError, match="has none"):
+        with_vocabulary(read_text_tokens(text), v)

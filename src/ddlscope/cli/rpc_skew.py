@@ -25,7 +25,7 @@ from ddlscope.skew.offload import (
     prepare_trace,
     simulate_offload,
 )
-from ddlscope.skew.streams import SOURCE_KINDS, emulate_training, load_stream, read_table
+from ddlscope.skew.streams import SOURCE_KINDS, emulate_training, load_stream, read_table, with_vocabulary
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
 
@@ -49,6 +49,10 @@ SourceArg = Annotated[Path, typer.Argument(help="RPC log with keys (.parquet/.js
 ColumnOpt = Annotated[str | None, typer.Option("--column", "-c", help="categorical column to read as the key stream "
                                                                       "(e.g. C1 of a Criteo CSV)")]
 KindOpt = Annotated[str, typer.Option("--kind", help=f"source kind: {', '.join(SOURCE_KINDS)}")]
+VocabularyOpt = Annotated[Path | None, typer.Option("--vocabulary", help="table naming integer keys (key, "
+                                                                         "optional table_id, label/feature/token "
+                                                                         "column), e.g. ps-train's "
+                                                                         "vocabulary.parquet")]
 ReportOpt = Annotated[Path | None, typer.Option("--report", "-o", help="write an HTML report folder here")]
 
 
@@ -70,6 +74,7 @@ def register(rpc_app: typer.Typer) -> None:
         support: Annotated[int | None, typer.Option("--support", help="ranks of the Zipf fit, e.g. the table's "
                                                                       "rows (default: distinct keys seen)")] = None,
         top: Annotated[int, typer.Option("--top", help="most frequent keys to print")] = 15,
+        vocabulary: VocabularyOpt = None,
         report: ReportOpt = None,
         fmt: FormatOpt = "table",
     ) -> None:
@@ -79,6 +84,8 @@ def register(rpc_app: typer.Typer) -> None:
         Text files are tokenised as lower-cased runs of the letters a-z.
         """
         stream = load_stream(source, kind, column)
+        if vocabulary is not None:
+            stream = with_vocabulary(stream, vocabulary)
         a = analyze_skew(stream, events=events, window=window, hot_fraction=hot_fraction, support=support)
         summary = a.summary()
         if fmt == "table":

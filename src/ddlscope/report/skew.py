@@ -78,7 +78,7 @@ def rank_frequency_figure(a: SkewAnalysis) -> Figure:
     p = zipf_rank_probabilities(a.zipf.s, a.zipf.support)
     fit_idx = _log_points(p.size)
     ax.plot(fit_idx + 1, a.num_events * p[fit_idx], "-", color="#d62728", lw=1.6,
-            label=f"Zipf MLE: s = {a.zipf.s:.3f} ± {a.zipf.s_stderr:.3f}\n(KS distance {a.zipf.ks_distance:.3f})")
+            label=f"Zipf MLE: s = {a.zipf.s:.3f} ± {a.zipf.s_stderr:.2g}\n(KS distance {a.zipf.ks_distance:.3f})")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("rank r (1 = most frequent key)")

@@ -551,6 +551,7 @@ def simulate_offload(
         f"{refresh_iterations} iteration(s) (lfu, space_saving)",
     ]
     if stage_times is not None:
-        notes.append("latency: server stages scaled by the share of each RPC's keys left to the server")
+        notes.append(f"latency: over the {stage_times.height:,} RPCs with keys in the evaluated iterations; server "
+                     "stages scaled by the share of each RPC's keys left to the server")
     table = pl.DataFrame(rows)
     return OffloadResult(table, layout, warmup, n_iter - warmup, refresh_iterations, speeds, notes)

@@ -73,8 +73,10 @@ class KeyStream:
 
     Attributes:
         events: one row per key event, columns :data:`EVENT_SCHEMA`.
-        keys: ``key`` (Int64 dense id), ``label`` (String, the original key), ``table_id``
-            (Int64, null when the source has no tables); one row per distinct key.
+        keys: ``key`` (Int64 dense id), ``label`` (String, the original key or its name from a
+            vocabulary), ``table_id`` (Int64, null when the source has no tables), ``raw_key``
+            (Int64, the integer key of RPC logs and update tables; null for text and columns);
+            one row per distinct key.
         source: the file (or a description) the stream came from.
         kind: ``text``, ``column``, ``rpc_log``, ``update_table`` or ``synthetic``.
         skipped: rows or values left out, by reason -> count.
@@ -123,7 +125,8 @@ def _finish(raw: pl.DataFrame, id_cols: list[str], label: pl.Expr, source: str, 
             events = events.with_columns(pl.lit(None, dtype=dtype).alias(name))
     events = events.select([pl.col(n).cast(t) for n, t in EVENT_SCHEMA.items()])
     table = pl.col("table_id").cast(pl.Int64) if "table_id" in id_cols else pl.lit(None, dtype=pl.Int64)
-    keys = uniq.select("key", label.cast(pl.String).alias("label"), table.alias("table_id"))
+    raw = pl.col("raw_key").cast(pl.Int64, strict=False) if "raw_key" in id_cols else pl.lit(None, dtype=pl.Int64)
+    keys = uniq.select("key", label.cast(pl.String).alias("label"), table.alias("table_id"), raw.alias("raw_key"))
     return KeyStream(events, keys, source, kind, {k: v for k, v in skipped.items() if v}, notes)
 
 
@@ -310,6 +313,40 @@ def read_update_table(path: str | Path) -> KeyStream:
     return _finish(raw, ["table_id", "raw_key"], label, str(path), "update_table",
                    {"null key": int(null_key.sum()), "zero updates": int(zero.sum())},
                    ("one push event of multiplicity 'updates' per row, ordered by iteration",))
+
+
+VOCABULARY_LABEL_COLUMNS: tuple[str, ...] = ("label", "feature", "token", "word", "name")
+"""Columns a vocabulary may name its keys with (the first present is used)."""
+
+
+def with_vocabulary(stream: KeyStream, path: str | Path) -> KeyStream:
+    """``stream`` with its integer keys named from a vocabulary table (e.g. the
+    ``vocabulary.parquet`` of ``ddlscope ps-train``): columns ``key``, optional ``table_id``, and
+    one of :data:`VOCABULARY_LABEL_COLUMNS`. Keys the vocabulary lacks keep their label; how many
+    is added to the notes.
+
+    Raises:
+        ValueError: the stream has no integer keys (text, columns), or the table lacks ``key`` or a
+            label column.
+    """
+    path = Path(path)
+    if stream.keys["raw_key"].null_count() == stream.keys.height:
+        raise ValueError(f"{path}: a vocabulary names integer keys; {stream.source} ({stream.kind}) has none")
+    vocab = read_table(path)
+    label_col = next((c for c in VOCABULARY_LABEL_COLUMNS if c in vocab.columns), None)
+    if "key" not in vocab.columns or label_col is None:
+        raise ValueError(f"{path}: a vocabulary needs 'key' and one of {', '.join(VOCABULARY_LABEL_COLUMNS)} "
+                         f"(columns: {', '.join(vocab.columns)})")
+    on = ["table_id", "raw_key"] if "table_id" in vocab.columns else ["raw_key"]
+    vocab = vocab.select(
+        *([pl.col("table_id").cast(pl.Int64)] if "table_id" in vocab.columns else []),
+        pl.col("key").cast(pl.Int64).alias("raw_key"), pl.col(label_col).cast(pl.String).alias("_name"),
+    ).unique(subset=on, keep="first")
+    keys = stream.keys.join(vocab, on=on, how="left", maintain_order="left", nulls_equal=True)
+    missing = int(keys["_name"].null_count())
+    keys = keys.with_columns(pl.coalesce("_name", "label").alias("label")).drop("_name")
+    note = f"labels from {path}" + (f" ({missing:,} keys not in it keep their number)" if missing else "")
+    return KeyStream(stream.events, keys, stream.source, stream.kind, stream.skipped, (*stream.notes, note))
 
 
 def detect_kind(path: str | Path, column: str | None = None) -> str:
