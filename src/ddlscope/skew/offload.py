@@ -411,16 +411,18 @@ class OffloadResult:
     notes: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
-        """Headline figures: per policy, the budget of the largest saving and the savings there."""
-        out: dict[str, Any] = {
+        """Headline figures: the layout and time split, per policy the row (budget) with the largest
+        ``server_bytes_saved_fraction``, and the whole curve."""
+        best = (self.table.sort("server_bytes_saved_fraction", descending=True, nulls_last=True)
+                .unique(subset="policy", keep="first", maintain_order=True))
+        return {
             "entry_bytes": self.layout.entry_bytes, "message_bytes": self.layout.message_bytes,
             "warmup_iterations": self.warmup_iterations, "evaluation_iterations": self.evaluation_iterations,
             "refresh_iterations": self.refresh_iterations,
             "events_per_s": self.events_per_s,
+            "best_by_policy": {r["policy"]: r for r in best.to_dicts()},
+            "curve": self.table.to_dicts(),
         }
-        rows = self.table.to_dicts()
-        out["curve"] = rows
-        return out
 
 
 def default_budgets(min_bytes: int = 64 * 1024, max_bytes: int = 64 * 1024 * 1024) -> list[int]:
