@@ -54,7 +54,7 @@ def main() -> None:
     print(f"    s = {fit_n.s:.4f} +- {fit_n.s_stderr:.4f} with the true support")
     pl_fit = timed("CSN power-law fit (xmin scan)", args.events, lambda: fit_discrete_power_law(counts))
     print(f"    alpha = {pl_fit.alpha:.4f}, xmin = {pl_fit.xmin}, s from alpha = {pl_fit.s_equivalent:.3f}")
-    timed("reuse distances (O(M log^2 M))", args.events, lambda: reuse_distances(ev["key"].to_numpy()))
+    timed("reuse distances (merge-sort inversions)", args.events, lambda: reuse_distances(ev["key"].to_numpy()))
     timed("analyze_skew (everything)", args.events, lambda: analyze_skew(stream, window=args.batch_events))
     trained = timed("replay as training", args.events,
                     lambda: emulate_training(stream, args.workers, args.batch_events // args.workers))

@@ -10,17 +10,16 @@ For an access at position ``t`` to a key last accessed at ``p < t``:
 
 The first access to a key has no reuse (a cold miss; reported as ``-1``).
 
-Computation, ``O(M log² M)`` for ``M`` accesses with NumPy only (no per-access Python loop):
+Computation, ``O(M log M)`` for ``M`` accesses with NumPy only (no per-access Python loop):
 with ``next[j]`` the position of the next access to the key at ``j`` (``M`` if none),
 
-``distance(t) = #{j in (p, t) : next[j] > t} = (distinct keys in [0, t) - 1) - #{j <= p : next[j] > t}``
+``distance(t) = (distinct keys in [0, t)) - 1 - #{j < p : next[j] > next[p]}``
 
 because every distinct key seen before ``t`` has exactly one access ``j < t`` with
-``next[j] >= t`` (its last), and only the accessed key itself has ``next[j] = t``. The first term
-is a running count of first accesses; the second is an offline dominance count answered by a
-merge-sort tree: level ``l`` holds ``next`` sorted within aligned blocks of ``2^l`` positions
-(each level a stable merge of the one below), and the prefix ``[0, p]`` splits into one block per
-set bit of ``p + 1`` (a Fenwick decomposition), each counted by one vectorised ``searchsorted``.
+``next[j] >= t`` (its last), only the accessed key itself has ``next[j] = t = next[p]``, and those
+of them with ``j < p`` are the keys *not* seen in ``(p, t)``. The first term is a running count of
+first accesses; the last is a per-element inversion count, which a bottom-up merge sort of
+``next`` yields level by level (one stable NumPy sort per level, ``ceil(log2 M)`` levels).
 """
 
 from __future__ import annotations
@@ -70,30 +69,29 @@ def reuse_distances(keys: np.ndarray) -> np.ndarray:
     prev, nxt = _prev_next(keys)
     first = prev < 0
     distinct_before = np.cumsum(first) - first  # distinct keys in [0, t)
-    q = np.flatnonzero(~first)  # accesses with a previous one
-    out = np.full(m, -1, dtype=np.int64)
-    if q.size == 0:
-        return out
-    e = prev[q] + 1  # prefix length [0, p]
-    v = q  # count next[j] > t
-    dominated = np.zeros(q.size, dtype=np.int64)
+    # inversions[p] = #{j < p : next[j] > next[p]}, by a bottom-up merge sort of next[]: at each
+    # level, an element of a block's right half passes the left-half elements larger than it
+    inversions = np.zeros(m, dtype=np.int64)
     big = np.int64(m + 1)
-    vals = nxt.copy()  # level 0: blocks of one
     pos = np.arange(m, dtype=np.int64)
-    level = 0
-    while (1 << level) <= m:
+    vals = nxt.copy()  # next[] in the current arrangement (sorted within blocks of 2^(level-1))
+    ident = pos.copy()  # the original position of each element of the arrangement
+    level = 1
+    while (1 << (level - 1)) < m:
+        half = 1 << (level - 1)
         block = pos >> level
-        comp = block * big + vals
-        if level > 0:  # the halves of each block are sorted already: a stable sort merges them
-            comp.sort(kind="stable")
-            vals = comp - block * big
-        has = ((e >> level) & 1).astype(bool)
-        if has.any():
-            beta = (e[has] >> level) - 1
-            end = (beta + 1) << level
-            dominated[has] += end - np.searchsorted(comp, beta * big + v[has], side="right")
+        order = np.argsort(block * big + vals, kind="stable")  # merges the sorted halves of each block
+        right = np.flatnonzero((order >> (level - 1)) & 1)  # new slots holding a right-half element
+        # left-half elements smaller than it = its rank in the merged block - its rank in its half
+        # (next[] values of reused positions are distinct, so there are no ties to break)
+        left_smaller = (right - (block[right] << level)) - (order[right] & (half - 1))
+        inversions[ident[order[right]]] += half - left_smaller
+        vals = vals[order]
+        ident = ident[order]
         level += 1
-    out[q] = distinct_before[q] - 1 - dominated
+    out = np.full(m, -1, dtype=np.int64)
+    q = np.flatnonzero(~first)
+    out[q] = distinct_before[q] - 1 - inversions[prev[q]]
     return out
 
 
