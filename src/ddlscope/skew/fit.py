@@ -356,7 +356,7 @@ def fit_discrete_lognormal(counts: np.ndarray | list[int], xmin: int) -> LogNorm
     best = None
     for start in ((mean, math.log(std)), (mean - 2 * std, math.log(2 * std))):
         res = optimize.minimize(nll, np.array(start), method="Nelder-Mead",
-                                options={"xatol": 1e-8, "fatol": 1e-9, "maxiter": 3000, "maxfev": 6000})
+                                options={"xatol": 1e-6, "fatol": 1e-6, "maxiter": 3000, "maxfev": 6000})
         if best is None or res.fun < best.fun:
             best = res
     assert best is not None
