@@ -1,0 +1,559 @@
+"""What an in-network aggregator (a programmable switch) holding a hot set would take off the
+parameter servers: a trace-driven simulation over memory budgets and hot-set policies.
+
+The model (reconstruction; the IMC 2020 study proposes offloading hot parameters to in-network
+computation, and its authors' later Libra work aggregates only hot parameters on switches):
+
+* **Memory.** The switch holds ``capacity = floor(budget_bytes / entry_bytes)`` rows. An entry is
+  the row, ``embedding_dim × value_bytes`` (default 4-byte values: switch ALUs add 32-bit
+  integers, so SwitchML converts gradients to 32-bit fixed point — Sapio et al., NSDI 2021;
+  ``data_t`` is ``bit<32>`` in microsoft/SwitchML ``p4/types.p4``), plus per-entry overhead:
+  an 8-byte parameter key for the exact-match look-up of a sparse row (Libra-style key-addressed
+  aggregation), a 4-byte worker bitmap (SwitchML's ``worker_bitmap_t`` is ``bit<32>``; ATP keeps a
+  similar per-aggregator bitmap — Lao et al., NSDI 2021) and a 4-byte counter (SwitchML keeps an
+  8-bit count of workers; we give 32 bits so it can also hold the access count LFU and
+  Space-Saving need): 16 bytes per entry by default. Match-table overheads of the switch ASIC
+  (hash ways, action data) are not modelled.
+* **Time.** The trace is a sequence of iterations. The control plane installs the hot set at
+  iteration boundaries (every ``refresh_iterations``); within an iteration the set is fixed.
+  The first ``warmup_iterations`` only train the policies; all figures are over the rest (the
+  evaluation iterations), the same events for every policy.
+* **Pushes.** A push of a resident key is aggregated in the switch; at the end of the iteration
+  the switch forwards one aggregated update per resident key to the server, which applies it
+  (optimizer state stays on the server). A push of a non-resident key goes to the server as
+  before. Server work = updates applied.
+* **Pulls.** A pull of a resident key is answered by the switch, which keeps a current copy: the
+  server writes each aggregated row back after applying it (one row per resident key updated
+  per iteration). Installing a key (a hot-set change) also moves one row from the server.
+* **Bytes at the server.** Every row message (a push, a pull response, a forwarded aggregate, a
+  write-back, an install) costs ``embedding_dim × wire_value_bytes + wire_key_bytes``.
+
+Hot-set policies (the hotness of a key = its update count; pull count when there are no pushes):
+
+* ``static``: the top ``capacity`` keys of the warm-up iterations, installed once;
+* ``lfu``: at each refresh, the top ``capacity`` keys by exact cumulative count of all earlier
+  iterations (perfect LFU, counted by the servers, installed by the control plane);
+* ``space_saving``: at each refresh, the ``capacity`` keys with the largest counts in a
+  Space-Saving summary (Metwally, Agrawal & El Abbadi, ICDT 2005) of
+  ``space_saving_counters × capacity`` counters (default 4x) fed every hot event so far, in
+  order (when the summary is full, an unmonitored key replaces the key with the smallest count,
+  ties broken by the earliest to reach that count, and inherits that count plus its weight).
+  The summary lives beside the rows (in the switch's spare registers or the control plane; its
+  memory is not charged to the budget);
+* ``oracle``: the top ``capacity`` keys of the evaluation iterations themselves, installed once —
+  the best any static set can do (uses the future; an upper bound, not a policy).
+
+Ranking ties are broken by first appearance of the key in the trace.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from ddlscope.skew.latency import estimate_latency_gain
+from ddlscope.skew.streams import KeyStream
+
+POLICIES: tuple[str, ...] = ("static", "lfu", "space_saving", "oracle")
+"""Hot-set policies (module docstring)."""
+
+DEFAULT_KEY_BYTES = 8
+"""Per-entry key: a 64-bit parameter key."""
+DEFAULT_METADATA_BYTES = 8
+"""Per-entry metadata: a 32-bit worker bitmap (SwitchML ``worker_bitmap_t``) + a 32-bit counter."""
+DEFAULT_VALUE_BYTES = 4
+"""In-switch value: 32-bit integer (SwitchML ``data_t``)."""
+
+DEFAULT_SPACE_SAVING_COUNTERS = 4.0
+"""Space-Saving counters per switch entry. A counter (key + count, 12 B) is far smaller than an
+entry (a row), and Space-Saving only guarantees the keys above ``total / counters`` (Metwally et
+al. 2005), so the summary keeps more counters than the switch has entries and the top ones are
+installed."""
+
+_NOT_RANKED = np.iinfo(np.int64).max
+
+
+@dataclass(frozen=True)
+class SwitchLayout:
+    """Sizes of a switch entry and of a row message (module docstring for the defaults' sources).
+
+    Attributes:
+        embedding_dim: values per row.
+        value_bytes: bytes per value in switch memory (4: 32-bit integer registers).
+        key_bytes: per-entry key bytes (8).
+        metadata_bytes: per-entry metadata bytes (8: worker bitmap + counter).
+        wire_value_bytes: bytes per value on the wire (4 for fp32, 2 for fp16/bf16 gradients).
+        wire_key_bytes: bytes of the key in a message (8).
+    """
+
+    embedding_dim: int = 64
+    value_bytes: int = DEFAULT_VALUE_BYTES
+    key_bytes: int = DEFAULT_KEY_BYTES
+    metadata_bytes: int = DEFAULT_METADATA_BYTES
+    wire_value_bytes: int = 4
+    wire_key_bytes: int = 8
+
+    def __post_init__(self) -> None:
+        for name in ("embedding_dim", "value_bytes", "wire_value_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
+        for name in ("key_bytes", "metadata_bytes", "wire_key_bytes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: expected >= 0, got {getattr(self, name)}")
+
+    @property
+    def entry_bytes(self) -> int:
+        """Switch memory per resident row: ``dim × value_bytes + key_bytes + metadata_bytes``."""
+        return self.embedding_dim * self.value_bytes + self.key_bytes + self.metadata_bytes
+
+    @property
+    def message_bytes(self) -> int:
+        """Bytes of one row in a message: ``dim × wire_value_bytes + wire_key_bytes``."""
+        return self.embedding_dim * self.wire_value_bytes + self.wire_key_bytes
+
+    def capacity_keys(self, budget_bytes: int) -> int:
+        """Rows that fit in ``budget_bytes``: ``floor(budget / entry_bytes)``."""
+        if budget_bytes < 0:
+            raise ValueError(f"budget_bytes: expected >= 0, got {budget_bytes}")
+        return int(budget_bytes) // self.entry_bytes
+
+
+@dataclass(frozen=True)
+class OffloadTrace:
+    """A trace ready for simulation: NumPy arrays in iteration order (stable within one).
+
+    Attributes:
+        iteration: dense iteration index ``0..I-1`` per event, shape ``(M,)``.
+        key: key id per event; push: True for a push, False for a pull; count: multiplicity.
+        first_push: True on the first push of each (iteration, key).
+        hot: the events that count towards hotness (pushes, or pulls when there are none).
+        rpc_id: the RPC of each event, or None.
+        starts: index of each iteration's first event, shape ``(I + 1,)`` (last = M).
+        num_keys: key ids are ``0..num_keys-1``.
+        iteration_values: the original iteration numbers, shape ``(I,)``.
+    """
+
+    iteration: np.ndarray
+    key: np.ndarray
+    push: np.ndarray
+    count: np.ndarray
+    first_push: np.ndarray
+    hot: np.ndarray
+    rpc_id: np.ndarray | None
+    starts: np.ndarray
+    num_keys: int
+    iteration_values: np.ndarray
+
+    @property
+    def num_iterations(self) -> int:
+        """Iterations in the trace."""
+        return self.starts.size - 1
+
+    @property
+    def has_pulls(self) -> bool:
+        """Whether any event is a pull."""
+        return bool((~self.push).any())
+
+
+def prepare_trace(stream: KeyStream) -> OffloadTrace:
+    """The :class:`OffloadTrace` of a stream of ``pull``/``push`` events with iterations
+    (use :func:`~ddlscope.skew.streams.emulate_training` first for raw streams).
+
+    Raises:
+        ValueError: ``access`` events, events without an iteration, or fewer than 2 iterations.
+    """
+    ev = stream.events
+    if (ev["op"] == "access").any():
+        raise ValueError(f"{stream.source}: raw 'access' events; replay them as training first (emulate_training)")
+    if not stream.has_iterations:
+        raise ValueError(f"{stream.source}: every event needs an iteration for the offload simulation")
+    ev = ev.with_row_index("_pos").with_columns(
+        (pl.col("iteration").rank("dense") - 1).cast(pl.Int64).alias("_it")).sort("_it", "_pos")
+    it = ev["_it"].to_numpy()
+    n_iter = int(it[-1]) + 1 if it.size else 0
+    if n_iter < 2:
+        raise ValueError(f"{stream.source}: the offload simulation needs at least 2 iterations "
+                         f"(warm-up + evaluation), got {n_iter}")
+    key = ev["key"].to_numpy().astype(np.int64)
+    push = (ev["op"] == "push").to_numpy()
+    first_push = np.zeros(it.size, dtype=bool)
+    pidx = np.flatnonzero(push)
+    codes = it[pidx] * np.int64(stream.num_keys) + key[pidx]
+    _, first_idx = np.unique(codes, return_index=True)
+    first_push[pidx[first_idx]] = True
+    hot = push if push.any() else ~push
+    rpc = ev["rpc_id"]
+    return OffloadTrace(
+        iteration=it, key=key, push=push, count=ev["count"].to_numpy().astype(np.int64), first_push=first_push,
+        hot=hot, rpc_id=None if rpc.null_count() == rpc.len() else rpc.fill_null(-1).to_numpy(),
+        starts=np.searchsorted(it, np.arange(n_iter + 1)), num_keys=stream.num_keys,
+        iteration_values=np.sort(ev["iteration"].unique().to_numpy()),
+    )
+
+
+# -- ranks: static, oracle, lfu ---------------------------------------------------------------------
+def _ranks_from_counts(counts: np.ndarray, top: int) -> np.ndarray:
+    """Rank (1 = hottest) of every key by count, ties by smaller id; keys with count 0 or ranked
+    below ``top`` get ``_NOT_RANKED``. Shape ``(N,)``."""
+    n = counts.size
+    ranks = np.full(n, _NOT_RANKED, dtype=np.int64)
+    seen = np.flatnonzero(counts > 0)
+    if seen.size == 0 or top <= 0:
+        return ranks
+    score = counts[seen] * np.int64(n + 1) + (n - 1 - seen)  # unique; larger = hotter
+    if top < seen.size:
+        part = np.argpartition(-score, top - 1)[:top]
+        order = part[np.argsort(-score[part], kind="stable")]
+    else:
+        order = np.argsort(-score, kind="stable")
+    ranks[seen[order]] = np.arange(1, order.size + 1)
+    return ranks
+
+
+def _count_leq(sorted_vals: np.ndarray, caps: np.ndarray) -> np.ndarray:
+    return np.searchsorted(sorted_vals, caps, side="right")
+
+
+def _rank_policy(trace: OffloadTrace, policy: str, warmup: int, refresh: int, caps: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, int]:
+    """Per-event rank of the key at its iteration (evaluation events only), installs per capacity,
+    and refreshes."""
+    n, top = trace.num_keys, int(caps.max()) if caps.size else 0
+    lo = trace.starts[warmup]
+    w = np.where(trace.hot, trace.count, 0)
+    if policy in ("static", "oracle"):
+        sl = slice(0, lo) if policy == "static" else slice(lo, None)
+        counts = np.bincount(trace.key[sl], weights=w[sl], minlength=n).astype(np.int64)
+        ranks = _ranks_from_counts(counts, top)
+        ranked = np.sort(ranks[ranks != _NOT_RANKED])
+        return ranks[trace.key[lo:]], _count_leq(ranked, caps).astype(np.int64), 1
+    # lfu: cumulative counts before each refresh iteration
+    counts = np.bincount(trace.key[:lo], weights=w[:lo], minlength=n).astype(np.int64)
+    out = np.empty(trace.key.size - lo, dtype=np.int64)
+    installs = np.zeros(caps.size, dtype=np.int64)
+    prev = np.full(n, _NOT_RANKED, dtype=np.int64)
+    ranks = prev
+    refreshes = 0
+    for i in range(warmup, trace.num_iterations):
+        a, b = trace.starts[i], trace.starts[i + 1]
+        if (i - warmup) % refresh == 0:
+            ranks = _ranks_from_counts(counts, top)
+            installs += _count_leq(np.sort(ranks), caps) - _count_leq(np.sort(np.maximum(ranks, prev)), caps)
+            prev = ranks
+            refreshes += 1
+        out[a - lo:b - lo] = ranks[trace.key[a:b]]
+        counts += np.bincount(trace.key[a:b], weights=w[a:b], minlength=n).astype(np.int64)
+    return out, installs, refreshes
+
+
+# -- Space-Saving ---------------------------------------------------------------------------------
+class SpaceSaving:
+    """The Space-Saving heavy-hitter summary (Metwally, Agrawal & El Abbadi, ICDT 2005).
+
+    Keeps at most ``capacity`` (key -> count) counters. A monitored key's count grows by the
+    event's weight; an unmonitored key, when the summary is full, replaces the key with the
+    smallest count (ties: the one that reached that count first) and starts from that count plus
+    its weight. Every key with true frequency above ``total / capacity`` is monitored, and no
+    count underestimates (paper, Lemma 3 and Theorem 1).
+
+    Implementation: the paper's Stream-Summary — keys grouped in buckets of equal count, each an
+    insertion-ordered ``OrderedDict`` (so the first key of the smallest bucket is the one that
+    reached that count first) — plus a lazy min-heap of the bucket counts for weighted updates.
+    O(1) dict operations per event, O(log buckets) when a new count value appears.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 0:
+            raise ValueError(f"capacity: expected >= 0, got {capacity}")
+        self.capacity = int(capacity)
+        self._count: dict[int, int] = {}
+        self._bucket: dict[int, OrderedDict[int, None]] = {}
+        self._levels: list[int] = []  # lazy min-heap of bucket counts
+
+    def update(self, keys: list[int], weights: list[int] | None = None) -> None:
+        """Feed events in order (``keys`` and optional ``weights`` >= 1, default 1 each)."""
+        cap = self.capacity
+        if cap == 0:
+            return
+        count, bucket, levels = self._count, self._bucket, self._levels
+        get, bget = count.get, bucket.get
+        push, pop = heapq.heappush, heapq.heappop
+        new_bucket = OrderedDict
+        for k, w in zip(keys, weights if weights is not None else [1] * len(keys), strict=True):
+            c = get(k)
+            if c is not None:
+                b = bucket[c]
+                del b[k]
+                if not b:
+                    del bucket[c]
+                c += w
+            elif len(count) < cap:
+                c = w
+            else:
+                while levels[0] not in bucket:
+                    pop(levels)
+                m = levels[0]
+                b = bucket[m]
+                evicted, _ = b.popitem(last=False)
+                del count[evicted]
+                if not b:
+                    del bucket[m]
+                c = m + w
+            nb = bget(c)
+            if nb is None:
+                nb = bucket[c] = new_bucket()
+                push(levels, c)
+                if len(levels) > 4 * len(bucket) + 1024:
+                    levels[:] = list(bucket)
+                    heapq.heapify(levels)
+            nb[k] = None
+            count[k] = c
+
+    def keys(self) -> np.ndarray:
+        """The monitored keys (int64, unordered)."""
+        return np.fromiter(self._count, dtype=np.int64, count=len(self._count))
+
+    def top(self, k: int) -> np.ndarray:
+        """The ``k`` monitored keys with the largest counts (ties: smaller key first), int64."""
+        keys = self.keys()
+        if keys.size <= k:
+            return keys
+        counts = np.fromiter(self._count.values(), dtype=np.int64, count=keys.size)
+        bound = np.int64(keys.max()) + 1
+        score = counts * bound + (bound - 1 - keys)  # unique; larger = hotter
+        return keys[np.argpartition(-score, k - 1)[:k]]
+
+    def counts(self) -> dict[int, int]:
+        """Monitored key -> its (over-)estimated count."""
+        return dict(self._count)
+
+
+def _space_saving_policy(trace: OffloadTrace, warmup: int, refresh: int, capacity: int, counters_factor: float
+                         ) -> tuple[np.ndarray, int, int]:
+    """Per-event residency (evaluation events), installs and refreshes for one capacity."""
+    lo = trace.starts[warmup]
+    ss = SpaceSaving(max(capacity, math.ceil(counters_factor * capacity)))
+    hot_idx = np.flatnonzero(trace.hot)
+    hot_starts = np.searchsorted(hot_idx, trace.starts)
+    keys_l, w_l = trace.key[hot_idx].tolist(), trace.count[hot_idx].tolist()
+    unit = bool(np.all(trace.count[hot_idx] == 1))
+    ss.update(keys_l[:hot_starts[warmup]], None if unit else w_l[:hot_starts[warmup]])
+    mask = np.zeros(trace.num_keys, dtype=bool)
+    out = np.empty(trace.key.size - lo, dtype=bool)
+    installs = refreshes = 0
+    for i in range(warmup, trace.num_iterations):
+        a, b = trace.starts[i], trace.starts[i + 1]
+        if (i - warmup) % refresh == 0:
+            new = np.zeros(trace.num_keys, dtype=bool)
+            new[ss.top(capacity)] = True
+            installs += int((new & ~mask).sum())
+            mask = new
+            refreshes += 1
+        out[a - lo:b - lo] = mask[trace.key[a:b]]
+        ha, hb = hot_starts[i], hot_starts[i + 1]
+        ss.update(keys_l[ha:hb], None if unit else w_l[ha:hb])
+    return out, installs, refreshes
+
+
+# -- metrics ------------------------------------------------------------------------------------
+def _metrics(trace: OffloadTrace, lo: int, resident: np.ndarray, layout: SwitchLayout) -> dict[str, float]:
+    push, cnt = trace.push[lo:], trace.count[lo:]
+    pushes = int(cnt[push].sum())
+    pulls = int(cnt[~push].sum())
+    push_hits = int(cnt[push & resident].sum())
+    pull_hits = int(cnt[~push & resident].sum())
+    forwards = int((trace.first_push[lo:] & resident).sum())
+    writebacks = forwards if trace.has_pulls else 0
+    updates = pushes - push_hits + forwards
+    return {
+        "pushes": pushes, "pulls": pulls,
+        "push_aggregated_fraction": push_hits / pushes if pushes else float("nan"),
+        "pull_served_fraction": pull_hits / pulls if pulls else float("nan"),
+        "server_updates_baseline": pushes, "server_updates": updates,
+        "server_updates_saved_fraction": 1 - updates / pushes if pushes else float("nan"),
+        "_row_messages": (pushes - push_hits + forwards) + (pulls - pull_hits) + writebacks,
+        "_baseline_messages": pushes + pulls,
+        "switch_writebacks": writebacks,
+    }
+
+
+@dataclass
+class OffloadResult:
+    """The sweep's outcome.
+
+    Attributes:
+        table: one row per (policy, budget): ``policy``, ``budget_bytes``, ``capacity_keys``,
+            ``push_aggregated_fraction``, ``pull_served_fraction``, ``server_updates_baseline``,
+            ``server_updates``, ``server_updates_saved_fraction``, ``server_bytes_baseline``,
+            ``server_bytes``, ``server_bytes_saved``, ``server_bytes_saved_fraction``,
+            ``switch_installs``, ``switch_writebacks``, ``refreshes``, and with stage times the
+            ``latency_*`` columns of :func:`~ddlscope.skew.latency.estimate_latency_gain`.
+        layout: the entry/message sizes.
+        warmup_iterations, evaluation_iterations, refresh_iterations: the time split.
+        events_per_s: simulated evaluation-plus-warm-up events per second of wall time, per policy
+            (all budgets of the policy together).
+        notes: assumptions worth showing with the table.
+    """
+
+    table: pl.DataFrame
+    layout: SwitchLayout
+    warmup_iterations: int
+    evaluation_iterations: int
+    refresh_iterations: int
+    events_per_s: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        """Headline figures: the layout and time split, per policy the row (budget) with the largest
+        ``server_bytes_saved_fraction``, and the whole curve."""
+        best = (self.table.sort("server_bytes_saved_fraction", descending=True, nulls_last=True)
+                .unique(subset="policy", keep="first", maintain_order=True))
+        return {
+            "entry_bytes": self.layout.entry_bytes, "message_bytes": self.layout.message_bytes,
+            "warmup_iterations": self.warmup_iterations, "evaluation_iterations": self.evaluation_iterations,
+            "refresh_iterations": self.refresh_iterations,
+            "events_per_s": self.events_per_s,
+            "best_by_policy": {r["policy"]: r for r in best.to_dicts()},
+            "curve": self.table.to_dicts(),
+        }
+
+
+def default_budgets(min_bytes: int = 64 * 1024, max_bytes: int = 64 * 1024 * 1024) -> list[int]:
+    """Budgets doubling from ``min_bytes`` to ``max_bytes`` (default 64 KiB .. 64 MiB, 11 points)."""
+    out, b = [], int(min_bytes)
+    while b <= max_bytes:
+        out.append(b)
+        b *= 2
+    return out
+
+
+def budgets_for(num_keys: int, layout: SwitchLayout, min_bytes: int = 64 * 1024,
+                max_bytes: int = 64 * 1024 * 1024) -> list[int]:
+    """A doubling budget sweep for ``num_keys`` distinct keys: from ``min_bytes`` up to the first
+    budget that holds every key (at most ``max_bytes``). When ``min_bytes`` already holds them
+    all, the sweep doubles from one entry instead (1, 2, 4, ... keys).
+    """
+    if layout.capacity_keys(min_bytes) >= num_keys:
+        min_bytes = layout.entry_bytes
+    out = []
+    for b in default_budgets(min_bytes, max_bytes):
+        out.append(b)
+        if layout.capacity_keys(b) >= num_keys:
+            break
+    return out
+
+
+def simulate_offload(
+    trace: OffloadTrace,
+    layout: SwitchLayout | None = None,
+    budgets_bytes: list[int] | None = None,
+    policies: tuple[str, ...] = POLICIES,
+    warmup_iterations: int | None = None,
+    refresh_iterations: int = 1,
+    stage_times: pl.DataFrame | None = None,
+    space_saving_counters: float = DEFAULT_SPACE_SAVING_COUNTERS,
+) -> OffloadResult:
+    """Simulate a switch holding a hot set, for every policy and memory budget.
+
+    Args:
+        trace: from :func:`prepare_trace`.
+        layout: entry and message sizes (default :class:`SwitchLayout`).
+        budgets_bytes: switch memory budgets (default :func:`default_budgets`).
+        policies: a subset of :data:`POLICIES`.
+        warmup_iterations: iterations that only train the policies (default ``ceil(10 %)`` of
+            the iterations, at least 1, leaving at least 1 to evaluate).
+        refresh_iterations: the control plane re-installs the hot set every this many iterations
+            (``lfu`` and ``space_saving``).
+        space_saving_counters: counters of the Space-Saving summary per switch entry (>= 1).
+        stage_times: per-RPC stage times (a frame with ``rpc_id`` and one column per stage, see
+            :func:`~ddlscope.skew.latency.stage_seconds`) for the latency estimate; needs
+            ``trace.rpc_id``.
+
+    Returns:
+        :class:`OffloadResult`.
+
+    Raises:
+        ValueError: an unknown policy, a bad budget, warm-up or refresh, or stage times without
+            RPC ids.
+    """
+    layout = layout or SwitchLayout()
+    budgets = list(budgets_bytes) if budgets_bytes is not None else default_budgets()
+    if not budgets or any(b < 0 for b in budgets):
+        raise ValueError(f"budgets_bytes: expected one or more budgets >= 0, got {budgets}")
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown or not policies:
+        raise ValueError(f"policies: expected some of {', '.join(POLICIES)}, got {list(policies)}")
+    n_iter = trace.num_iterations
+    warmup = max(1, math.ceil(0.1 * n_iter)) if warmup_iterations is None else int(warmup_iterations)
+    if not 1 <= warmup < n_iter:
+        raise ValueError(f"warmup_iterations: expected 1..{n_iter - 1} (the trace has {n_iter} iterations), "
+                         f"got {warmup}")
+    if space_saving_counters < 1:
+        raise ValueError(f"space_saving_counters: expected >= 1 counter per entry, got {space_saving_counters}")
+    if refresh_iterations < 1:
+        raise ValueError(f"refresh_iterations: expected >= 1, got {refresh_iterations}")
+    if stage_times is not None and trace.rpc_id is None:
+        raise ValueError("stage_times: the trace has no RPC ids to match them with")
+    caps = np.array([layout.capacity_keys(b) for b in budgets], dtype=np.int64)
+    lo = int(trace.starts[warmup])
+    n_sim = trace.key.size
+    rpc_eval = None
+    if stage_times is not None:
+        rpc_eval = np.unique(trace.rpc_id[lo:][trace.rpc_id[lo:] >= 0])
+        stage_times = stage_times.filter(pl.col("rpc_id").is_in(rpc_eval)).sort("rpc_id")
+    rows: list[dict[str, Any]] = []
+    speeds: dict[str, float] = {}
+    for policy in policies:
+        t0 = time.perf_counter()
+        per_cap: list[tuple[np.ndarray, int, int]] = []
+        if policy == "space_saving":
+            per_cap = [_space_saving_policy(trace, warmup, refresh_iterations, int(c), space_saving_counters)
+                       for c in caps]
+        else:
+            ranks, installs, refreshes = _rank_policy(trace, policy, warmup, refresh_iterations, caps)
+            per_cap = [(ranks <= c, int(installs[j]), refreshes) for j, c in enumerate(caps)]
+        for (resident, installs_c, refreshes), budget, cap in zip(per_cap, budgets, caps, strict=True):
+            m = _metrics(trace, lo, resident, layout)
+            messages = m.pop("_row_messages") + installs_c
+            base = m.pop("_baseline_messages")
+            row: dict[str, Any] = {"policy": policy, "budget_bytes": int(budget), "capacity_keys": int(cap), **m}
+            row |= {
+                "server_bytes_baseline": base * layout.message_bytes,
+                "server_bytes": messages * layout.message_bytes,
+                "server_bytes_saved": (base - messages) * layout.message_bytes,
+                "server_bytes_saved_fraction": 1 - messages / base if base else float("nan"),
+                "switch_installs": installs_c, "refreshes": refreshes,
+            }
+            if stage_times is not None and rpc_eval is not None:
+                rid = trace.rpc_id[lo:]
+                ok = rid >= 0
+                w = trace.count[lo:][ok]
+                idx = np.searchsorted(rpc_eval, rid[ok])
+                handled = np.bincount(idx, weights=w * resident[ok], minlength=rpc_eval.size)
+                total = np.bincount(idx, weights=w, minlength=rpc_eval.size)
+                frac = np.zeros(rpc_eval.size)
+                np.divide(handled, total, out=frac, where=total > 0)
+                st_ids = stage_times["rpc_id"].to_numpy()
+                h = frac[np.searchsorted(rpc_eval, st_ids)]
+                row |= estimate_latency_gain(stage_times, h)
+            rows.append(row)
+        elapsed = time.perf_counter() - t0
+        speeds[policy] = n_sim * len(caps) / elapsed if elapsed > 0 else float("inf")
+    notes = [
+        f"entry = {layout.embedding_dim} x {layout.value_bytes} B + {layout.key_bytes} B key + "
+        f"{layout.metadata_bytes} B metadata = {layout.entry_bytes} B; row message = {layout.message_bytes} B",
+        f"iterations: {warmup} warm-up, {n_iter - warmup} evaluated; hot set refreshed every "
+        f"{refresh_iterations} iteration(s) (lfu, space_saving)",
+    ]
+    if stage_times is not None:
+        notes.append(f"latency: over the {stage_times.height:,} RPCs with keys in the evaluated iterations; server "
+                     "stages scaled by the share of each RPC's keys left to the server")
+    table = pl.DataFrame(rows)
+    return OffloadResult(table, layout, warmup, n_iter - warmup, refresh_iterations, speeds, notes)

@@ -1,0 +1,458 @@
+"""Key streams: the parameter keys a training job reads and writes, in time order.
+
+Every source becomes one :class:`KeyStream`. Its ``events`` table has one row per key event:
+
+==========  =========================  ==================================================
+column      dtype                      meaning
+==========  =========================  ==================================================
+key         Int64                      dense key id ``0..N-1``, in order of first appearance
+op          Enum(pull, push, access)   pull = a read of the row, push = an update (gradient)
+                                       of it, access = a raw occurrence (a token or feature
+                                       id: the row is looked up and then updated)
+iteration   Int64 (nullable)           training iteration (step); null for raw streams
+worker_id   Int64 (nullable)           worker that issued the event; null when unknown
+count       Int64                      multiplicity (>= 1): how many updates the row stands for
+rpc_id      Int64 (nullable)           the RPC that carried the key (RPC logs only)
+==========  =========================  ==================================================
+
+and its ``keys`` table maps ``key`` to the original ``label`` (the word, the hashed feature id,
+or ``table_id:key``) and ``table_id``.
+
+Sources (:func:`load_stream` picks one from the file, or ``kind`` says which):
+
+* ``text`` — the word tokens of a text file. Tokenisation: the text is lower-cased
+  (``str.lower`` / Polars ``to_lowercase``) and every maximal run of the ASCII letters ``a``-``z``
+  is one token; everything else (digits, apostrophes, punctuation, white space, non-ASCII
+  letters) separates tokens. So ``"Don't, Citizen!"`` gives ``don``, ``t``, ``citizen``.
+* ``column`` — one categorical column of a CSV or Parquet table (e.g. ``C1``..``C26`` of the
+  Criteo sample): every non-empty value, in row order, is one event; empty cells are skipped
+  and counted.
+* ``rpc_log`` — an RPC log (Parquet or JSON lines) with the ``keys`` list column of
+  :data:`ddlscope.rpc.schema.RPC_SCHEMA`: every key of every ``pull_*``/``push_*`` RPC is one
+  event, in order of ``client_issue_ns``; ``table_id`` (when present) and ``key`` together name
+  a parameter row.
+* ``update_table`` — a per-key update-count table (columns ``iteration``, ``key``, ``updates``,
+  optional ``table_id``; the table ``ddlscope ps-train`` writes): every row is one push event of
+  multiplicity ``updates``, in iteration order.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from ddlscope.rpc.schema import OPS
+
+EVENT_OPS: tuple[str, ...] = ("pull", "push", "access")
+"""Event operations: a read, an update, or a raw occurrence (read and update)."""
+EventOpEnum = pl.Enum(list(EVENT_OPS))
+
+SOURCE_KINDS: tuple[str, ...] = ("auto", "text", "column", "rpc_log", "update_table")
+
+EVENT_SCHEMA: dict[str, pl.DataType] = {
+    "key": pl.Int64,
+    "op": EventOpEnum,
+    "iteration": pl.Int64,
+    "worker_id": pl.Int64,
+    "count": pl.Int64,
+    "rpc_id": pl.Int64,
+}
+"""Columns and dtypes of :attr:`KeyStream.events`."""
+
+UPDATE_TABLE_COLUMNS: tuple[str, ...] = ("iteration", "key", "updates")
+"""Required columns of a per-key update-count table (``table_id`` is optional)."""
+
+
+@dataclass(frozen=True)
+class KeyStream:
+    """A stream of key events in time order (see the module docstring for the columns).
+
+    Attributes:
+        events: one row per key event, columns :data:`EVENT_SCHEMA`.
+        keys: ``key`` (Int64 dense id), ``label`` (String, the original key or its name from a
+            vocabulary), ``table_id`` (Int64, null when the source has no tables), ``raw_key``
+            (Int64, the integer key of RPC logs and update tables; null for text and columns);
+            one row per distinct key.
+        source: the file (or a description) the stream came from.
+        kind: ``text``, ``column``, ``rpc_log``, ``update_table`` or ``synthetic``.
+        skipped: rows or values left out, by reason -> count.
+        notes: what the reader assumed (tokenisation, ordering).
+    """
+
+    events: pl.DataFrame
+    keys: pl.DataFrame
+    source: str
+    kind: str
+    skipped: dict[str, int] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def num_events(self) -> int:
+        """Event rows (not weighted by ``count``)."""
+        return self.events.height
+
+    @property
+    def num_keys(self) -> int:
+        """Distinct keys."""
+        return self.keys.height
+
+    @property
+    def has_iterations(self) -> bool:
+        """Whether every event carries an iteration."""
+        return self.events.height > 0 and self.events["iteration"].null_count() == 0
+
+
+def _finish(raw: pl.DataFrame, id_cols: list[str], label: pl.Expr, source: str, kind: str,
+            skipped: dict[str, int], notes: tuple[str, ...]) -> KeyStream:
+    """Dense key ids by first appearance; ``raw`` has ``id_cols`` plus event columns."""
+    if raw.height == 0:
+        raise ValueError(f"{source}: no key events found (skipped: {skipped or 'none'})")
+    uniq = (
+        raw.select(id_cols).with_row_index("_pos")
+        .group_by(id_cols).agg(pl.col("_pos").min())
+        .sort("_pos").with_row_index("key").drop("_pos")
+        .with_columns(pl.col("key").cast(pl.Int64))
+    )
+    events = raw.join(uniq, on=id_cols, how="left", maintain_order="left", nulls_equal=True)
+    if events["key"].null_count():  # cannot happen with nulls_equal; guard the invariant the simulation needs
+        raise ValueError(f"{source}: internal error: {events['key'].null_count()} events without a key id")
+    for name, dtype in EVENT_SCHEMA.items():
+        if name not in events.columns:
+            events = events.with_columns(pl.lit(None, dtype=dtype).alias(name))
+    events = events.select([pl.col(n).cast(t) for n, t in EVENT_SCHEMA.items()])
+    table = pl.col("table_id").cast(pl.Int64) if "table_id" in id_cols else pl.lit(None, dtype=pl.Int64)
+    raw = pl.col("raw_key").cast(pl.Int64, strict=False) if "raw_key" in id_cols else pl.lit(None, dtype=pl.Int64)
+    keys = uniq.select("key", label.cast(pl.String).alias("label"), table.alias("table_id"), raw.alias("raw_key"))
+    return KeyStream(events, keys, source, kind, {k: v for k, v in skipped.items() if v}, notes)
+
+
+def stream_from_keys(keys: np.ndarray, source: str = "array") -> KeyStream:
+    """A raw stream (``access`` events) from integer keys in order, shape ``(M,)``; key ids are
+    re-assigned by first appearance and the original integers become the labels.
+
+    Raises:
+        ValueError: not a 1-D integer array, or empty.
+    """
+    arr = np.asarray(keys)
+    if arr.ndim != 1 or arr.size == 0 or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"{source}: expected a non-empty 1-D integer array of keys, got {arr.dtype} {arr.shape}")
+    raw = pl.DataFrame({"raw_key": arr.astype(np.int64)}).with_columns(
+        pl.lit("access").alias("op"), pl.lit(1).alias("count"))
+    return _finish(raw, ["raw_key"], pl.col("raw_key"), source, "synthetic", {}, ())
+
+
+def read_text_tokens(path: str | Path) -> KeyStream:
+    """The word tokens of a UTF-8 text file, one ``access`` event per token, in text order.
+
+    Tokenisation (module docstring): lower-case, then maximal runs of ``a``-``z``.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: the file is not UTF-8 text, or has no tokens.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start}): {exc.reason}") from exc
+    lines = pl.Series("line", text.splitlines(), dtype=pl.String)
+    tokens = lines.str.to_lowercase().str.extract_all(r"[a-z]+").explode().drop_nulls()
+    raw = pl.DataFrame({"token": tokens}).with_columns(pl.lit("access").alias("op"), pl.lit(1).alias("count"))
+    return _finish(raw, ["token"], pl.col("token"), str(path), "text", {},
+                   ("tokens: lower-cased text split into maximal runs of a-z",))
+
+
+def read_table(path: str | Path, columns: list[str] | None = None) -> pl.DataFrame:
+    """A table from Parquet (``.parquet``), JSON lines (``.jsonl``/``.ndjson``/``.json``) or CSV
+    (anything else; all columns read as strings), optionally only ``columns``.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: a missing column (the message lists the columns) or an unreadable file.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    try:
+        if suffix == ".parquet":
+            return pl.read_parquet(path, columns=columns)
+        if suffix in (".jsonl", ".ndjson", ".json"):
+            frame = pl.read_ndjson(path)
+            return frame.select(columns) if columns else frame
+        return pl.read_csv(path, columns=columns, infer_schema=False)
+    except pl.exceptions.ColumnNotFoundError as exc:
+        header = _columns_of(path)
+        raise ValueError(f"{path}: no column {columns} (columns: {', '.join(header)})") from exc
+    except pl.exceptions.PolarsError as exc:
+        raise ValueError(f"{path}: cannot read as a {suffix or 'CSV'} table: {exc}") from exc
+
+
+def _columns_of(path: Path) -> list[str]:
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        return list(pl.read_parquet_schema(path))
+    if suffix in (".jsonl", ".ndjson", ".json"):
+        return pl.read_ndjson(path, n_rows=1).columns
+    return pl.read_csv(path, n_rows=0, infer_schema=False).columns
+
+
+def read_categorical_column(path: str | Path, column: str) -> KeyStream:
+    """One categorical column of a CSV (any extension but ``.parquet``/``.jsonl``) or Parquet
+    table: each non-empty value, in row order, is one ``access`` event.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: the column is missing (the message lists the columns), or has no values.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    header = _columns_of(path)
+    if column not in header:
+        raise ValueError(f"{path}: no column {column!r} (columns: {', '.join(header)})")
+    values = read_table(path, [column])[column].cast(pl.String)
+    empty = values.is_null() | (values.str.strip_chars() == "")
+    raw = pl.DataFrame({"value": values.filter(~empty)}).with_columns(
+        pl.lit("access").alias("op"), pl.lit(1).alias("count"))
+    return _finish(raw, ["value"], pl.col("value"), f"{path}:{column}", "column",
+                   {"empty value": int(empty.sum())}, (f"column {column!r}: one event per non-empty cell",))
+
+
+def read_rpc_log_keys(path: str | Path) -> KeyStream:
+    """The keys of an RPC log (Parquet or JSON lines; :data:`~ddlscope.rpc.schema.RPC_SCHEMA`).
+
+    Every key of every RPC is one event: ``pull_*`` -> ``pull``, ``push_*`` -> ``push``. Events
+    are ordered by ``client_issue_ns`` when present (file order otherwise), keys within an RPC in
+    list order. Rows whose ``keys`` is null or empty (e.g. dense ops) are skipped and counted.
+
+    Raises:
+        ValueError: a required column (``op``, ``keys``, ``iteration``) is missing, an ``op``
+            value is not one of :data:`~ddlscope.rpc.schema.OPS` (the row is named), or a
+            ``keys`` entry is not a list of integers.
+    """
+    path = Path(path)
+    log = read_table(path)
+    missing = [c for c in ("op", "keys", "iteration") if c not in log.columns]
+    if missing:
+        raise ValueError(f"{path}: an RPC log needs columns {missing} for key analysis "
+                         f"(columns: {', '.join(log.columns)})")
+    if not isinstance(log.schema["keys"], pl.List) or not log.schema["keys"].inner.is_integer():
+        raise ValueError(f"{path}: column 'keys' must be a list of integers, got {log.schema['keys']}")
+    op = log["op"].cast(pl.String)
+    bad = ~op.is_in(list(OPS)) | op.is_null()
+    if bad.any():
+        row = int(bad.arg_max())
+        raise ValueError(f"{path}: row {row}: op {op[row]!r} is not one of {', '.join(OPS)}")
+    log = log.with_row_index("_row").with_columns(
+        pl.when(op.str.starts_with("pull")).then(pl.lit("pull")).otherwise(pl.lit("push")).alias("_op"))
+    if "client_issue_ns" in log.columns:
+        log = log.sort("client_issue_ns", "_row", maintain_order=True)
+    no_keys = log["keys"].is_null() | (log["keys"].list.len() == 0)
+    if "rpc_id" not in log.columns:
+        log = log.with_columns(pl.col("_row").cast(pl.Int64).alias("rpc_id"))
+    if "table_id" not in log.columns:
+        log = log.with_columns(pl.lit(None, dtype=pl.Int64).alias("table_id"))
+    worker = pl.col("worker_id") if "worker_id" in log.columns else pl.lit(None, dtype=pl.Int64)
+    raw = (
+        log.filter(~no_keys)
+        .select(pl.col("keys").alias("raw_key"), pl.col("table_id").cast(pl.Int64), pl.col("_op").alias("op"),
+                pl.col("iteration"), worker.alias("worker_id"), pl.col("rpc_id"))
+        .explode("raw_key")
+        .with_columns(pl.lit(1).alias("count"))
+    )
+    label = pl.when(pl.col("table_id").is_null()).then(pl.col("raw_key").cast(pl.String)).otherwise(
+        pl.format("{}:{}", pl.col("table_id"), pl.col("raw_key")))
+    return _finish(raw, ["table_id", "raw_key"], label, str(path), "rpc_log",
+                   {"RPC without keys (null or empty 'keys', e.g. dense ops)": int(no_keys.sum())},
+                   ("one event per key of each RPC, ordered by client_issue_ns",))
+
+
+def read_update_table(path: str | Path) -> KeyStream:
+    """A per-key update-count table (``iteration``, ``key``, ``updates``, optional ``table_id``).
+
+    Every row with ``updates > 0`` is one ``push`` event of multiplicity ``updates``, ordered by
+    iteration (file order within an iteration). Rows with ``updates == 0`` or a null key are
+    skipped and counted.
+
+    Raises:
+        ValueError: a required column is missing, or ``updates`` is negative or not an integer
+            (the row is named).
+    """
+    path = Path(path)
+    table = read_table(path)
+    missing = [c for c in UPDATE_TABLE_COLUMNS if c not in table.columns]
+    if missing:
+        raise ValueError(f"{path}: an update-count table needs columns {list(UPDATE_TABLE_COLUMNS)}; "
+                         f"missing {missing} (columns: {', '.join(table.columns)})")
+    try:
+        updates = table["updates"].cast(pl.Int64, strict=True)
+        iteration = table["iteration"].cast(pl.Int64, strict=True)
+    except pl.exceptions.InvalidOperationError as exc:
+        raise ValueError(f"{path}: 'iteration' and 'updates' must be integers: {exc}") from exc
+    if (updates < 0).any():
+        row = int((updates < 0).arg_max())
+        raise ValueError(f"{path}: row {row}: updates must be >= 0, got {updates[row]}")
+    if "table_id" not in table.columns:
+        table = table.with_columns(pl.lit(None, dtype=pl.Int64).alias("table_id"))
+    table = table.with_columns(updates.alias("updates"), iteration.alias("iteration"))
+    null_key = table["key"].is_null()
+    zero = (table["updates"] == 0) & ~null_key
+    raw = (
+        table.filter(~null_key & ~zero).with_row_index("_row")
+        .sort("iteration", "_row", maintain_order=True)
+        .select(pl.col("key").alias("raw_key"), pl.col("table_id").cast(pl.Int64), pl.lit("push").alias("op"),
+                "iteration", pl.col("updates").alias("count"))
+    )
+    label = pl.when(pl.col("table_id").is_null()).then(pl.col("raw_key").cast(pl.String)).otherwise(
+        pl.format("{}:{}", pl.col("table_id"), pl.col("raw_key")))
+    return _finish(raw, ["table_id", "raw_key"], label, str(path), "update_table",
+                   {"null key": int(null_key.sum()), "zero updates": int(zero.sum())},
+                   ("one push event of multiplicity 'updates' per row, ordered by iteration",))
+
+
+VOCABULARY_LABEL_COLUMNS: tuple[str, ...] = ("label", "feature", "token", "word", "name")
+"""Columns a vocabulary may name its keys with (the first present is used)."""
+
+
+def with_vocabulary(stream: KeyStream, path: str | Path) -> KeyStream:
+    """``stream`` with its integer keys named from a vocabulary table (e.g. the
+    ``vocabulary.parquet`` of ``ddlscope ps-train``): columns ``key``, optional ``table_id``, and
+    one of :data:`VOCABULARY_LABEL_COLUMNS`. Keys the vocabulary lacks keep their label; how many
+    is added to the notes.
+
+    Raises:
+        ValueError: the stream has no integer keys (text, columns), or the table lacks ``key`` or a
+            label column.
+    """
+    path = Path(path)
+    if stream.keys["raw_key"].null_count() == stream.keys.height:
+        raise ValueError(f"{path}: a vocabulary names integer keys; {stream.source} ({stream.kind}) has none")
+    vocab = read_table(path)
+    label_col = next((c for c in VOCABULARY_LABEL_COLUMNS if c in vocab.columns), None)
+    if "key" not in vocab.columns or label_col is None:
+        raise ValueError(f"{path}: a vocabulary needs 'key' and one of {', '.join(VOCABULARY_LABEL_COLUMNS)} "
+                         f"(columns: {', '.join(vocab.columns)})")
+    on = ["table_id", "raw_key"] if "table_id" in vocab.columns else ["raw_key"]
+    vocab = vocab.select(
+        *([pl.col("table_id").cast(pl.Int64)] if "table_id" in vocab.columns else []),
+        pl.col("key").cast(pl.Int64).alias("raw_key"), pl.col(label_col).cast(pl.String).alias("_name"),
+    ).unique(subset=on, keep="first")
+    keys = stream.keys.join(vocab, on=on, how="left", maintain_order="left", nulls_equal=True)
+    missing = int(keys["_name"].null_count())
+    keys = keys.with_columns(pl.coalesce("_name", "label").alias("label")).drop("_name")
+    note = f"labels from {path}" + (f" ({missing:,} keys not in it keep their number)" if missing else "")
+    return KeyStream(stream.events, keys, stream.source, stream.kind, stream.skipped, (*stream.notes, note))
+
+
+def detect_kind(path: str | Path, column: str | None = None) -> str:
+    """The source kind of ``path``: ``column`` when a column is named; for Parquet/JSON lines,
+    ``rpc_log`` (has ``keys`` and ``op``) or ``update_table`` (has ``iteration``, ``key``,
+    ``updates``); anything else is read as ``text``.
+
+    Raises:
+        ValueError: a table that is neither an RPC log nor an update table, without ``column``.
+    """
+    path = Path(path)
+    if column is not None:
+        return "column"
+    if path.suffix.lower() in (".parquet", ".jsonl", ".ndjson"):
+        cols = set(_columns_of(path))
+        if {"keys", "op"} <= cols:
+            return "rpc_log"
+        if set(UPDATE_TABLE_COLUMNS) <= cols:
+            return "update_table"
+        raise ValueError(f"{path}: a table with neither 'keys'+'op' (RPC log) nor "
+                         f"{'+'.join(UPDATE_TABLE_COLUMNS)} (update-count table); name a key column "
+                         f"with --column (columns: {', '.join(sorted(cols))})")
+    return "text"
+
+
+def load_stream(path: str | Path, kind: str = "auto", column: str | None = None) -> KeyStream:
+    """Read ``path`` as a key stream of ``kind`` (one of :data:`SOURCE_KINDS`; ``auto`` uses
+    :func:`detect_kind`).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: unknown ``kind``, ``column`` missing for ``kind='column'``, or any reader error.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    if kind not in SOURCE_KINDS:
+        raise ValueError(f"kind: expected one of {', '.join(SOURCE_KINDS)}, got {kind!r}")
+    if kind == "auto":
+        kind = detect_kind(path, column)
+    if kind == "text":
+        return read_text_tokens(path)
+    if kind == "column":
+        if column is None:
+            raise ValueError(f"{path}: kind 'column' needs a column name (--column)")
+        return read_categorical_column(path, column)
+    if kind == "rpc_log":
+        return read_rpc_log_keys(path)
+    return read_update_table(path)
+
+
+def select_events(stream: KeyStream, events: str = "updates") -> pl.DataFrame:
+    """The events the frequency model counts: ``updates`` (push and access), ``accesses`` (pull
+    and access) or ``all``.
+
+    Raises:
+        ValueError: unknown ``events``, or no event of that kind in the stream.
+    """
+    ops = {"updates": ["push", "access"], "accesses": ["pull", "access"], "all": list(EVENT_OPS)}
+    if events not in ops:
+        raise ValueError(f"events: expected one of {', '.join(ops)}, got {events!r}")
+    out = stream.events.filter(pl.col("op").is_in(ops[events]))
+    if out.height == 0:
+        present = stream.events["op"].unique().cast(pl.String).to_list()
+        raise ValueError(f"{stream.source}: no {events} events (ops present: {', '.join(sorted(present))})")
+    return out
+
+
+def emulate_training(stream: KeyStream, workers: int = 8, batch_events: int = 1024) -> KeyStream:
+    """A raw stream (``access`` events) replayed as data-parallel sparse training.
+
+    Iteration ``i`` takes the next ``workers * batch_events`` events; worker ``w`` gets the
+    ``w``-th block of ``batch_events`` of them (its mini-batch). Each worker de-duplicates its
+    batch's keys, as sparse PS training does before a look-up, and for each distinct key issues
+    one ``pull`` (read the row) and, after the backward pass, one ``push`` (its gradient). Within
+    an iteration all pulls come before all pushes, each worker's keys in first-appearance order.
+    The last iteration may be partial. Streams that already have ``pull``/``push`` events and
+    iterations are returned unchanged.
+
+    Raises:
+        ValueError: ``workers`` or ``batch_events`` < 1, or a stream with pushes/pulls but
+            without iterations.
+    """
+    if workers < 1 or batch_events < 1:
+        raise ValueError(f"workers and batch_events must be >= 1, got {workers} and {batch_events}")
+    ops = set(stream.events["op"].cast(pl.String).unique().to_list())
+    if "access" not in ops:
+        if not stream.has_iterations:
+            raise ValueError(f"{stream.source}: pull/push events need an iteration for the offload simulation")
+        return stream
+    ev = stream.events.with_row_index("_pos").with_columns(
+        (pl.col("_pos") // (workers * batch_events)).cast(pl.Int64).alias("iteration"),
+        ((pl.col("_pos") % (workers * batch_events)) // batch_events).cast(pl.Int64).alias("worker_id"),
+    )
+    first = (
+        ev.group_by("iteration", "worker_id", "key").agg(pl.col("_pos").min())
+        .sort("_pos").with_columns(pl.lit(1).alias("count"))
+    )
+    pulls = first.with_columns(pl.lit(0).alias("_phase"), pl.lit("pull").alias("op"))
+    pushes = first.with_columns(pl.lit(1).alias("_phase"), pl.lit("push").alias("op"))
+    events = (
+        pl.concat([pulls, pushes]).sort("iteration", "_phase", "_pos")
+        .with_columns(pl.lit(None, dtype=pl.Int64).alias("rpc_id"))
+        .select([pl.col(n).cast(t) for n, t in EVENT_SCHEMA.items()])
+    )
+    n_iter = math.ceil(stream.num_events / (workers * batch_events))
+    note = (f"replayed as training: {workers} workers x {batch_events} events per mini-batch = "
+            f"{n_iter} iterations; per worker and iteration one pull and one push per distinct key")
+    return KeyStream(events, stream.keys, stream.source, stream.kind, stream.skipped, (*stream.notes, note))
