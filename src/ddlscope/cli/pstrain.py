@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ddlscope.cli.common import FormatOpt, err_console, user_errors
@@ -50,7 +51,7 @@ class _ProgressView:
                             rate=f"{p.rpcs_per_s:,.0f}" if p.elapsed_s else "-", rpcs=f"{p.rpcs:,}")
 
     def warn(self, text: str) -> None:
-        self.console.print(f"[yellow]warning:[/yellow] {text}")
+        self.console.print(f"[yellow]warning:[/yellow] {escape(text)}", emoji=False)
 
 
 def _print_result(result: RunResult, fmt: str) -> None:
@@ -146,21 +147,20 @@ def register(app: typer.Typer) -> None:
             netem=NetemConfig(enabled=netns, bandwidth_mbit=bandwidth_mbit, delay_ms=delay_ms, loss_pct=loss_pct),
             inject_failure=FailureInjection.parse(inject_failure) if inject_failure else None, seed=seed,
         )
+        cfg.data_path()  # a missing input is a user error before anything starts
         view = _ProgressView(cfg.workers * cfg.iterations, quiet or fmt != "table")
         try:
             with view:
                 result = run(cfg, on_progress=view.update, on_warning=view.warn)
         except PsTrainFailedError as exc:
-            err_console.print(f"[red]ps-train failed:[/red] {exc}")
-            err_console.print(f"process logs: {Path(out) / 'logs'}; what was logged before the failure: {Path(out)}")
+            err_console.print(f"[red]ps-train failed:[/red] {escape(str(exc))}", emoji=False)
+            err_console.print(escape(f"process logs: {Path(out) / 'logs'}; what was logged before the failure: "
+                                     f"{Path(out)}"), emoji=False)
             sys.exit(1)
         except NetworkEmulationError as exc:
-            err_console.print(f"[red]error:[/red] network emulation: {exc}")
+            err_console.print(f"[red]error:[/red] network emulation: {escape(str(exc))}", emoji=False)
             sys.exit(1)
         except KeyboardInterrupt:
             err_console.print("[yellow]interrupted[/yellow]: every worker and server process was stopped")
             sys.exit(130)
-        for w in result.summary["warnings"]:
-            if quiet or fmt != "table":
-                err_console.print(f"[yellow]warning:[/yellow] {w}")
         _print_result(result, fmt)

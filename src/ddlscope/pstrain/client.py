@@ -15,7 +15,7 @@ address, which would hide connection management). Three policies (``connections`
   ``max_connections`` is set).
 
 ``client_connect_start_ns``/``client_connect_end_ns`` bracket channel creation and
-``grpc.channel_ready_future`` (TCP + HTTP/2 handshake) and lie inside the RPC's ``client_queue``
+:func:`wait_until_ready` (TCP + HTTP/2 handshake) and lie inside the RPC's ``client_queue``
 stage (``client_issue_ns`` .. ``client_send_start_ns``), as does any wait for a pool slot.
 
 The client is driven by one thread (the worker's training loop) that issues calls with
@@ -34,6 +34,7 @@ from functools import partial
 
 import grpc
 import numpy as np
+from grpc._cython import cygrpc
 
 from ddlscope.pstrain import wire
 from ddlscope.pstrain.logs import RowBuffer
@@ -45,6 +46,33 @@ CLIENT_OPTIONS = (*GRPC_OPTIONS, ("grpc.use_local_subchannel_pool", 1))
 
 ID_STRIDE = 1_000_000_000
 """RPC and connection ids are ``worker_id * ID_STRIDE + sequence`` (unique within a run)."""
+
+
+def wait_until_ready(channel: grpc.Channel, timeout_s: float) -> bool:
+    """Connect ``channel`` now and wait until it is READY (True) or ``timeout_s`` passes (False).
+
+    Uses the calls with which gRPC's own ``channel_ready_future`` polls (``check_connectivity_state``
+    with try-to-connect, ``watch_connectivity_state``) on the calling thread: the public
+    ``channel_ready_future`` leaves a connectivity-polling thread behind that makes a later
+    ``channel.close()`` wait up to 200 ms (its poll period), which would bias per-RPC connections.
+    Falls back to ``channel_ready_future`` where the private ``channel._channel`` is absent.
+    """
+    deadline = time.monotonic() + timeout_s
+    core = getattr(channel, "_channel", None)
+    if core is None or not hasattr(core, "watch_connectivity_state"):
+        try:
+            grpc.channel_ready_future(channel).result(timeout=timeout_s)
+            return True
+        except grpc.FutureTimeoutError:
+            return False
+    state = core.check_connectivity_state(True)
+    while state != cygrpc.ConnectivityState.ready:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        core.watch_connectivity_state(state, time.time() + min(remaining, 1.0))
+        state = core.check_connectivity_state(True)
+    return True
 
 
 class RpcFailedError(RuntimeError):
@@ -145,12 +173,13 @@ class ConnectionPool:
         event = "reconnect" if (server_id in self._ever and not self.per_rpc) else "new"
         start = time.time_ns()
         channel = grpc.insecure_channel(self.addresses[server_id], options=CLIENT_OPTIONS)
-        try:
-            grpc.channel_ready_future(channel).result(timeout=self.connect_timeout_s)
-        except grpc.FutureTimeoutError:
+        if not wait_until_ready(channel, self.connect_timeout_s):
             channel.close()
-            raise RpcFailedError(f"connection to server {server_id} ({self.addresses[server_id]}) not ready after "
-                             f"{self.connect_timeout_s} s") from None
+            with self._cond:
+                self._count -= 1
+                self._cond.notify_all()
+            raise RpcFailedError(f"worker {self.worker_id}: connection to server {server_id} "
+                                 f"({self.addresses[server_id]}) not ready after {self.connect_timeout_s} s")
         end = time.time_ns()
         methods = tuple(channel.unary_unary(path, request_serializer=wire.encode, response_deserializer=wire.decode)
                         for path in wire.METHOD_PATHS)

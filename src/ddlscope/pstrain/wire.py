@@ -106,7 +106,7 @@ def encode(msg: Message) -> bytes:
         a = np.ascontiguousarray(arr, dtype=_DTYPES[code])
         parts.append(_ARRAY.pack(code, a.ndim))
         parts.append(struct.pack(f"<{a.ndim}q", *a.shape))
-        data = memoryview(a).cast("B")
+        data = memoryview(a.reshape(-1).view(np.uint8))
         parts.append(data)
         if pad := -len(data) % 8:
             parts.append(b"\0" * pad)
