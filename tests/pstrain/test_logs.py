@@ -20,7 +20,8 @@ def _server(rpc_id, t0=5000):
     return {"rpc_id": rpc_id, "srv_server_id": 1, "srv_worker_id": 0, "srv_op": "push_sparse", "server_thread": 2,
             "server_recv_start_ns": t0, "server_dispatch_ns": t0 + 5, "server_recv_end_ns": t0 + 10,
             "server_handler_start_ns": t0 + 12, "server_proc_start_ns": t0 + 15, "server_proc_end_ns": t0 + 30,
-            "server_send_end_ns": t0 + 40, "srv_request_bytes": 100, "srv_response_bytes": 36, "srv_status": "OK"}
+            "server_send_end_ns": t0 + 40, "server_call_end_ns": t0 + 50, "srv_request_bytes": 100,
+            "srv_response_bytes": 36, "srv_status": "OK"}
 
 
 def test_join_counts_what_it_leaves_out(tmp_path):

@@ -59,9 +59,15 @@ def test_every_rpc_once_with_ordered_timestamps(word_run):
     assert all(log.schema[c] == RPC_SCHEMA[c][0] for c in RPC_SCHEMA)
     assert log.select(pl.col(REQUIRED_COLUMNS).null_count()).sum_horizontal().item() == 0
     for side in (CLIENT_TIMESTAMPS, ("server_recv_start_ns", "server_dispatch_ns", "server_recv_end_ns",
-                                     "server_handler_start_ns", *SERVER_TIMESTAMPS[2:])):
+                                     "server_handler_start_ns", *SERVER_TIMESTAMPS[2:], "server_call_end_ns")):
         for a, b in itertools.pairwise(side):
             assert (log[a] <= log[b]).all(), f"{a} > {b}"
+    # on one host both clocks are the same: causality holds across sides, so no stage is negative
+    assert (log["client_send_end_ns"] <= log["server_recv_start_ns"]).all()
+    assert (log["server_send_end_ns"] <= log["client_recv_end_ns"]).all()
+    network = (pl.col("client_recv_end_ns") - pl.col("client_send_end_ns")) - (
+        pl.col("server_send_end_ns") - pl.col("server_recv_start_ns"))
+    assert log.select((network >= 0).all()).item()
     assert word_run.summary["timestamp_order_violations"] == {"client": 0, "server": 0}
 
 

@@ -3,9 +3,10 @@
 Each worker writes *client rows* and each server *server rows* of the RPCs it took part in, as
 Parquet part files under ``raw/``; the launcher joins them by ``rpc_id`` (the id travels in the
 gRPC metadata and in the payload header) into one table in the schema of
-:mod:`ddlscope.rpc.schema`, plus two ps-train extras (``server_dispatch_ns``,
-``server_handler_start_ns``; docs/pstrain.md, "Timestamps"). An RPC enters the log only when both
-sides recorded it and it succeeded; any other is counted by reason, never dropped silently.
+:mod:`ddlscope.rpc.schema`, plus three ps-train extras (``server_dispatch_ns``,
+``server_handler_start_ns``, ``server_call_end_ns``; docs/pstrain.md, "Timestamps"). An RPC
+enters the log only when both sides recorded it and it succeeded; any other is counted by reason,
+never dropped silently.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ SERVER_RAW: dict[str, pl.DataType] = {
     "server_thread": pl.Int64,
     "server_recv_start_ns": pl.Int64, "server_dispatch_ns": pl.Int64, "server_recv_end_ns": pl.Int64,
     "server_handler_start_ns": pl.Int64, "server_proc_start_ns": pl.Int64, "server_proc_end_ns": pl.Int64,
-    "server_send_end_ns": pl.Int64, "srv_request_bytes": pl.Int64, "srv_response_bytes": pl.Int64,
-    "srv_status": pl.String,
+    "server_send_end_ns": pl.Int64, "server_call_end_ns": pl.Int64, "srv_request_bytes": pl.Int64,
+    "srv_response_bytes": pl.Int64, "srv_status": pl.String,
 }
 """Columns of a server's raw rows (one per RPC it handled)."""
 
@@ -58,7 +59,7 @@ ITERATIONS: dict[str, pl.DataType] = {
 }
 """A worker's iterations: mean loss of the batch (nats/sample) and phase boundaries (worker clock)."""
 
-EXTRA_COLUMNS: tuple[str, ...] = ("server_dispatch_ns", "server_handler_start_ns")
+EXTRA_COLUMNS: tuple[str, ...] = ("server_dispatch_ns", "server_handler_start_ns", "server_call_end_ns")
 """ps-train columns beyond the schema, kept in the joined log."""
 
 LOG_FORMATS: tuple[str, ...] = ("parquet", "csv", "jsonl")
@@ -224,8 +225,8 @@ def timestamp_order_violations(log: pl.DataFrame) -> dict[str, int]:
     """Rows whose timestamps are out of order, per side.
 
     Client: ``issue <= [connect_start <= connect_end <=] send_start <= send_end <= recv_end <= done``;
-    server: ``recv_start <= dispatch <= recv_end <= handler_start <= proc_start <= proc_end <= send_end``
-    (the bracketed/extra ones where present). Returns ``{"client": n, "server": n}``.
+    server: ``recv_start <= dispatch <= recv_end <= handler_start <= proc_start <= proc_end <= send_end
+    <= call_end`` (the bracketed/extra ones where present). Returns ``{"client": n, "server": n}``.
     """
     def chain(cols: list[str]) -> pl.Expr:
         present = [c for c in cols if c in log.columns]
@@ -236,7 +237,7 @@ def timestamp_order_violations(log: pl.DataFrame) -> dict[str, int]:
 
     client = ["client_issue_ns", "client_connect_start_ns", "client_connect_end_ns", *CLIENT_TIMESTAMPS[1:]]
     server = ["server_recv_start_ns", "server_dispatch_ns", "server_recv_end_ns", "server_handler_start_ns",
-              *SERVER_TIMESTAMPS[2:]]
+              *SERVER_TIMESTAMPS[2:], "server_call_end_ns"]
     out = log.select(chain(client).alias("client"), chain(server).alias("server"),
                      chain(list(CLIENT_TIMESTAMPS)).alias("_c"), chain(list(SERVER_TIMESTAMPS)).alias("_s"))
     row = out.row(0, named=True)

@@ -15,11 +15,19 @@ Structure:
 * per RPC a CLIENT span (child of the iteration span, ``client_issue_ns`` .. ``client_done_ns``)
   and a SERVER span (child of the client span, ``server_recv_start_ns`` .. ``server_send_end_ns``),
   named ``ddlscope.ps.ParameterServer/PullSparse`` etc., with the RPC semantic-convention
-  attributes (``rpc.system`` = grpc, ``rpc.service``, ``rpc.method``) and the OpenTelemetry RPC
-  ``message`` events (``rpc.message.type`` SENT/RECEIVED, ``rpc.message.uncompressed_size``) at
-  ``client_send_end``/``client_recv_end`` and ``server_recv_end``/``server_send_end``;
-* every column of the RPC log is also an attribute ``ddlscope.<column>`` of the span of its side
-  (shared columns on both), so the log can be rebuilt from the spans without loss.
+  attributes ``rpc.system`` = grpc, ``rpc.service``, ``rpc.method``;
+* the inner timestamps as span events: client ``ddlscope.send_start``, ``ddlscope.send_end``,
+  ``ddlscope.recv_end``; server ``ddlscope.recv_end``, ``ddlscope.proc_start``,
+  ``ddlscope.proc_end`` (the names ``ddlscope rpc`` reads), plus the RPC ``message`` events of
+  the OpenTelemetry gRPC instrumentations (``message.type`` SENT/RECEIVED, ``message.id``,
+  ``message.uncompressed_size``) at send end / receive end on each side;
+* the other log columns as attributes ``ddlscope.<column>``: on both spans ``rpc_id``,
+  ``worker_id``, ``server_id``, ``connection_id``, ``iteration``, ``op``, ``request_bytes``,
+  ``response_bytes``, ``num_keys``, ``table_id``; on the client span ``connection_event``,
+  ``client_connect_start_ns``, ``client_connect_end_ns``, ``client_host``, ``server_host``; on
+  the server span ``server_thread``, ``server_dispatch_ns``, ``server_handler_start_ns``,
+  ``server_call_end_ns`` - so the
+  log can be rebuilt from the spans without loss (``keys`` excepted).
 
 Ids: trace = ``run id (16 hex) + worker (8 hex) + iteration (8 hex)``; client span = ``2 * rpc_id
 + 1``, server span = ``2 * rpc_id + 2``, iteration span = ``2^62 + worker * 2^32 + iteration``
@@ -36,16 +44,19 @@ from typing import Any
 import polars as pl
 
 from ddlscope.pstrain import wire
-from ddlscope.rpc.schema import CLIENT_TIMESTAMPS, OPS, SERVER_TIMESTAMPS
+from ddlscope.rpc.schema import OPS
 
 KIND_INTERNAL, KIND_SERVER, KIND_CLIENT = 1, 2, 3
 SCOPE = {"name": "ddlscope.pstrain", "version": "1"}
 
 _SHARED = ("rpc_id", "worker_id", "server_id", "connection_id", "iteration", "op", "request_bytes", "response_bytes",
            "num_keys", "table_id")
-_CLIENT_ONLY = (*CLIENT_TIMESTAMPS, "connection_event", "client_connect_start_ns", "client_connect_end_ns",
-                "client_host", "server_host")
-_SERVER_ONLY = (*SERVER_TIMESTAMPS, "server_thread", "server_dispatch_ns", "server_handler_start_ns")
+_CLIENT_ATTRS = ("connection_event", "client_connect_start_ns", "client_connect_end_ns", "client_host", "server_host")
+_SERVER_ATTRS = ("server_thread", "server_dispatch_ns", "server_handler_start_ns", "server_call_end_ns")
+_CLIENT_EVENTS = (("ddlscope.send_start", "client_send_start_ns"), ("ddlscope.send_end", "client_send_end_ns"),
+                  ("ddlscope.recv_end", "client_recv_end_ns"))
+_SERVER_EVENTS = (("ddlscope.recv_end", "server_recv_end_ns"), ("ddlscope.proc_start", "server_proc_start_ns"),
+                  ("ddlscope.proc_end", "server_proc_end_ns"))
 
 
 def _value(v: Any) -> dict[str, Any]:
@@ -68,8 +79,11 @@ def _hex16(n: int) -> str:
 
 def _message_event(t_ns: int, kind: str, size: int) -> dict[str, Any]:
     return {"timeUnixNano": str(t_ns), "name": "message",
-            "attributes": _attrs({"rpc.message.type": kind, "rpc.message.id": 1,
-                                  "rpc.message.uncompressed_size": size})}
+            "attributes": _attrs({"message.type": kind, "message.id": 1, "message.uncompressed_size": size})}
+
+
+def _events(row: dict[str, Any], names: tuple[tuple[str, str], ...]) -> list[dict[str, Any]]:
+    return [{"timeUnixNano": str(row[col]), "name": name} for name, col in names]
 
 
 def otlp_traces(log: pl.DataFrame, iterations: pl.DataFrame, run_id: str | None = None) -> dict[str, Any]:
@@ -122,8 +136,9 @@ def otlp_traces(log: pl.DataFrame, iterations: pl.DataFrame, run_id: str | None 
             "startTimeUnixNano": str(r["client_issue_ns"]), "endTimeUnixNano": str(r["client_done_ns"]),
             "attributes": _attrs({**common, "server.address": r.get("server_host"), **shared,
                                   **{f"ddlscope.{c}": (None if r[c] is None else str(r[c]) if c == "connection_event"
-                                                       else r[c]) for c in _CLIENT_ONLY if c in cols}}),
-            "events": [_message_event(r["client_send_end_ns"], "SENT", r["request_bytes"]),
+                                                       else r[c]) for c in _CLIENT_ATTRS if c in cols}}),
+            "events": [*_events(r, _CLIENT_EVENTS),
+                       _message_event(r["client_send_end_ns"], "SENT", r["request_bytes"]),
                        _message_event(r["client_recv_end_ns"], "RECEIVED", r["response_bytes"])],
             "status": {"code": 1},
         }
@@ -132,8 +147,9 @@ def otlp_traces(log: pl.DataFrame, iterations: pl.DataFrame, run_id: str | None 
             "name": f"{wire.SERVICE}/{method}", "kind": KIND_SERVER,
             "startTimeUnixNano": str(r["server_recv_start_ns"]), "endTimeUnixNano": str(r["server_send_end_ns"]),
             "attributes": _attrs({**common, **shared,
-                                  **{f"ddlscope.{c}": r[c] for c in _SERVER_ONLY if c in cols}}),
-            "events": [_message_event(r["server_recv_end_ns"], "RECEIVED", r["request_bytes"]),
+                                  **{f"ddlscope.{c}": r[c] for c in _SERVER_ATTRS if c in cols}}),
+            "events": [*_events(r, _SERVER_EVENTS),
+                       _message_event(r["server_recv_end_ns"], "RECEIVED", r["request_bytes"]),
                        _message_event(r["server_send_end_ns"], "SENT", r["response_bytes"])],
             "status": {"code": 1},
         }

@@ -1,11 +1,13 @@
 """A parameter-server shard: gRPC service, optimizer updates, and its half of the RPC log.
 
 The server is a ``grpc.server`` with one *generic* handler (no generated stubs): gRPC calls the
-handler's ``service()`` on its polling thread when a call's headers arrive, which is where
+handler's ``service()`` on its polling thread when a new call (its headers) arrives, which is where
 ``server_recv_start_ns`` is taken; the request deserializer (the same thread, once the whole
-message is in) gives ``server_recv_end_ns``; the method runs on a pool thread; the RPC-termination
-callback (``context.add_callback``, run once gRPC core reports the response and status sent) gives
-``server_send_end_ns``. docs/pstrain.md, "Timestamps", lists every timestamp.
+message is in) gives ``server_recv_end_ns``; the method runs on a pool thread
+(``server_proc_start_ns``/``server_proc_end_ns`` around the read or update); the response
+serializer's exit (the response handed to gRPC core) gives ``server_send_end_ns``; the
+RPC-termination callback (``context.add_callback``, run once gRPC core reports response and status
+written) gives the extra ``server_call_end_ns``. docs/pstrain.md, "Timestamps", lists every one.
 
 Updates (vectorised NumPy on the rows of a request):
 
@@ -292,7 +294,8 @@ class ParameterServer:
         return response
 
     def _finish(self, row: dict, response: wire.Message) -> None:
-        row["server_send_end_ns"] = time.time_ns()
+        row["server_call_end_ns"] = time.time_ns()
+        row["server_send_end_ns"] = response.codec_end_ns or None  # response serializer exit
         row["srv_response_bytes"] = response.nbytes
         row["srv_status"] = "OK" if response.nbytes else "not_sent"
         self.rows.append(row)
