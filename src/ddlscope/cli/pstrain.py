@@ -93,7 +93,7 @@ def register(app: typer.Typer) -> None:
         workers: Annotated[int, typer.Option("--workers", "-w", help="worker processes")] = 2,
         servers: Annotated[int, typer.Option("--servers", "-s", help="parameter-server processes (shards)")] = 2,
         mode: Annotated[str, typer.Option("--mode", help="sync (version check at servers) or async")] = "sync",
-        iterations: Annotated[int, typer.Option("--iterations", "-n", help="iterations per worker")] = 400,
+        iterations: Annotated[int, typer.Option("--iterations", "-n", help="iterations per worker")] = 1000,
         batch_size: Annotated[int | None, typer.Option("--batch-size", "-b", help="samples per worker "
                                                        "per iteration (default word 256, ctr 32)")] = None,
         optimizer: Annotated[str, typer.Option("--optimizer", help="adagrad or sgd (applied at servers)")] = "adagrad",
@@ -124,8 +124,9 @@ def register(app: typer.Typer) -> None:
                                                        "(implies --netns)")] = None,
         loss_pct: Annotated[float | None, typer.Option("--loss-pct", help="emulated packet loss, percent "
                                                        "(implies --netns)")] = None,
-        inject_failure: Annotated[str | None, typer.Option("--inject-failure", help="SIGKILL one process: "
-                                                           "worker:ID:ITERATION or server:ID:RPCS")] = None,
+        inject_failure: Annotated[str | None, typer.Option("--inject-failure", help="SIGKILL one process to test "
+                                                           "failure handling: worker:1:5 (worker 1 at iteration "
+                                                           "5) or server:0:100 (server 0 at its 100th RPC)")] = None,
         seed: Annotated[int, typer.Option("--seed", help="seed of initial values and data order")] = 0,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
         fmt: FormatOpt = "table",

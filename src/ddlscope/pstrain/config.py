@@ -103,7 +103,7 @@ class RunConfig(BaseModel):
     workers: int = Field(default=2, ge=1, le=200)
     servers: int = Field(default=2, ge=1, le=200)
     mode: Literal["sync", "async"] = "sync"
-    iterations: int = Field(default=400, ge=1)
+    iterations: int = Field(default=1000, ge=1)
     batch_size: int | None = Field(default=None, ge=1)
     optimizer: Literal["adagrad", "sgd"] = "adagrad"
     lr: float | None = Field(default=None, gt=0)

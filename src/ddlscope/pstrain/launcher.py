@@ -58,7 +58,7 @@ class Progress:
     """A run's progress, passed to the ``on_progress`` callback of :func:`run`.
 
     Attributes:
-        phase: ``starting``, ``training``, ``stopping``, ``joining`` or ``done``.
+        phase: ``preparing data``, ``starting``, ``training``, ``stopping``, ``joining`` or ``done``.
         iterations_done, iterations_total: summed over workers.
         loss: mean over workers of their latest batch loss (None before the first).
         rpcs: RPCs completed by all workers; elapsed_s: seconds since training started.
@@ -300,6 +300,8 @@ def run(cfg: RunConfig, on_progress: Callable[[Progress], None] | None = None,
             old.unlink()
     raw.mkdir(parents=True)
     logs_dir.mkdir(parents=True)
+    if on_progress:
+        on_progress(Progress("preparing data", 0, cfg.workers * cfg.iterations, None, 0, 0.0))
     spec, npz, vocab, data_info = prepare_data(cfg, raw)
 
     net: netem.EmulatedNetwork | None = None
