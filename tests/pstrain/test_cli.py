@@ -32,6 +32,11 @@ def test_bad_options_are_user_errors(tmp_path):
     result = runner.invoke(app, ["ps-train", "--data", str(tmp_path / "none.txt"), "-o", str(tmp_path)])
     assert result.exit_code == 2 and _text(result).startswith("error: --data ")
     assert "none.txt: no such file" in result.output.replace("\n", "")
+    # a folder with files of its own is never overwritten
+    (tmp_path / "mine.txt").write_text("keep")
+    result = runner.invoke(app, ["ps-train", "-o", str(tmp_path)])
+    assert result.exit_code == 2 and "not written by ps-train" in _text(result)
+    assert (tmp_path / "mine.txt").read_text() == "keep"
 
 
 def test_ctr_run_with_csv_log_and_a_pool_of_one(tmp_path, shared_data):

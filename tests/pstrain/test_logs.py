@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
-from ddlscope.pstrain.logs import CLIENT_RAW, SERVER_RAW, join_rpc_rows, timestamp_order_violations, write_table
+from ddlscope.pstrain.logs import (
+    CLIENT_RAW,
+    SERVER_RAW,
+    UpdateCounter,
+    join_rpc_rows,
+    read_key_updates,
+    timestamp_order_violations,
+    write_table,
+)
 from ddlscope.rpc.schema import REQUIRED_COLUMNS, RPC_SCHEMA
 
 
@@ -52,3 +61,17 @@ def test_order_violations_are_counted_per_side():
     servers[0]["server_proc_start_ns"] = servers[0]["server_handler_start_ns"] - 1
     log, _ = join_rpc_rows(pl.DataFrame(rows, schema=CLIENT_RAW), pl.DataFrame(servers, schema=SERVER_RAW))
     assert timestamp_order_violations(log) == {"client": 2, "server": 1}
+
+
+def test_update_counts_add_up_across_part_files(tmp_path):
+    counter = UpdateCounter(tmp_path / "updates-0")
+    counter.add(0, 1, np.array([5, 7]))
+    counter.add(0, 1, np.array([7]))
+    counter.flush()
+    counter.add(0, 1, np.array([7, 9]))  # iteration 0 continues in the next part file
+    counter.add(1, 0, np.array([5]))
+    counter.flush()
+    assert counter.flush() is None  # nothing new
+    updates = read_key_updates(tmp_path)
+    # key 7 of table 1 in iteration 0: once in each of three pushes
+    assert updates.rows() == [(0, 1, 5, 1), (0, 1, 7, 3), (0, 1, 9, 1), (1, 0, 5, 1)]

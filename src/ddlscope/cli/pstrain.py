@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ddlscope.cli.common import FormatOpt, err_console, user_errors
 from ddlscope.pstrain.config import FailureInjection, NetemConfig, RunConfig
 from ddlscope.pstrain.launcher import Progress as RunProgress
-from ddlscope.pstrain.launcher import PsTrainFailedError, RunResult, run
+from ddlscope.pstrain.launcher import PsTrainFailedError, RunResult, claim_output_folder, run
 from ddlscope.pstrain.netem import NetworkEmulationError
 from ddlscope.pstrain.summary import per_op_summary
 from ddlscope.report.console import emit
@@ -148,7 +148,8 @@ def register(app: typer.Typer) -> None:
             netem=NetemConfig(enabled=netns, bandwidth_mbit=bandwidth_mbit, delay_ms=delay_ms, loss_pct=loss_pct),
             inject_failure=FailureInjection.parse(inject_failure) if inject_failure else None, seed=seed,
         )
-        cfg.data_path()  # a missing input is a user error before anything starts
+        cfg.data_path()  # a missing input or a foreign output folder is a user error before anything starts
+        claim_output_folder(cfg.out)
         view = _ProgressView(cfg.workers * cfg.iterations, quiet or fmt != "table")
         try:
             with view:

@@ -266,6 +266,25 @@ def _close_pipes(procs: list[_Proc]) -> None:
 
 
 # -- the run ------------------------------------------------------------------------------------
+MARKER = ".ddlscope-ps-train"
+"""File that marks a folder as a ps-train output folder (earlier outputs in it may be replaced)."""
+
+
+def claim_output_folder(out: Path) -> None:
+    """Make ``out`` ours: a new or empty folder, or one an earlier run wrote (it has :data:`MARKER`).
+
+    Raises:
+        ValueError: ``out`` is a file, or a non-empty folder that no ps-train run wrote.
+    """
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: is a file; expected a folder")
+    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).exists():
+        raise ValueError(f"--out {out}: the folder is not empty and was not written by ps-train; "
+                         "choose a new or empty folder (earlier outputs in a ps-train folder are replaced)")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).write_text("written by ddlscope ps-train; its outputs here are replaced by the next run\n")
+
+
 def run(cfg: RunConfig, on_progress: Callable[[Progress], None] | None = None,
         on_warning: Callable[[str], None] | None = None) -> RunResult:
     """Run the training described by ``cfg`` and write its logs to ``cfg.out``.
@@ -291,6 +310,7 @@ def run(cfg: RunConfig, on_progress: Callable[[Progress], None] | None = None,
             on_warning(text)
 
     out = Path(cfg.out)
+    claim_output_folder(out)
     raw, logs_dir = out / "raw", out / "logs"
     for d in (raw, logs_dir):
         if d.exists():
@@ -356,9 +376,9 @@ def run(cfg: RunConfig, on_progress: Callable[[Progress], None] | None = None,
         last_report = 0.0
         startup_deadline = time.monotonic() + cfg.startup_timeout_s
 
-        def progress(now: float) -> Progress:
+        def progress() -> Progress:
             losses = [p.loss for p in workers if p.loss is not None]
-            elapsed = (t_train_end or now) - t_train_start if t_train_start else 0.0
+            elapsed = (t_train_end or time.time()) - t_train_start if t_train_start else 0.0
             return Progress(phase, sum(p.iterations for p in workers), total_iterations,
                             float(np.mean(losses)) if losses else None, sum(p.rpcs for p in workers), elapsed)
 
@@ -428,14 +448,14 @@ def run(cfg: RunConfig, on_progress: Callable[[Progress], None] | None = None,
                     break
             if on_progress and now - last_report >= 0.1:
                 last_report = now
-                on_progress(progress(now))
+                on_progress(progress())
         if failures:
             stopped = _stop_all(procs)
         if t_train_start and t_train_end is None:
             t_train_end = time.time()
         if on_progress:
             phase = "joining"
-            on_progress(progress(time.monotonic()))
+            on_progress(progress())
     finally:
         # whatever happened (also Ctrl-C): no process and no namespace outlives the run
         leftover = _stop_all(procs)
@@ -493,7 +513,9 @@ def write_outputs(cfg: RunConfig, raw: Path, vocab: pl.DataFrame, summary: dict[
     """Join the part files under ``raw`` and write the run's outputs next to it.
 
     Writes ``rpcs``, ``key_updates``, ``iterations``, ``vocabulary`` (in ``cfg.log_format``),
-    ``spans.otlp.json`` (``cfg.otlp``), and completes ``summary`` with the log's size and rates.
+    ``spans.otlp.json`` (``cfg.otlp``), and completes ``summary`` with the log's size and rates
+    (``train_wall_s``: first iteration start to last iteration end over all workers;
+    ``rpcs_per_s`` = logged RPCs / ``train_wall_s``).
     ``raw`` is removed after a successful run unless ``cfg.keep_raw``.
     """
     from ddlscope.pstrain.otlp import write_otlp_json
@@ -514,6 +536,9 @@ def write_outputs(cfg: RunConfig, raw: Path, vocab: pl.DataFrame, summary: dict[
         files["spans"] = write_otlp_json(out / "spans.otlp.json", log, iterations)
     files["run"] = out / "run.json"
     files["logs"] = out / "logs"
+    if iterations.height:
+        # first iteration start to last iteration end (worker clocks; one machine, one clock)
+        summary["train_wall_s"] = (iterations["iteration_end_ns"].max() - iterations["iteration_start_ns"].min()) / 1e9
     wall = summary.get("train_wall_s") or 0.0
     by_op = log.group_by("op").agg(pl.len().alias("rpcs")).sort("op")
     loss_by_it = iterations.group_by("iteration").agg(pl.col("loss").mean()).sort("iteration")

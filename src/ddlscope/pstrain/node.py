@@ -81,16 +81,24 @@ def _watch_stdin() -> None:
 
 
 def run_server(spec: dict, control: Control) -> int:
-    """Serve until ``stop`` or end of input; write the logs; 0 on success."""
+    """Serve until ``stop`` or end of input, writing part files as rows pile up; 0 on success."""
     from ddlscope.pstrain.server import start_server
 
     cfg = spec["config"]
     ps, server, port = start_server(cfg, spec["bind"])
     control.send("ready", port=port, pid=os.getpid())
-    try:
+    stop = threading.Event()
+
+    def read_stdin() -> None:
         while (line := _read_line()) is not None and line != "stop":
+            pass
+        stop.set()
+
+    threading.Thread(target=read_stdin, name="stdin", daemon=True).start()
+    try:
+        while not stop.wait(timeout=1.0):
             if len(ps.rows) >= cfg.flush_rows:
-                ps.rows.flush()
+                ps.flush()
     except BaseException:
         ps.flush()
         raise
