@@ -73,9 +73,20 @@ def test_sync_mean_over_workers_and_version_check(tmp_path):
     assert ps.version == 1 and not reader.is_alive()
     # SGD with the mean gradient ((1, 2) + (3, 0)) / 2 = (2, 1): w = w0 - 0.5 * (2, 1)
     np.testing.assert_allclose(pulled[0], w0[4] - 0.5 * np.array([2.0, 1.0]), rtol=1e-6)
-    # a push for an iteration other than the server's is refused
-    with pytest.raises(_AbortError, match="iteration 5"):
-        ps.process(wire.PUSH_SPARSE, _msg(wire.PUSH_SPARSE, 0, 5, key, g[0]))
+    # a push of a past iteration is refused
+    with pytest.raises(_AbortError, match="sync push of iteration 0 from worker 0 while the server is at iteration 1"):
+        ps.process(wire.PUSH_SPARSE, _msg(wire.PUSH_SPARSE, 0, 0, key, g[0]))
+    # a push of a future iteration waits until the shard gets there
+    early = threading.Thread(target=ps.process, args=(wire.PUSH_SPARSE, _msg(wire.PUSH_SPARSE, 0, 2, key, g[0])))
+    early.start()
+    early.join(timeout=0.3)
+    assert early.is_alive() and ps.version == 1
+    for w in (0, 1):
+        for t in (0, 1):
+            ps.process(wire.PUSH_SPARSE, _msg(wire.PUSH_SPARSE, t, 1, key[:0], g[0][:0], worker=w))
+        ps.process(wire.PUSH_DENSE, _msg(wire.PUSH_DENSE, -1, 1, dense_ids, *zeros, worker=w))
+    early.join(timeout=5)
+    assert not early.is_alive() and ps.version == 2
 
 
 def test_requests_for_other_shards_are_refused(tmp_path):

@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -266,6 +267,20 @@ def _close_pipes(procs: list[_Proc]) -> None:
 
 
 # -- the run ------------------------------------------------------------------------------------
+def _sigterm_as_interrupt() -> Callable[[], None]:
+    """While a run is on, SIGTERM to the launcher raises KeyboardInterrupt (so the run's cleanup
+    stops every process and removes the namespaces); returns the function that restores the old
+    handler. Only the main thread can set signal handlers; elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
 MARKER = ".ddlscope-ps-train"
 """File that marks a folder as a ps-train output folder (earlier outputs in it may be replaced)."""
 
@@ -303,6 +318,7 @@ def run(cfg: RunConfig, on_progress: Callable[[Progress], None] | None = None,
     """
     t_launch = time.time()
     warnings: list[str] = []
+    restore_sigterm = _sigterm_as_interrupt()
 
     def warn(text: str) -> None:
         warnings.append(text)
@@ -464,6 +480,7 @@ def run(cfg: RunConfig, on_progress: Callable[[Progress], None] | None = None,
         sel.close()
         if net is not None:
             net.close()
+        restore_sigterm()
     summary = {
         "status": "failed" if failures else "ok",
         "failures": failures,

@@ -22,8 +22,8 @@ Modes:
 * ``sync``: pushes of iteration ``t`` are accumulated; when all ``N`` workers have sent theirs
   (``N x (tables + [1 if the shard holds dense tensors])`` pushes; workers send a push to every
   shard every iteration, possibly with zero keys), the mean over workers is applied once and the
-  shard's version becomes ``t + 1``. A pull of iteration ``t`` waits at the server until the
-  version is at least ``t`` (the version check), which makes every worker read the same weights.
+  shard's version becomes ``t + 1``. A pull (or push) of iteration ``t`` waits at the server until
+  the version is at least ``t`` (the version check), which makes every worker read the same weights.
 """
 
 from __future__ import annotations
@@ -201,8 +201,8 @@ class ParameterServer:
             rows = self._check_keys(req.table_id, keys)
             if grads.shape != (len(keys), self.tables[req.table_id].shape[1]):
                 raise _AbortError(grpc.StatusCode.INVALID_ARGUMENT,
-                               f"push_sparse gradients of shape {grads.shape}: expected ({len(keys)}, "
-                               f"{self.tables[req.table_id].shape[1]})")
+                                  f"push_sparse gradients of shape {grads.shape}: expected ({len(keys)}, "
+                                  f"{self.tables[req.table_id].shape[1]})")
             if sync:
                 return self._sync_push(req, lambda: self._pending_sparse[req.table_id].append((rows, grads)))
             with self.table_locks[req.table_id]:
@@ -225,11 +225,17 @@ class ParameterServer:
 
     def _sync_push(self, req: wire.Message, stash) -> tuple[tuple, int, int]:
         with self.cond:
+            # a worker that had nothing to pull from this shard may push iteration t before the shard
+            # has applied t - 1: the push waits, like a pull would have
+            while self.version < req.iteration and not self.stopping:
+                self.cond.wait(timeout=1.0)
+            if self.stopping:
+                raise _AbortError(grpc.StatusCode.UNAVAILABLE, "server stopping")
             t0 = time.time_ns()
             if req.iteration != self.version:
                 raise _AbortError(grpc.StatusCode.FAILED_PRECONDITION,
-                               f"sync push of iteration {req.iteration} from worker {req.worker_id} while the "
-                               f"server is at iteration {self.version}")
+                                  f"sync push of iteration {req.iteration} from worker {req.worker_id} while the "
+                                  f"server is at iteration {self.version}")
             stash()
             if req.op == wire.PUSH_SPARSE:
                 self.updates.add(req.iteration, req.table_id, req.arrays[0])
