@@ -11,6 +11,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
 from ddlscope.specs.architecture import ARCHITECTURES, Architecture
 from ddlscope.specs.catalog import Catalog, CatalogError, load_catalog, load_system
@@ -39,9 +40,9 @@ def user_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except ValidationError as exc:
-            err_console.print(f"[red]error:[/red] {describe_validation(exc, exc.title)}")
+            err_console.print(f"[red]error:[/red] {escape(describe_validation(exc, exc.title))}", emoji=False)
         except (ValueError, CatalogError, FileNotFoundError, OSError) as exc:
-            err_console.print(f"[red]error:[/red] {exc}")
+            err_console.print(f"[red]error:[/red] {escape(str(exc))}", emoji=False)
         sys.exit(2)
 
     return wrapper  # type: ignore[return-value]

@@ -1,0 +1,168 @@
+"""``ddlscope ps-train``: a real, instrumented parameter-server training that writes RPC logs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ddlscope.cli.common import FormatOpt, err_console, user_errors
+from ddlscope.pstrain.config import FailureInjection, NetemConfig, RunConfig
+from ddlscope.pstrain.launcher import Progress as RunProgress
+from ddlscope.pstrain.launcher import PsTrainFailedError, RunResult, claim_output_folder, run
+from ddlscope.pstrain.netem import NetworkEmulationError
+from ddlscope.pstrain.summary import per_op_summary
+from ddlscope.report.console import emit
+
+
+class _ProgressView:
+    """A rich progress bar on stderr: iterations (all workers), loss, RPCs/s."""
+
+    def __init__(self, total: int, quiet: bool):
+        self.console = Console(stderr=True)
+        self.bar = None
+        if not quiet:
+            self.bar = Progress(
+                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("iterations  loss {task.fields[loss]}  {task.fields[rate]} RPCs/s  "
+                           "{task.fields[rpcs]} RPCs"),
+                TimeElapsedColumn(), console=self.console, transient=False,
+            )
+            self.task = self.bar.add_task("starting", total=total, loss="-", rate="-", rpcs=0)
+
+    def __enter__(self) -> _ProgressView:
+        if self.bar:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bar:
+            self.bar.stop()
+
+    def update(self, p: RunProgress) -> None:
+        if self.bar:
+            self.bar.update(self.task, completed=p.iterations_done, description=p.phase,
+                            loss="-" if p.loss is None else f"{p.loss:.4f}",
+                            rate=f"{p.rpcs_per_s:,.0f}" if p.elapsed_s else "-", rpcs=f"{p.rpcs:,}")
+
+    def warn(self, text: str) -> None:
+        self.console.print(f"[yellow]warning:[/yellow] {escape(text)}", emoji=False)
+
+
+def _print_result(result: RunResult, fmt: str) -> None:
+    s = result.summary
+    table = per_op_summary(result.log)
+    extra = {
+        "workers x servers": f"{s['config']['workers']} x {s['config']['servers']} ({s['config']['mode']}, "
+                             f"{s['config']['connections']} connections"
+                             + (f", at most {s['config']['max_connections']}" if s['config']['max_connections'] else "")
+                             + ")",
+        "model": f"{s['model']['kind']} on {s['data']['path']}",
+        "iterations per worker": s["config"]["iterations"],
+        "rpcs logged": s["rpcs"],
+        "train wall time (s)": s["train_wall_s"],
+        "rpcs_per_s": s["rpcs_per_s"],
+        "loss (first -> last iterations)": f"{s['loss_first']:.4f} -> {s['loss_last']:.4f}"
+        if s["loss_first"] is not None else "-",
+        "network emulation": s["netem"].get("applied") or s["netem"].get("skipped") or "off",
+        "output": str(result.out),
+    }
+    if s["rpcs_excluded"]:
+        extra["rpcs not logged (by reason)"] = s["rpcs_excluded"]
+    if fmt == "json":
+        emit(table, "json", extra={"summary": s})
+    else:
+        emit(table, fmt, title="ps-train: RPCs per operation (client-observed latency)", extra=extra)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``ps-train`` to ``app``."""
+
+    @app.command("ps-train")
+    @user_errors
+    def ps_train(
+        model: Annotated[str, typer.Option("--model", "-m", help="word (text, default) or ctr "
+                                           "(Criteo/Avazu)")] = "word",
+        data: Annotated[Path | None, typer.Option("--data", help="input file (default: bundled tinyshakespeare "
+                                                  "text, or the Criteo sample for --model ctr)")] = None,
+        workers: Annotated[int, typer.Option("--workers", "-w", help="worker processes")] = 2,
+        servers: Annotated[int, typer.Option("--servers", "-s", help="parameter-server processes (shards)")] = 2,
+        mode: Annotated[str, typer.Option("--mode", help="sync (version check at servers) or async")] = "sync",
+        iterations: Annotated[int, typer.Option("--iterations", "-n", help="iterations per worker")] = 1000,
+        batch_size: Annotated[int | None, typer.Option("--batch-size", "-b", help="samples per worker "
+                                                       "per iteration (default word 256, ctr 32)")] = None,
+        optimizer: Annotated[str, typer.Option("--optimizer", help="adagrad or sgd (applied at servers)")] = "adagrad",
+        lr: Annotated[float | None, typer.Option("--lr", help="learning rate (default adagrad 0.2)")] = None,
+        dim: Annotated[int | None, typer.Option("--dim", help="embedding dimension (default word 32, "
+                                                "ctr 8)")] = None,
+        hidden: Annotated[int, typer.Option("--hidden", help="MLP hidden width")] = 64,
+        window: Annotated[int, typer.Option("--window", help="context words (word model)")] = 4,
+        negatives: Annotated[int, typer.Option("--negatives", help="negative samples (word model)")] = 5,
+        rows: Annotated[int, typer.Option("--rows", help="hash buckets of the CTR embedding table")] = 1 << 16,
+        connections: Annotated[str, typer.Option("--connections", help="persistent (default) or "
+                                                 "per-rpc")] = "persistent",
+        max_connections: Annotated[int | None, typer.Option("--max-connections", help="connection pool limit per "
+                                                            "worker (LRU eviction)")] = None,
+        server_threads: Annotated[int | None, typer.Option("--server-threads", help="gRPC handler threads per "
+                                                           "server (default: enough for all in-flight RPCs)")] = None,
+        out: Annotated[Path, typer.Option("--out", "-o", help="output folder")] = Path("ddlscope-ps-train"),
+        log_format: Annotated[str, typer.Option("--log-format", help="parquet, csv or jsonl")] = "parquet",
+        otlp: Annotated[bool, typer.Option("--otlp", help="also write OpenTelemetry spans (OTLP JSON)")] = False,
+        log_keys: Annotated[bool, typer.Option("--log-keys/--no-log-keys", help="keep each sparse RPC's keys "
+                                               "in the log")] = True,
+        keep_raw: Annotated[bool, typer.Option("--keep-raw", help="keep the per-process part files")] = False,
+        netns: Annotated[bool, typer.Option("--netns", help="each process on its own emulated host "
+                                            "(network namespaces; root)")] = False,
+        bandwidth_mbit: Annotated[float | None, typer.Option("--bandwidth-mbit", help="emulated link rate per "
+                                                             "host and direction, Mbit/s (implies --netns)")] = None,
+        delay_ms: Annotated[float | None, typer.Option("--delay-ms", help="emulated one-way delay, ms "
+                                                       "(implies --netns)")] = None,
+        loss_pct: Annotated[float | None, typer.Option("--loss-pct", help="emulated packet loss, percent "
+                                                       "(implies --netns)")] = None,
+        inject_failure: Annotated[str | None, typer.Option("--inject-failure", help="SIGKILL one process to test "
+                                                           "failure handling: worker:1:5 (worker 1 at iteration "
+                                                           "5) or server:0:100 (server 0 at its 100th RPC)")] = None,
+        seed: Annotated[int, typer.Option("--seed", help="seed of initial values and data order")] = 0,
+        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
+        fmt: FormatOpt = "table",
+    ) -> None:
+        """Run a real parameter-server training on this machine and log every RPC on both sides.
+
+        N worker and M server processes train a sparse model (embedding tables + an MLP) over
+        gRPC: workers pull the rows their batch touches and the dense weights, compute (PyTorch,
+        CPU), and push gradients; servers apply Adagrad/SGD. Writes to --out: rpcs.parquet (the
+        RPC log in the `ddlscope rpc` schema), key_updates.parquet, iterations.parquet,
+        vocabulary.parquet, run.json, logs/, and with --otlp spans.otlp.json.
+        """
+        cfg = RunConfig(
+            model=model, data=data, workers=workers, servers=servers, mode=mode, iterations=iterations,
+            batch_size=batch_size, optimizer=optimizer, lr=lr, dim=dim, hidden=hidden, window=window,
+            negatives=negatives, rows=rows, connections=connections, max_connections=max_connections,
+            server_threads=server_threads, out=out, log_format=log_format, otlp=otlp, log_keys=log_keys,
+            keep_raw=keep_raw,
+            netem=NetemConfig(enabled=netns, bandwidth_mbit=bandwidth_mbit, delay_ms=delay_ms, loss_pct=loss_pct),
+            inject_failure=FailureInjection.parse(inject_failure) if inject_failure else None, seed=seed,
+        )
+        cfg.data_path()  # a missing input or a foreign output folder is a user error before anything starts
+        claim_output_folder(cfg.out)
+        view = _ProgressView(cfg.workers * cfg.iterations, quiet or fmt != "table")
+        try:
+            with view:
+                result = run(cfg, on_progress=view.update, on_warning=view.warn)
+        except PsTrainFailedError as exc:
+            err_console.print(f"[red]ps-train failed:[/red] {escape(str(exc))}", emoji=False)
+            err_console.print(escape(f"process logs: {Path(out) / 'logs'}; what was logged before the failure: "
+                                     f"{Path(out)}"), emoji=False)
+            sys.exit(1)
+        except NetworkEmulationError as exc:
+            err_console.print(f"[red]error:[/red] network emulation: {escape(str(exc))}", emoji=False)
+            sys.exit(1)
+        except KeyboardInterrupt:
+            err_console.print("[yellow]interrupted[/yellow]: every worker and server process was stopped")
+            sys.exit(130)
+        _print_result(result, fmt)
