@@ -11,13 +11,14 @@ from typing import Annotated, Any, TypeVar
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
 from ddlscope.specs.architecture import ARCHITECTURES, Architecture
 from ddlscope.specs.catalog import Catalog, CatalogError, load_catalog, load_system
 from ddlscope.specs.examples import EXAMPLE_SERVER
 from ddlscope.specs.system import System
 
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # long messages (paths) stay on one line
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,9 +40,9 @@ def user_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except ValidationError as exc:
-            err_console.print(f"[red]error:[/red] {describe_validation(exc, exc.title)}")
+            err_console.print(f"[red]error:[/red] {escape(describe_validation(exc, exc.title))}")
         except (ValueError, CatalogError, FileNotFoundError, OSError) as exc:
-            err_console.print(f"[red]error:[/red] {exc}")
+            err_console.print(f"[red]error:[/red] {escape(str(exc))}")
         sys.exit(2)
 
     return wrapper  # type: ignore[return-value]
