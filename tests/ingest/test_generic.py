@@ -116,14 +116,17 @@ def test_parquet_features_and_given_architecture(tmp_path):
         "ps": [2, None, None, None, None],
         "flops": [1e12, 2e12, None, 1e12, 1e12],
         "mem": [1e9, 2e9, 1e9, 1e9, 1e9],
+        "prec": ["fp16", "fp32", "bf16", "fp32", "fp32"],
     }).write_parquet(path)
     mapping = TableMapping(fields={"architecture": "arch", "num_workers": "workers", "gpus_per_worker": "gpw",
-                                   "num_ps": "ps", "compute_bound_flops": "flops", "memory_bound_bytes": "mem"})
+                                   "num_ps": "ps", "compute_bound_flops": "flops", "memory_bound_bytes": "mem",
+                                   "precision": "prec"})
     pop, report = read_population(path, mapping=mapping)
     rows = by_line(pop)
     assert (rows[1]["architecture"], rows[1]["num_workers"], rows[1]["num_ps"], rows[1]["num_gpus"]) == (
         "ps_worker", 4, 2, 4)
     assert rows[1]["attributed"] and rows[1]["model_source"] == "features" and rows[1]["compute_bound_flops"] == 1e12
+    assert rows[1]["precision"] == "fp16" and pop.schema["precision"] == pl.Enum(["fp32", "tf32", "fp16", "bf16"])
     assert rows[3]["reason"] == "no model label"  # features incomplete (no FLOPs)
     problems = {r["line"]: r["problem"] for r in report.malformed.iter_rows(named=True)}
     assert problems == {4: "architecture does not fit counts", 5: "unknown architecture"}

@@ -24,7 +24,7 @@ Rules (also in docs/ingest.md):
   no label get the model mix when one is given; feature columns (:data:`FEATURE_COLUMNS`)
   attribute a job without a model when ``compute_bound_flops`` and ``memory_bound_bytes`` are set.
 - Malformed rows: wrong field count, unparsable number, non-whole count, negative count or time,
-  end before start, a share outside [0, 1], a batch size < 1, an unknown status (when
+  end before start, a share outside [0, 1], a batch size < 1, an unknown precision, status (when
   ``status_values`` is given) or architecture, an architecture that does not fit its counts.
 """
 
@@ -52,6 +52,7 @@ from ddlscope.ingest.population import (
 from ddlscope.ingest.report import IngestReport
 from ddlscope.ingest.table import ColumnKind, TableRead, parse_columns, read_delimited, read_parquet_table
 from ddlscope.specs.architecture import ARCHITECTURES
+from ddlscope.specs.workload import PRECISIONS
 
 #: population field -> kind its source column is parsed as.
 FIELDS: dict[str, ColumnKind] = {
@@ -333,6 +334,9 @@ def _validate(read: TableRead, mapping: TableMapping) -> TableRead:
         read = read.reject(~f("status").is_in(mapping.status_values) | f("status").is_null(), UNKNOWN_STATUS,
                            pl.format(f"status '{{}}'; expected one of {', '.join(mapping.status_values)}",
                                      f("status").fill_null("")))
+    if has("precision"):
+        read = read.reject(~f("precision").is_in(list(PRECISIONS)), OUT_OF_RANGE,
+                           pl.format(f"precision '{{}}'; expected one of {', '.join(PRECISIONS)}", f("precision")))
     if has("architecture"):
         read = read.reject(~f("architecture").is_in(list(ARCHITECTURES)), UNKNOWN_ARCHITECTURE,
                            pl.format(f"architecture '{{}}'; expected one of {', '.join(ARCHITECTURES)}",
