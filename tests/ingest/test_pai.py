@@ -14,6 +14,7 @@ from pai_fixture import JOB, TABLES, TASK, by_job, write_pai
 
 from ddlscope.ingest import POPULATION_SCHEMA, read_population
 from ddlscope.ingest.pai import find_tables
+from ddlscope.specs.architecture import Architecture
 
 GIB = 2**30
 
@@ -263,3 +264,16 @@ def test_find_tables_errors(tmp_path):
         find_tables([tmp_path / "pai_job_table.csv", other])
     with pytest.raises(FileNotFoundError):
         find_tables([tmp_path / "nope"])
+
+
+def placements(pop: pl.DataFrame) -> list[dict]:
+    cols = ["architecture", "num_workers", "gpus_per_worker", "num_ps", "num_servers"]
+    rows = pop.filter("attributed").select(cols).unique()
+    return rows.with_columns(pl.col("architecture").cast(pl.String)).to_dicts()
+
+
+def test_every_attributed_placement_is_a_valid_architecture(population):
+    pop, _ = population
+    for row in placements(pop):
+        arch = Architecture(kind=row.pop("architecture"), **row)
+        assert arch.num_gpus >= 1

@@ -6,6 +6,7 @@ import polars as pl
 import pytest
 
 from ddlscope.ingest import POPULATION_SCHEMA, detect_format, read_population
+from ddlscope.specs.architecture import Architecture
 
 # gavel_traces/SOURCES.md: "Totals over the 15 files: 15,264 jobs; job families ..."
 GAVEL_FAMILIES = {"ResNet-18": 3268, "Transformer": 3013, "Recommendation": 2908, "LM": 2766, "ResNet-50": 2056,
@@ -51,6 +52,11 @@ def test_gavel_all_files(gavel, shared_data):
     assert (first["job_id"], first["trace_model"], first["model"], first["batch_size"], first["num_steps"],
             first["num_gpus"], first["trace_arrival_time"]) == (
         "0e4a51:1", "Transformer", "transformer_nmt", 128, 95121, 1, "0.000000")
+    # every placement is one the model's Architecture accepts, and fits 8-GPU servers
+    counts = pop.select("architecture", "num_workers", "gpus_per_worker", "num_ps", "num_servers").unique()
+    for row in counts.with_columns(pl.col("architecture").cast(pl.String)).to_dicts():
+        arch = Architecture(kind=row.pop("architecture"), **row)
+        assert arch.servers_on(8) >= 1
     # Gavel traces give steps, not durations
     assert pop["duration_s"].null_count() == 15264 and report.summary()["gpu_time_s"].null_count() == 2
 

@@ -478,6 +478,12 @@ def read_pai_v2020(
     conflicts = 0 if tags is None else (tags.select((pl.col("_n_tags") > 1).sum()).collect().item() or 0)
     if conflicts:
         notes.append(f"{conflicts:,} job(s) have several different workload tags; the first one is used")
+    overfull = population.filter(
+        pl.col("architecture").is_in(["1w1g", "1wng", "allreduce_local"]) & (pl.col("num_gpus") > pl.col("server_gpus"))
+    ).height
+    if overfull:
+        notes.append(f"{overfull:,} single-machine job(s) count more GPUs than their machine has (GPU sharing: "
+                     "ceil(plan_gpu/100) per instance); see shared_gpu")
     notes += duration_notes(population)
     read_list = [reads[t] for t in TABLES if t in reads]
     report = IngestReport.build(FORMAT, [str(p) for p in files.values()], read_list, population, notes,
