@@ -79,6 +79,7 @@ job with a malformed task, instance or group_tag row is in it, not attributed (r
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -209,8 +210,6 @@ def _times(read: TableRead) -> TableRead:
 
 
 def _with(read: TableRead, exprs: list[pl.Expr]) -> TableRead:
-    from dataclasses import replace
-
     return replace(read, frame=read.frame.with_columns(exprs))
 
 
