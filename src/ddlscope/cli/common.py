@@ -18,7 +18,7 @@ from ddlscope.specs.catalog import Catalog, CatalogError, load_catalog, load_sys
 from ddlscope.specs.examples import EXAMPLE_SERVER
 from ddlscope.specs.system import System
 
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # long messages (paths) stay on one line
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -21,6 +21,7 @@ app = typer.Typer(
 COMMAND_MODULES: tuple[str, ...] = (
     "ddlscope.cli.model",
     "ddlscope.cli.catalog",
+    "ddlscope.cli.ingest",
     "ddlscope.cli.rpc",
     "ddlscope.cli.pstrain",
 )

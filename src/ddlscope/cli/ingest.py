@@ -1,0 +1,112 @@
+"""``ddlscope ingest``: read a cluster trace, print where every job went, write the population."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import polars as pl
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from ddlscope.cli.common import CatalogFiles, FormatOpt, err_console, user_errors
+from ddlscope.ingest import FORMATS, parse_map_pairs, read_population
+from ddlscope.report.console import emit
+from ddlscope.specs.catalog import load_catalog
+
+
+def write_population(population: pl.DataFrame, out: Path) -> None:
+    """Write the population to ``out``: Parquet (``.parquet``/``.pq``) or CSV (``.csv``).
+
+    Raises:
+        ValueError: another suffix.
+    """
+    suffix = out.suffix.lower()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if suffix in (".parquet", ".pq"):
+        population.write_parquet(out)
+    elif suffix == ".csv":
+        population.with_columns(pl.selectors.enum().cast(pl.String)).write_csv(out)
+    else:
+        raise ValueError(f"--out: expected a .parquet or .csv file, got {out}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``ingest`` to ``app``."""
+
+    @app.command()
+    @user_errors
+    def ingest(
+        trace: Annotated[list[Path], typer.Argument(help="trace files or directories (PAI 2020 tables, .trace, CSV)")],
+        trace_format: Annotated[
+            str | None, typer.Option("--trace-format", "-t", help=f"one of {', '.join(FORMATS)} (default: detect)")
+        ] = None,
+        map_pairs: Annotated[
+            list[str] | None, typer.Option("--map", help="field=column of a generic table (repeatable)")
+        ] = None,
+        mapping: Annotated[Path | None, typer.Option("--mapping", help="column-mapping file (TOML/JSON)")] = None,
+        model_map: Annotated[
+            Path | None, typer.Option("--model-map", help="extra label -> zoo model entries (TOML, a models table)")
+        ] = None,
+        model_mix: Annotated[
+            str | None,
+            typer.Option("--model-mix", help="models for jobs the trace names none, e.g. resnet50=0.7,bert_base=0.3"),
+        ] = None,
+        fractional_gpus: Annotated[
+            str, typer.Option("--fractional-gpus", help="attribute (flag shared_gpu) or exclude fractional requests")
+        ] = "attribute",
+        multi_gpu_instance: Annotated[
+            str, typer.Option("--multi-gpu-instance", help="one worker, several GPUs: allreduce_local or 1wng")
+        ] = "allreduce_local",
+        server_gpus: Annotated[
+            int | None, typer.Option("--server-gpus", help="GPUs per server for traces giving only a GPU count")
+        ] = None,
+        catalog: CatalogFiles = None,
+        out: Annotated[Path | None, typer.Option("--out", "-o", help="write the population (.parquet or .csv)")] = None,
+        examples: Annotated[int, typer.Option("--examples", help="malformed-row examples per problem")] = 3,
+        fmt: FormatOpt = "table",
+    ) -> None:
+        """Read a cluster job trace and account for every job: attributed to a zoo model and an
+        architecture, or not and why; malformed rows with file and line.
+
+        Formats: pai-v2020 (directory of the PAI 2020 tables), gavel (.trace files), philly-pollux, openb-v2023, csv
+        (any CSV/TSV/Parquet job table with --map field=column or --mapping FILE). See docs/ingest.md.
+        """
+        if mapping is not None and map_pairs:
+            raise ValueError("--map and --mapping: give one (put the pairs in the mapping file's [mapping.fields])")
+        table_mapping = mapping if mapping is not None else (parse_map_pairs(map_pairs) if map_pairs else None)
+        population, report = read_population(
+            trace, trace_format, table_mapping, model_map=model_map, model_mix=model_mix,
+            fractional_gpus=fractional_gpus,  # type: ignore[arg-type]
+            multi_gpu_instance=multi_gpu_instance,  # type: ignore[arg-type]
+            server_gpus=server_gpus, catalog=load_catalog(*(catalog or [])),
+        )
+        if out is not None:
+            write_population(population, out)
+        warning = report.no_jobs_message()
+        if fmt == "table":
+            emit(report.summary(), "table", title=report.headline())
+            files = report.tables
+            if files.height > 1:
+                files = files.with_columns(pl.col("file").str.split("/").list.last())
+            emit(files, "table", title="input files")
+            if report.malformed_rows:
+                emit(report.malformed_summary(examples), "table", title="malformed rows (first examples: file:line)")
+            console = Console()
+            if not console.is_terminal:
+                console = Console(width=200)
+            for note in report.notes:
+                console.print(f"note: {escape(note)}")
+            if out is not None:
+                console.print(f"population: {population.height:,} rows -> {escape(str(out))}")
+        elif fmt == "json":
+            extra = report.to_dict(examples)
+            extra.pop("by_reason")
+            if out is not None:
+                extra["population_file"] = str(out)
+            emit(report.summary(), "json", extra=extra)
+        else:
+            emit(report.summary(), fmt)
+        if warning:
+            err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}")

@@ -1,0 +1,155 @@
+"""``read_population``: any supported cluster trace -> (job population, accounting report)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import polars as pl
+
+from ddlscope.ingest.generic import BUILTIN_FORMATS, TableMapping, expand_paths, load_mapping, read_table_population
+from ddlscope.ingest.models import ModelMap, load_model_map, parse_model_mix
+from ddlscope.ingest.pai import FORMAT as PAI_FORMAT
+from ddlscope.ingest.pai import TABLES as PAI_TABLES
+from ddlscope.ingest.pai import read_pai_v2020
+from ddlscope.ingest.population import FractionalPolicy, IngestOptions, MultiGpuPolicy
+from ddlscope.ingest.report import IngestReport
+from ddlscope.specs.catalog import Catalog, builtin_catalog
+
+FORMATS: tuple[str, ...] = (PAI_FORMAT, *BUILTIN_FORMATS)
+"""Trace formats: ``pai-v2020``, ``gavel``, ``philly-pollux``, ``openb-v2023``, ``csv`` (a generic
+table, with a column mapping)."""
+
+_PAI_STEMS = tuple(stem for stem, _ in PAI_TABLES.values())
+
+
+def _first_line(path: Path) -> str:
+    import gzip
+
+    opener = gzip.open if path.name.lower().endswith(".gz") and not path.name.lower().endswith(".tar.gz") else open
+    try:
+        with opener(path, "rt", errors="replace") as fh:  # type: ignore[operator]
+            return fh.readline().strip()
+    except OSError:
+        return ""
+
+
+def detect_format(paths: Sequence[str | Path]) -> str | None:
+    """The trace format of ``paths`` by name and first line, or ``None`` when unknown.
+
+    ``pai-v2020``: a directory holding ``pai_job_table.*`` or files named ``pai_<table>.*``;
+    ``gavel``: ``.trace`` files (or a directory of them); ``philly-pollux``: a CSV whose header
+    has ``duration``, ``num_gpus`` and ``gpu_time``; ``openb-v2023``: a CSV whose header has
+    ``name``, ``num_gpu`` and ``gpu_milli``.
+    """
+    kinds: set[str] = set()
+    for p in (Path(x) for x in paths):
+        if p.is_dir():
+            names = [c.name for c in p.iterdir()]
+            if any(n.startswith("pai_job_table") for n in names):
+                kinds.add(PAI_FORMAT)
+            elif any(n.endswith(".trace") for n in names):
+                kinds.add("gavel")
+            else:
+                return None
+            continue
+        if p.name.startswith(_PAI_STEMS):
+            kinds.add(PAI_FORMAT)
+        elif p.name.endswith(".trace"):
+            kinds.add("gavel")
+        elif ".csv" in p.name.lower():
+            header = {h.strip().strip('"') for h in _first_line(p).split(",")}
+            if {"duration", "num_gpus", "gpu_time"} <= header:
+                kinds.add("philly-pollux")
+            elif {"name", "num_gpu", "gpu_milli"} <= header:
+                kinds.add("openb-v2023")
+            else:
+                return None
+        else:
+            return None
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def read_population(
+    paths: str | Path | Sequence[str | Path],
+    fmt: str | None = None,
+    mapping: TableMapping | Mapping[str, str] | str | Path | None = None,
+    *,
+    model_map: ModelMap | Mapping[str, str] | str | Path | None = None,
+    model_mix: Mapping[str, float] | str | None = None,
+    fractional_gpus: FractionalPolicy = "attribute",
+    multi_gpu_instance: MultiGpuPolicy = "allreduce_local",
+    server_gpus: int | None = None,
+    catalog: Catalog | None = None,
+) -> tuple[pl.DataFrame, IngestReport]:
+    """Read a cluster job trace into the job population, every row accounted for.
+
+    Args:
+        paths: the trace: a PAI 2020 directory or table files, Gavel ``.trace`` files or their
+            directory, a CSV/TSV/Parquet job table (several files are read in order).
+        fmt: one of :data:`FORMATS`; ``None`` detects it (:func:`detect_format`), or takes
+            ``csv`` when a ``mapping`` is given.
+        mapping: for table formats: a :class:`TableMapping`, a mapping file (TOML/JSON), or
+            ``{field: column}`` pairs that update the format's built-in mapping.
+        model_map: extra label -> zoo model entries (mapping or TOML/JSON file) over the built-in
+            map (``ingest/data/model_map.toml``).
+        model_mix: ``{zoo_model: weight}`` or ``"resnet50=0.7,bert_base=0.3"``: models for jobs
+            whose trace names none (golden-ratio rule of
+            :func:`~ddlscope.ingest.models.assign_model_mix`); ``None``: such jobs are not
+            attributed.
+        fractional_gpus: ``attribute`` (flag ``shared_gpu``) or ``exclude`` (a reason).
+        multi_gpu_instance: architecture of one worker with several GPUs:
+            ``allreduce_local`` (default) or ``1wng``.
+        server_gpus: GPUs per server for traces that give only a GPU count (default 8).
+        catalog: hardware catalog for GPU names (default: the built-in one).
+
+    Returns:
+        ``(population, report)``: one row per job with the columns of
+        :data:`~ddlscope.ingest.population.POPULATION_SCHEMA` (see docs/ingest.md), and the
+        :class:`~ddlscope.ingest.report.IngestReport`. A trace with no attributable job returns
+        normally; :meth:`IngestReport.require_attributed` raises with an explanation.
+
+    Raises:
+        FileNotFoundError: a missing path.
+        ValueError: an unknown format, a format that cannot be detected, a mapping for the PAI
+            format, a bad mapping, model map or mix, or an unreadable file (naming it).
+    """
+    path_list = [paths] if isinstance(paths, str | Path) else list(paths)
+    if not path_list:
+        raise ValueError("paths: expected at least one trace file or directory")
+    for p in path_list:
+        if not Path(p).exists():
+            raise FileNotFoundError(f"{p}: no such file or directory")
+    if fmt is None:
+        fmt = detect_format(path_list) or ("csv" if mapping is not None else None)
+        if fmt is None:
+            raise ValueError(
+                f"{', '.join(map(str, path_list))}: cannot tell the trace format; give one of "
+                f"{', '.join(FORMATS)} (--trace-format) or a column mapping (--map field=column / --mapping FILE)"
+            )
+    if fmt not in FORMATS:
+        raise ValueError(f"format: unknown trace format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    opts = IngestOptions(
+        model_map=load_model_map(model_map),
+        model_mix=parse_model_mix(model_mix),
+        fractional_gpus=fractional_gpus,
+        multi_gpu_instance=multi_gpu_instance,
+        server_gpus=server_gpus,
+        catalog=catalog or builtin_catalog(),
+    )
+    if fmt == PAI_FORMAT:
+        if mapping is not None:
+            raise ValueError(
+                "mapping: the pai-v2020 format has a fixed schema; a column mapping applies to table formats"
+            )
+        return read_pai_v2020(path_list, opts)
+    base = BUILTIN_FORMATS[fmt]
+    if isinstance(mapping, TableMapping):
+        table_mapping = mapping
+    elif isinstance(mapping, Mapping):
+        table_mapping = base.with_fields(mapping)
+    elif mapping is not None:
+        table_mapping = load_mapping(mapping, base)
+    else:
+        table_mapping = base
+    return read_table_population(expand_paths(path_list), table_mapping, opts)

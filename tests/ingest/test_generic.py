@@ -1,0 +1,191 @@
+"""Generic job tables through a column mapping: rules, malformed rows, errors (small fixtures)."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from ddlscope.ingest import IngestReport, NoAttributableJobsError, TableMapping, parse_map_pairs, read_population
+from ddlscope.ingest.models import assign_model_mix, builtin_model_map, parse_model_mix
+
+
+def by_line(pop: pl.DataFrame) -> dict[int, dict]:
+    return {r["line"]: r for r in pop.iter_rows(named=True)}
+
+
+GAVEL_CMD = "cd %s/x && python3 train.py"
+
+
+def gavel_line(job_type: str, steps: str, gpus: str) -> str:
+    return "\t".join([job_type, GAVEL_CMD, "-n", "1", steps, "0.000000", gpus])
+
+
+def test_gavel_rows_with_zero_gpus_and_malformed_lines(tmp_path):
+    lines = [
+        gavel_line("ResNet-50 (batch size 64)", "1000", "4"),  # 1: ok, allreduce_local
+        gavel_line("Transformer (batch size 16)", "10", "0"),  # 2: 0 GPUs (Gavel skips it; we count it)
+        "\t".join(["LM (batch size 5)", GAVEL_CMD, "-n", "1", "10", "0.0"]),  # 3: 6 fields
+        gavel_line("ResNet-18 (batch size 32)", "ten", "1"),  # 4: unparsable total_steps
+        gavel_line("ResNet-18 (batch size 32)", "10", "-2"),  # 5: negative GPU count
+        "",  # 6: blank
+        gavel_line("A3C", "10", "16"),  # 7: no batch size, no zoo model, allreduce_cluster
+        gavel_line("ResNet-18 (batch size 32)", "10", "1.5"),  # 8: fractional -> 2 GPUs, shared
+    ]
+    path = tmp_path / "vc.trace"
+    path.write_text("\n".join(lines) + "\n")
+    pop, report = read_population(path)
+    assert report.fmt == "gavel" and pop.height == 4
+    rows = by_line(pop)
+    assert (rows[1]["model"], rows[1]["batch_size"], rows[1]["architecture"], rows[1]["num_gpus"]) == (
+        "resnet50", 64, "allreduce_local", 4)
+    assert rows[2]["reason"] == "no GPU requested" and rows[2]["num_gpus"] is None
+    assert (rows[7]["trace_model"], rows[7]["batch_size"], rows[7]["architecture"], rows[7]["num_servers"]) == (
+        "A3C", None, "allreduce_cluster", None)
+    assert rows[7]["reason"] == "label not mapped to a zoo model"
+    assert (rows[8]["num_gpus"], rows[8]["gpu_request"], rows[8]["shared_gpu"], rows[8]["architecture"]) == (
+        2, 1.5, True, "allreduce_local")
+    t = report.tables.row(0, named=True)
+    assert (t["data_rows"], t["blank_lines"], t["malformed_rows"], t["used_rows"]) == (7, 1, 3, 4)
+    problems = {r["line"]: (r["problem"], r["detail"]) for r in report.malformed.iter_rows(named=True)}
+    assert problems == {
+        3: ("wrong field count", "expected 7 fields, got 6"),
+        4: ("unparsable number", "column total_steps (num_steps): expected a number, got 'ten'"),
+        5: ("negative value", "num_gpus -2.0; expected >= 0"),
+    }
+    assert report.malformed.filter(pl.col("line") == 5)["text"][0] == lines[4]
+    assert dict(zip(report.summary()["reason"], report.summary()["jobs"], strict=True)) == {
+        "attributed": 2, "label not mapped to a zoo model": 1, "no GPU requested": 1}
+
+
+def test_user_csv_with_map_pairs(tmp_path):
+    path = tmp_path / "jobs.csv"
+    path.write_text(
+        "id,net,gpus,secs,state\n"
+        "a,ResNet-50,8,100,ok\n"
+        "b,\"BERT, large\",16,50,ok\n"   # quoted field with the separator: 'BERT, large' -> bertlarge
+        "c,,1,10,ok\n"
+        "d,vgg16,2,x,ok\n"              # unparsable duration
+    )
+    with pytest.raises(ValueError, match="cannot tell the trace format"):
+        read_population(path)
+    pop, report = read_population(
+        path, mapping=parse_map_pairs(["job_id=id", "model=net", "num_gpus=gpus", "duration_s=secs", "status=state"]),
+        server_gpus=4,
+    )
+    assert report.fmt == "csv" and pop["job_id"].to_list() == ["a", "b", "c"]
+    rows = {r["job_id"]: r for r in pop.iter_rows(named=True)}
+    # 8 GPUs > 4 per server -> allreduce_cluster, one worker per GPU; gpu_time = 100 s x 8 = 800
+    assert (rows["a"]["architecture"], rows["a"]["num_workers"], rows["a"]["gpus_per_worker"]) == (
+        "allreduce_cluster", 8, 1)
+    assert rows["a"]["gpu_time_s"] == 800.0 and rows["a"]["model"] == "resnet50"
+    assert rows["b"]["model"] == "bert_large" and rows["b"]["gpu_time_s"] == 800.0
+    assert rows["c"]["reason"] == "no model label"
+    assert report.malformed.row(0, named=True)["line"] == 5
+    assert report.malformed.row(0, named=True)["text"] == "d,vgg16,2,x,ok"
+
+
+def test_mapping_file_extract_constants_models_and_global_batch(tmp_path):
+    path = tmp_path / "jobs.tsv"
+    path.write_text("job\tkind\tbatch\tn\n1\tmodel=ctr-v2\t512\t2\n2\tmodel=mystery\t64\t1\n3\tmodel=ctr-v2\t100\t3\n")
+    mfile = tmp_path / "map.toml"
+    mfile.write_text(
+        '[mapping]\nname = "mine"\nseparator = "tab"\nbatch_size_scope = "global"\n'
+        'fields = { job_id = "job", model = "kind", batch_size = "batch", num_gpus = "n" }\n'
+        'extract = { model = "model=([a-z]+)" }\n'
+        'constants = { gpu = "T4", status = "Terminated" }\n'
+        '[mapping.models]\nctr = "dlrm"\n'
+    )
+    pop, report = read_population(path, mapping=mfile)
+    rows = {r["job_id"]: r for r in pop.iter_rows(named=True)}
+    assert report.fmt == "mine"
+    assert (rows["1"]["trace_model"], rows["1"]["model"], rows["1"]["gpu"], rows["1"]["status"]) == (
+        "ctr", "dlrm", "T4", "Terminated")
+    assert rows["1"]["batch_size"] == 256  # global 512 over 2 GPUs
+    assert rows["3"]["batch_size"] == 33   # round(100 / 3)
+    assert rows["2"]["reason"] == "label not mapped to a zoo model"
+    # the mapping's models do not leak into the built-in map
+    assert builtin_model_map().lookup("ctr") == "dlrm" and builtin_model_map().lookup("mystery") is None
+
+
+def test_parquet_features_and_given_architecture(tmp_path):
+    path = tmp_path / "jobs.parquet"
+    pl.DataFrame({
+        "arch": ["ps_worker", "1w1g", "allreduce_local", "1w1g", "ring"],
+        "workers": [4, 1, 2, 2, 1],
+        "gpw": [1, 1, 2, 1, 1],
+        "ps": [2, None, None, None, None],
+        "flops": [1e12, 2e12, None, 1e12, 1e12],
+        "mem": [1e9, 2e9, 1e9, 1e9, 1e9],
+        "prec": ["fp16", "fp32", "bf16", "fp32", "fp32"],
+    }).write_parquet(path)
+    mapping = TableMapping(fields={"architecture": "arch", "num_workers": "workers", "gpus_per_worker": "gpw",
+                                   "num_ps": "ps", "compute_bound_flops": "flops", "memory_bound_bytes": "mem",
+                                   "precision": "prec"})
+    pop, report = read_population(path, mapping=mapping)
+    rows = by_line(pop)
+    assert (rows[1]["architecture"], rows[1]["num_workers"], rows[1]["num_ps"], rows[1]["num_gpus"]) == (
+        "ps_worker", 4, 2, 4)
+    assert rows[1]["attributed"] and rows[1]["model_source"] == "features" and rows[1]["compute_bound_flops"] == 1e12
+    assert rows[1]["precision"] == "fp16" and pop.schema["precision"] == pl.Enum(["fp32", "tf32", "fp16", "bf16"])
+    assert rows[3]["reason"] == "no model label"  # features incomplete (no FLOPs)
+    problems = {r["line"]: r["problem"] for r in report.malformed.iter_rows(named=True)}
+    assert problems == {4: "architecture does not fit counts", 5: "unknown architecture"}
+
+
+def test_status_values_and_times(tmp_path):
+    path = tmp_path / "pods.csv"
+    path.write_text("name,num_gpu,gpu_milli,scheduled_time,deletion_time,pod_phase,gpu_spec,qos,cpu_milli\n"
+                    "p1,1,500,10,110,Running,V100,LS,1\n"
+                    "p2,1,1000,10,5,Running,,LS,1\n"     # end before start
+                    "p3,1,1000,10,20,Exploded,,LS,1\n"   # unknown status
+                    "p4,1,1500,10,20,Running,,LS,1\n")   # share 1.5 > 1
+    pop, report = read_population(path, model_mix="resnet18=1")
+    assert report.fmt == "openb-v2023" and pop["job_id"].to_list() == ["p1"]
+    r = pop.row(0, named=True)
+    assert (r["gpu_request"], r["shared_gpu"], r["duration_s"], r["gpu_time_s"], r["gpu"]) == (
+        0.5, True, 100.0, 50.0, "V100-SXM2-16GB")
+    assert report.malformed["problem"].to_list() == ["end before start", "unknown status", "value out of range"]
+
+
+def test_zero_attributable_and_empty_tables(tmp_path):
+    path = tmp_path / "philly.csv"
+    path.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:01:55,66.0,1,66.0,11cb48\n")
+    pop, report = read_population(path)
+    assert report.attributed_jobs == 0
+    with pytest.raises(NoAttributableJobsError, match=r"none of the 1 jobs .*\(no model label: 1\)"):
+        report.require_attributed()
+    empty = tmp_path / "empty.csv"
+    empty.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n")
+    pop, report = read_population(empty, fmt="philly-pollux")
+    assert pop.height == 0 and isinstance(report, IngestReport)
+    assert report.no_jobs_message() == f"no job could be read from {empty}: 0 data row(s), 0 malformed (see the " \
+        "malformed-row report)"
+
+
+def test_mapping_errors(tmp_path):
+    path = tmp_path / "jobs.csv"
+    path.write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="unknown field 'gpus'"):
+        parse_map_pairs(["gpus=a"])
+    with pytest.raises(ValueError, match=r"jobs.csv: unknown column\(s\) \[.n.\]; the table.s columns are \[.a., .b"):
+        read_population(path, mapping={"num_gpus": "n"})
+    with pytest.raises(ValueError, match="no GPU count"):
+        read_population(path, mapping={"model": "a"})
+    with pytest.raises(ValueError, match="unknown trace format 'slurm'"):
+        read_population(path, fmt="slurm")
+    with pytest.raises(ValueError, match="fixed schema"):
+        read_population(path, fmt="pai-v2020", mapping={"num_gpus": "a"})
+    with pytest.raises(ValueError, match="unknown zoo model 'resnet151'"):
+        read_population(path, mapping={"num_gpus": "a"}, model_mix="resnet151=1")
+    with pytest.raises(ValueError, match="capture group"):
+        TableMapping(fields={"model": "a"}, extract={"model": "abc"})
+    with pytest.raises(FileNotFoundError):
+        read_population(tmp_path / "missing.csv")
+
+
+def test_golden_ratio_mix_rule():
+    # u_k = frac(k x 0.6180339887...): k=1 -> 0.618, k=2 -> 0.236, k=3 -> 0.854, k=4 -> 0.472
+    # with {a: 0.5, b: 0.5}: a where u < 0.5 -> rows 1..4 get b, a, b, a; the unmasked row gets null
+    frame = pl.DataFrame({"m": [True, True, False, True, True]})
+    out = frame.select(assign_model_mix(pl.col("m"), parse_model_mix("resnet50=1,bert_base=1")))
+    assert out.to_series().to_list() == ["bert_base", "resnet50", None, "bert_base", "resnet50"]
