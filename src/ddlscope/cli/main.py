@@ -20,6 +20,7 @@ app = typer.Typer(
 
 COMMAND_MODULES: tuple[str, ...] = (
     "ddlscope.cli.model",
+    "ddlscope.cli.profile",
     "ddlscope.cli.rpc",
 )
 

@@ -42,7 +42,7 @@ OP_COLUMNS: dict[str, str] = {
     "phase": "forward, backward or optimizer",
     "op": "ATen operator (e.g. aten.mm); analytic rows start with 'ddlscope.'",
     "module": "qualified name of the module that ran it (backward: the module whose forward created "
-              "the autograd node; optimizer: the parameter updated); '' for the top level",
+              "the autograd node; optimizer: the module holding the parameter updated); '' for the top level",
     "table": "embedding table (parameter name) an embedding look-up or its backward uses, else null",
     "dtype": "dtype of the first result",
     "shape": "shape of the first result, e.g. 64x2048x7x7",
@@ -169,10 +169,12 @@ def _resolve(model: str | Callable[..., Any]) -> tuple[str, Callable[..., Any], 
     return spec, factory, None
 
 
-_GPU_WORDS = ("cuda", "nvidia", "gpu", "nccl", "cudnn")
+_GPU_WORDS = ("cuda", "nvidia", "gpu", "nccl", "cudnn", "copy out of meta tensor")
 
 
 def _needs_gpu(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from GPU-only code: CUDA/NCCL/cuDNN errors on a CPU-only build, or
+    moving a meta-device model to a device (``.cuda()`` on a machine with a GPU)."""
     text = f"{type(exc).__name__} {exc}".lower()
     return any(w in text for w in _GPU_WORDS)
 
@@ -458,12 +460,13 @@ def _trace_step(name: str, module: torch.nn.Module, batch: Any, precision: str, 
         opt.step()  # initialise the state (momentum buffers, moments) untraced
         owners = {}
         for n, p in dense_trainable:
-            owners[storage_key(p)] = n
+            owner = n.rpartition(".")[0]  # the module holding the parameter
+            owners[storage_key(p)] = owner
             if p.grad is not None:
-                owners[storage_key(p.grad)] = n
+                owners[storage_key(p.grad)] = owner
             for v in opt.state[p].values():
                 if isinstance(v, torch.Tensor) and v.is_meta:
-                    owners[storage_key(v)] = n
+                    owners[storage_key(v)] = owner
                     rec.static.add(storage_key(v))
                     state_bytes += tensor_bytes(v)
         rec.add_owners(owners)
@@ -479,7 +482,8 @@ def _trace_step(name: str, module: torch.nn.Module, batch: Any, precision: str, 
         p = named_d[table]
         touched = rows_touched * (p.shape[-1] if p.dim() > 1 else 1)
         state_bytes += state_w * p.numel() * p.element_size()
-        _append(rec, "optimizer", f"ddlscope.sparse_{optimizer}_update", table, table, p, touched * flops_per,
+        _append(rec, "optimizer", f"ddlscope.sparse_{optimizer}_update", table.rpartition(".")[0], table, p,
+                touched * flops_per,
                 touched * p.element_size() * read_w, touched * p.element_size() * write_w)
     if precision == "fp16":
         # GradScaler.unscale_ (PyTorch AMP): _amp_foreach_non_finite_check_and_unscale_ reads and
@@ -487,7 +491,7 @@ def _trace_step(name: str, module: torch.nn.Module, batch: Any, precision: str, 
         for n, p in trainable:
             elems = sparse[n] * (p.shape[-1] if p.dim() > 1 else 1) if n in sparse else p.numel()
             nbytes = elems * p.element_size()
-            _append(rec, "optimizer", "ddlscope.amp_unscale_grads", n, n if n in sparse else None, p,
+            _append(rec, "optimizer", "ddlscope.amp_unscale_grads", n.rpartition(".")[0], n if n in sparse else None, p,
                     2.0 * elems, nbytes, nbytes)
 
     params = _param_table(named, sparse, lookups, rec.lookup_row_bytes)

@@ -7,7 +7,7 @@ Two PyTorch modes cooperate:
   records one row per op that does work (views and aliases are only counted), attributes it to a
   module (forward: the innermost ``nn.Module`` running; backward: the module whose forward op
   created the autograd node being executed, matched through the node's sequence number;
-  optimizer: the parameter being updated), notes which parameters are used only as embedding
+  optimizer: the module holding the parameter being updated), notes which parameters are used only as embedding
   look-up tables, and follows live memory (a storage is live from the op that creates it until
   Python frees it, which on the meta device is exactly when eager PyTorch would).
 - :class:`StepFunctionMode`, a ``TorchFunctionMode`` (above autograd), picks the kernels a CUDA
@@ -137,7 +137,8 @@ class StepRecorder(TorchDispatchMode):
         return "", None
 
     def add_owners(self, owners: dict[int, str]) -> None:
-        """Name more storages (gradients, optimizer state) after the parameter they belong to."""
+        """Attribute more storages (parameters, gradients, optimizer state) to a module name for
+        the optimizer phase."""
         self.owner_names.update(owners)
 
     # -- memory ---------------------------------------------------------------------------------
@@ -276,6 +277,10 @@ class StepRecorder(TorchDispatchMode):
         if template is not None:
             return _instantiate(template, args)
         out = func(*args, **kwargs)
+        fresh = [t for t in tensors_in(out) if not (args and t is args[0])]
+        if fresh and _aliases(fresh, tensors_in(args) + tensors_in(kwargs)):
+            self._cacheable[func] = False  # aliases without saying so in its schema (e.g. _unsafe_view)
+            return out
         template = _template(out, args)
         if template is not None:
             self._meta_cache[key] = template
