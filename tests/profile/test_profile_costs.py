@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ddlscope.profile import profile_model
-from ddlscope.profile.costs import distinct_elements, expected_unique_rows, tensor_bytes
+from ddlscope.profile.costs import distinct_elements, expected_unique_rows, rows_touched, tensor_bytes
 
 
 def test_broadcast_operand_is_read_once():
@@ -35,6 +35,17 @@ def test_expected_unique_rows_hand_values():
     assert u < 4_096
     with pytest.raises(ValueError, match="num_rows"):
         expected_unique_rows(0, 3)
+
+
+def test_rows_touched_with_position_lookups():
+    # 128 position ids (distinct) into 512 rows touch 128 rows; 100 more input-driven look-ups add their
+    # expected distinct rows over the whole table, 512 (1 - (511/512)^100) (overlap with the position
+    # rows ignored: an upper bound)
+    assert rows_touched(512, 128, 128) == 128
+    assert rows_touched(512, 228, 128) == pytest.approx(128 + 512 * (1 - (511 / 512) ** 100))
+    assert rows_touched(100, 1000, 1000) == 100  # never more than the table
+    with pytest.raises(ValueError, match="position_lookups"):
+        rows_touched(10, 1, 2)
 
 
 class Tiny(nn.Module):

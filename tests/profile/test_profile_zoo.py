@@ -80,6 +80,10 @@ def test_bert_base_training_flops(attention, factor):
     # the [CLS] token, 6 B h^2) and the next-sentence classifier (h x 2, 6 B h 2)
     expected = _megatron_flops(b, s, layers, h, vocab, factor) + 6 * b * s * h * h + 6 * b * h * h + 12 * b * h
     assert r.totals["compute_bound_flops"] == pytest.approx(expected, rel=0.03)
+    # position ids come from a model buffer (0..127): 128 distinct rows of the 512-row position table;
+    # the two token types are input-driven: 2 (1 - (1/2)^256) = 2 rows
+    pos = r.params.filter(r.params["name"] == "bert.embeddings.position_embeddings.weight").row(0, named=True)
+    assert (pos["kind"], pos["position_lookups_per_step"], pos["rows_touched_per_step"]) == ("sparse", s, s)
     if attention == "math":
         # the rule of thumb 6 N T (N = all 110.1 M parameters, T = B s tokens; Kaplan et al. 2020,
         # sec. 2.1) plus the attention term 12 B s^2 l h, within 3 %
@@ -96,9 +100,11 @@ def test_gpt2_training_flops(attention, factor):
         # 6 N T + attention: 6 x 124,439,808 x 1,024 + 12 x 1,024^2 x 12 x 768 = 8.806e11
         assert r.totals["compute_bound_flops"] == pytest.approx(6 * 124_439_808 * 1024 + 12 * 1024**2 * 12 * 768,
                                                                 rel=0.03)
-    # the tied token embedding is also the LM head: dense; the position table is only looked up: sparse
+    # the tied token embedding is also the LM head: dense; the position table is only looked up: sparse,
+    # and its indices are arange(1024): all 1024 rows of 768 FP32 are touched
     assert r.totals["embedding_table_bytes"] == 1024 * 768 * 4
     assert r.totals["dense_param_bytes"] == (124_439_808 - 1024 * 768) * 4
+    assert r.totals["sparse_bytes_per_step"] == pytest.approx(1024 * 768 * 4)
 
 
 def test_dlrm_tables():

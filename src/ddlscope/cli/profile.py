@@ -136,9 +136,9 @@ def register(app: typer.Typer) -> None:
                  f" groups by ideal time; share = part of the step's roofline time",
                  extra=_totals_lines(result.totals))
             if tables.height:
-                emit(tables.select("name", "kind", "rows", "row_bytes", "lookups_per_step", "rows_touched_per_step",
-                                   "touched_bytes_per_step"), "table",
-                     title="embedding tables (rows touched: expected distinct rows under uniform access)")
+                emit(tables.select("name", "kind", "rows", "row_bytes", "lookups_per_step", "position_lookups_per_step",
+                                   "rows_touched_per_step", "touched_bytes_per_step"), "table",
+                     title="embedding tables (rows touched: position look-ups distinct, the rest uniform draws)")
         else:
             emit(summary, fmt, extra={
                 "totals": result.totals,

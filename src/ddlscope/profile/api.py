@@ -19,7 +19,7 @@ from typing import Any, Literal
 import polars as pl
 import torch
 
-from ddlscope.profile.costs import COMPUTE_BOUND_OPS, expected_unique_rows, tensor_bytes, tensors_in
+from ddlscope.profile.costs import COMPUTE_BOUND_OPS, rows_touched, tensor_bytes, tensors_in
 from ddlscope.profile.tracer import PHASES, StepFunctionMode, StepRecorder, storage_key
 from ddlscope.specs.catalog import Catalog, builtin_catalog
 from ddlscope.specs.system import GPUSpec
@@ -67,9 +67,12 @@ PARAM_COLUMNS: dict[str, str] = {
     "kind": "dense, sparse (embedding table used only by row look-ups) or frozen (no gradient)",
     "rows": "table rows (first dimension; null for dense parameters)",
     "row_bytes": "bytes per row (null for dense)",
-    "lookups_per_step": "row look-ups per step for the batch (null for dense)",
-    "rows_touched_per_step": "expected distinct rows touched per step (null for dense): "
-                             "N (1 - (1 - 1/N)^k), uniform access",
+    "lookups_per_step": "index elements looked up per step for the batch, a broadcast index counted once "
+                        "(null for parameters that are not looked up)",
+    "position_lookups_per_step": "the part of lookups_per_step with position-like indices (a model buffer or "
+                                 "an arange, e.g. position ids), assumed distinct rows",
+    "rows_touched_per_step": "expected distinct rows touched per step: min(N, P + N (1 - (1 - 1/N)^(k - P))), "
+                             "input-driven look-ups as uniform draws",
     "touched_bytes_per_step": "rows_touched_per_step x row_bytes (null for dense)",
 }
 """Columns of :attr:`ProfileResult.params`, one row per parameter tensor."""
@@ -398,9 +401,10 @@ def _trace_step(name: str, module: torch.nn.Module, batch: Any, precision: str, 
     named = list(module.named_parameters())
     trainable = [(n, p) for n, p in named if p.requires_grad]
     param_names = {storage_key(p): n for n, p in named}
-    static = {storage_key(t) for t in [*module.parameters(), *module.buffers(), *tensors_in(batch)]}
+    buffers = {storage_key(t) for t in module.buffers()}
+    static = {storage_key(t) for t in [*module.parameters(), *tensors_in(batch)]} | buffers
     module_names = {id(m): n for n, m in module.named_modules()}
-    rec = StepRecorder(module_names, param_names, static)
+    rec = StepRecorder(module_names, param_names, static, buffers)
     amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
     fmode = StepFunctionMode(amp_dtype, fused_attention=attention == "fused")
 
@@ -419,12 +423,13 @@ def _trace_step(name: str, module: torch.nn.Module, batch: Any, precision: str, 
                     activation_bytes = rec.live_bytes
                     forward_end = rec.op_index
                     lookups = dict(rec.lookups)
+                    positions = dict(rec.position_lookups)
                     sparse = {}
                     if embedding_gradients == "sparse":
                         for table, k in lookups.items():
                             if table not in rec.dense_uses:
                                 rows = dict(named)[table].shape[0]
-                                sparse[table] = expected_unique_rows(rows, k)
+                                sparse[table] = rows_touched(rows, k, positions.get(table, 0))
                     rec.sparse_tables = sparse
                     rec.phase = "backward"
                     if loss.numel() == 1:
@@ -478,9 +483,9 @@ def _trace_step(name: str, module: torch.nn.Module, batch: Any, precision: str, 
     # -- analytic rows: sparse-table updates and the fp16 gradient scaler
     named_d = dict(named)
     read_w, write_w, flops_per, state_w = SPARSE_UPDATE_WORDS[optimizer]
-    for table, rows_touched in sparse.items():
+    for table, table_rows in sparse.items():
         p = named_d[table]
-        touched = rows_touched * (p.shape[-1] if p.dim() > 1 else 1)
+        touched = table_rows * (p.shape[-1] if p.dim() > 1 else 1)
         state_bytes += state_w * p.numel() * p.element_size()
         _append(rec, "optimizer", f"ddlscope.sparse_{optimizer}_update", table.rpartition(".")[0], table, p,
                 touched * flops_per,
@@ -494,7 +499,7 @@ def _trace_step(name: str, module: torch.nn.Module, batch: Any, precision: str, 
             _append(rec, "optimizer", "ddlscope.amp_unscale_grads", n.rpartition(".")[0], n if n in sparse else None, p,
                     2.0 * elems, nbytes, nbytes)
 
-    params = _param_table(named, sparse, lookups, rec.lookup_row_bytes)
+    params = _param_table(named, sparse, lookups, positions, rec.lookup_row_bytes)
     events = rec.events
     return {
         "records": rec.records,
@@ -570,10 +575,9 @@ def _finish_ops(records: dict[str, list[Any]], gpu: GPUSpec, precision: str) -> 
 
 
 def _param_table(named: list[tuple[str, torch.nn.Parameter]], sparse: dict[str, float], lookups: dict[str, int],
-                 row_bytes: dict[str, int]) -> pl.DataFrame:
-    """One row per parameter (columns :data:`PARAM_COLUMNS`). Rows touched: the expected number of
-    distinct rows under uniform access, ``N (1 - (1 - 1/N)^k)`` (see
-    :func:`ddlscope.profile.costs.expected_unique_rows`), as a vectorised expression."""
+                 positions: dict[str, int], row_bytes: dict[str, int]) -> pl.DataFrame:
+    """One row per parameter (columns :data:`PARAM_COLUMNS`). Rows touched:
+    :func:`ddlscope.profile.costs.rows_touched` as a vectorised expression."""
     frame = pl.DataFrame({
         "name": [n for n, _ in named],
         "shape": ["x".join(map(str, p.shape)) for _, p in named],
@@ -584,10 +588,14 @@ def _param_table(named: list[tuple[str, torch.nn.Parameter]], sparse: dict[str, 
         "rows": [p.shape[0] if n in lookups and p.dim() > 0 else None for n, p in named],
         "row_bytes": [row_bytes.get(n) if n in lookups else None for n, _ in named],
         "lookups_per_step": [lookups.get(n) for n, _ in named],
+        "position_lookups_per_step": [positions.get(n, 0) if n in lookups else None for n, _ in named],
     }, schema_overrides={"numel": pl.Int64, "bytes": pl.Int64, "kind": ParamKindEnum, "rows": pl.Int64,
-                         "row_bytes": pl.Int64, "lookups_per_step": pl.Int64})
-    n, k = pl.col("rows").cast(pl.Float64), pl.col("lookups_per_step").cast(pl.Float64)
-    touched = pl.when(n == 1).then(pl.min_horizontal(k, 1.0)).otherwise(-n * ((k * (-1.0 / n).log1p()).exp() - 1.0))
+                         "row_bytes": pl.Int64, "lookups_per_step": pl.Int64, "position_lookups_per_step": pl.Int64})
+    n = pl.col("rows").cast(pl.Float64)
+    pos = pl.col("position_lookups_per_step").cast(pl.Float64)
+    k = pl.col("lookups_per_step").cast(pl.Float64) - pos
+    uniform = pl.when(n == 1).then(pl.min_horizontal(k, 1.0)).otherwise(-n * ((k * (-1.0 / n).log1p()).exp() - 1.0))
+    touched = pl.min_horizontal(n, pos + uniform)
     return frame.with_columns(rows_touched_per_step=touched).with_columns(
         touched_bytes_per_step=pl.col("rows_touched_per_step") * pl.col("row_bytes"))
 

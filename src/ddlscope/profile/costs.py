@@ -244,3 +244,20 @@ def expected_unique_rows(num_rows: float, lookups: float) -> float:
     if num_rows == 1:
         return 1.0 if lookups > 0 else 0.0
     return -num_rows * math.expm1(lookups * math.log1p(-1.0 / num_rows))
+
+
+def rows_touched(num_rows: float, lookups: float, position_lookups: float = 0.0) -> float:
+    """Expected distinct rows of a table touched per step.
+
+    ``lookups`` counts the index elements at distinct addresses of every look-up (a broadcast index
+    counts once); ``position_lookups`` is the part of them whose indices are position-like (a
+    model buffer or an ``arange``, such as position ids ``0..S-1``), assumed distinct. The rest
+    are input-driven and estimated as uniform draws (:func:`expected_unique_rows`):
+    ``min(N, P + N (1 - (1 - 1/N)^(k - P)))``.
+
+    Raises:
+        ValueError: ``num_rows`` < 1, negative counts, or ``position_lookups`` > ``lookups``.
+    """
+    if position_lookups < 0 or position_lookups > lookups:
+        raise ValueError(f"rows_touched: need 0 <= position_lookups <= lookups, got {position_lookups}, {lookups}")
+    return min(float(num_rows), position_lookups + expected_unique_rows(num_rows, lookups - position_lookups))

@@ -36,6 +36,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ddlscope.profile.costs import (
     EMBEDDING_BACKWARD_OPS,
     EMBEDDING_LOOKUP_OPS,
+    distinct_elements,
     op_bytes,
     op_flops,
     tensor_bytes,
@@ -43,6 +44,8 @@ from ddlscope.profile.costs import (
 )
 
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
+aten_arange = torch.ops.aten.arange
+_SHIFTS = frozenset([torch.ops.aten.add, torch.ops.aten.sub, torch.ops.aten._to_copy, torch.ops.aten.clone])
 
 OP_RECORD_FIELDS: tuple[str, ...] = (
     "op_index", "phase", "op", "module", "table", "dtype", "shape", "flops", "read_bytes", "write_bytes",
@@ -65,13 +68,16 @@ class StepRecorder(TorchDispatchMode):
             optimizer state); they are not counted as memory the step allocates.
 
     Attributes filled while tracing: ``records`` (column lists, :data:`OP_RECORD_FIELDS`),
-    ``lookups`` (table name -> look-ups in the forward), ``dense_uses`` (parameter names used by
+    ``lookups`` (table name -> index elements looked up in the forward, a broadcast index counted
+    once), ``position_lookups`` (the part whose indices are position-like: a model buffer or the
+    result of ``arange``), ``dense_uses`` (parameter names used by
     any op other than a row look-up), ``view_ops``, ``host_ops``, memory ``events``
     (``(op_index, allocation_id, delta_bytes)``; an allocation id numbers each storage the step
     creates, since storage addresses are reused).
     """
 
-    def __init__(self, module_names: dict[int, str], param_names: dict[int, str], static_storages: set[int]):
+    def __init__(self, module_names: dict[int, str], param_names: dict[int, str], static_storages: set[int],
+                 buffer_storages: set[int] | None = None):
         super().__init__()
         self.module_names = module_names
         self.param_names = param_names
@@ -84,6 +90,8 @@ class StepRecorder(TorchDispatchMode):
         self.host_ops = 0
         self.phase_ops: dict[str, int] = defaultdict(int)
         self.lookups: dict[str, int] = defaultdict(int)
+        self.position_lookups: dict[str, int] = defaultdict(int)
+        self._positional: set[int] = set(buffer_storages or ())
         self.lookup_row_bytes: dict[str, int] = {}
         self.dense_uses: set[str] = set()
         self.sparse_tables: dict[str, float] = {}
@@ -160,6 +168,7 @@ class StepRecorder(TorchDispatchMode):
             return
         hit = self.live.pop(key, None)
         self.sparse_grads.pop(key, None)  # the address may be reused by the next storage
+        self._positional.discard(key)
         if hit is not None:
             self.live_bytes -= hit[1]
             self.events.append((self.op_index, hit[0], -hit[1]))
@@ -204,7 +213,10 @@ class StepRecorder(TorchDispatchMode):
             if packet in EMBEDDING_LOOKUP_OPS:
                 table = self.param_names.get(storage_key(args[0]))
                 if table is not None:
-                    self.lookups[table] += args[1].numel()
+                    n = distinct_elements(args[1])
+                    self.lookups[table] += n
+                    if storage_key(args[1]) in self._positional:
+                        self.position_lookups[table] += n
                     weight = args[0]
                     self.lookup_row_bytes[table] = weight.element_size() * (weight.shape[-1] if weight.dim() > 1 else 1)
             for i, t in enumerate(inputs):
@@ -232,6 +244,10 @@ class StepRecorder(TorchDispatchMode):
                 for t in outputs:
                     self.sparse_grads[storage_key(t)] = alloc_bytes
 
+        if packet is aten_arange or (packet in _SHIFTS and inputs and storage_key(inputs[0]) in self._positional
+                                     and len(inputs) == 1):
+            # position-like indices: an arange, shifted by a number or copied (e.g. arange(S) + offset)
+            self._positional.update(storage_key(t) for t in outputs)
         rec = self.records
         rec["op_index"].append(self.op_index)
         rec["phase"].append(self.phase)
