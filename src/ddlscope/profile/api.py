@@ -94,6 +94,8 @@ class ProfileResult:
         totals: the step's totals (FLOPs per phase, bytes, parameters, memory; see
             ``docs/profile.md``), JSON-ready.
         workload: the :class:`~ddlscope.specs.workload.Workload` for the step-time model.
+        settings: the sizes and options the step was traced with (batch_size, seq_len or
+            image_size, precision, optimizer, attention, embedding_gradients, gpu).
     """
 
     model: str
@@ -419,6 +421,7 @@ def _trace_step(name: str, module: torch.nn.Module, batch: Any, precision: str, 
                     with fmode:
                         output = _run_model(module, batch)
                         loss = _loss_of(name, output)
+                    fmode.clear_cache()  # as leaving torch.autocast does; autograd keeps what it saved
                     del output
                     activation_bytes = rec.live_bytes
                     forward_end = rec.op_index

@@ -455,6 +455,10 @@ class StepFunctionMode(TorchFunctionMode):
         self._cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._mha = _unguarded(F.multi_head_attention_forward)
 
+    def clear_cache(self) -> None:
+        """Drop the per-forward weight-cast cache (``torch.autocast`` does so on exit)."""
+        self._cache.clear()
+
     def _cast(self, obj: Any, dtype: torch.dtype) -> Any:
         if isinstance(obj, torch.Tensor):
             if not obj.is_floating_point() or obj.dtype in (dtype, torch.float64):
