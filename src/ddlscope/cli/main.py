@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "ddlscope.cli.model",
     "ddlscope.cli.catalog",
     "ddlscope.cli.ingest",
+    "ddlscope.cli.profile",
     "ddlscope.cli.rpc",
     "ddlscope.cli.pstrain",
 )

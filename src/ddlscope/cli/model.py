@@ -40,11 +40,31 @@ WorkloadFile = Annotated[
 ]
 BatchOpt = Annotated[int | None, typer.Option("--batch-size", "-b", help="samples per GPU per step")]
 PrecisionOpt = Annotated[str | None, typer.Option("--precision", help="fp32, tf32, fp16 or bf16")]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option("--model", "-m", help="take the workload from `ddlscope profile` of a zoo model or "
+                 "package.module:factory (instead of --workload-file)"),
+]
+SeqLenOpt = Annotated[int | None, typer.Option("--seq-len", help="with --model: sequence length")]
+ImageSizeOpt = Annotated[int | None, typer.Option("--image-size", help="with --model: image side in pixels")]
+OptimizerOpt = Annotated[str | None, typer.Option("--optimizer", help="with --model: sgd, adam or adamw")]
 
 _LINK_OF = {"pcie": "pcie_bytes", "nvlink": "nvlink_bytes", "network": "network_bytes"}
 
 
-def _workload(workload_file: Path | None, batch_size: int | None, precision: str | None) -> Workload:
+def _workload(workload_file: Path | None, batch_size: int | None, precision: str | None, model: str | None = None,
+              seq_len: int | None = None, image_size: int | None = None, optimizer: str | None = None) -> Workload:
+    if model is not None:
+        if workload_file is not None:
+            raise ValueError("--model, --workload-file: give one of them")
+        from ddlscope.profile import profile_model
+
+        return profile_model(model, batch_size=batch_size, seq_len=seq_len, image_size=image_size,
+                             precision=precision or "fp32", optimizer=optimizer or "sgd").workload
+    given = [flag for flag, v in (("--seq-len", seq_len), ("--image-size", image_size), ("--optimizer", optimizer))
+             if v is not None]
+    if given:
+        raise ValueError(f"{', '.join(given)}: only with --model (they are profiling options)")
     w = load_workload(workload_file) if workload_file else example_workload()
     changes: dict[str, object] = {}
     if batch_size is not None and batch_size != w.batch_size:
@@ -80,8 +100,12 @@ def register(app: typer.Typer) -> None:
     @user_errors
     def predict(
         workload_file: WorkloadFile = None,
+        model: ModelOpt = None,
         batch_size: BatchOpt = None,
         precision: PrecisionOpt = None,
+        seq_len: SeqLenOpt = None,
+        image_size: ImageSizeOpt = None,
+        optimizer: OptimizerOpt = None,
         architecture: ArchOpt = None,
         workers: WorkersOpt = None,
         gpus_per_worker: GpusPerWorkerOpt = None,
@@ -102,7 +126,7 @@ def register(app: typer.Typer) -> None:
         NVLink, network); the step time, samples/s and the bottleneck. Without options: the built-in ResNet-50
         example as PS/Worker (8 workers, 2 PS) on the PAI study's 8 x V100 NVLink server with 25 Gb/s Ethernet.
         """
-        w = _workload(workload_file, batch_size, precision)
+        w = _workload(workload_file, batch_size, precision, model, seq_len, image_size, optimizer)
         arch = resolve_architecture(architecture, workers, gpus_per_worker, ps, servers, example_architecture())
         sysm, _ = resolve_system(system, system_file, gpu, nic, nvlink, catalog)
         out = predict_job(w, arch, sysm, overlap=overlap)
@@ -129,8 +153,12 @@ def register(app: typer.Typer) -> None:
                          f"all built-ins: {', '.join(BUILTIN_SCENARIOS)}), or inline 'name:key=value,...'"),
         ] = None,
         workload_file: WorkloadFile = None,
+        model: ModelOpt = None,
         batch_size: BatchOpt = None,
         precision: PrecisionOpt = None,
+        seq_len: SeqLenOpt = None,
+        image_size: ImageSizeOpt = None,
+        optimizer: OptimizerOpt = None,
         architecture: ArchOpt = None,
         workers: WorkersOpt = None,
         gpus_per_worker: GpusPerWorkerOpt = None,
@@ -150,7 +178,7 @@ def register(app: typer.Typer) -> None:
         Without options: the built-in example job (ResNet-50, PS/Worker, 8 workers, 2 PS shards on the PAI study's
         8 x V100 NVLink server with 25 Gb/s Ethernet) under every built-in scenario.
         """
-        w = _workload(workload_file, batch_size, precision)
+        w = _workload(workload_file, batch_size, precision, model, seq_len, image_size, optimizer)
         arch = resolve_architecture(architecture, workers, gpus_per_worker, ps, servers, example_architecture())
         sysm, cat = resolve_system(system, system_file, gpu, nic, nvlink, catalog)
         scenarios = _scenarios(scenario)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn.functional as F  # noqa: N812 (the PyTorch convention)
+import torch.nn.functional as F
 
 from ddlscope.pstrain.models import Batch, ModelSpec
 

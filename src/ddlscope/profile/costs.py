@@ -1,0 +1,263 @@
+"""FLOPs and bytes of one ATen operator call, from the shapes and dtypes of its tensors.
+
+Every rule here works on tensor *metadata* only (sizes, strides, dtypes), so it runs on the meta
+device. The functions are pure; :mod:`ddlscope.profile.tracer` calls them once per dispatched op.
+
+FLOPs
+    Matmul-class ops (``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``convolution`` and its backward,
+    the fused scaled-dot-product-attention kernels) use the formulas PyTorch registers in
+    ``torch.utils.flop_counter`` (2 FLOPs per multiply-accumulate; bias additions not counted;
+    the attention backward counts the recomputation of ``Q K^T``, five matmuls, as FlashAttention
+    does: Dao et al., "FlashAttention", NeurIPS 2022, sec. 3.1). ``mv``, ``addmv``, ``dot`` and
+    ``vdot`` are added here with the same convention (``2 m n`` and ``2 n``).
+    Every other op is memory-bound and gets an *estimate*: ``k`` FLOPs per element of its largest
+    operand, ``k`` from :data:`FLOPS_PER_ELEMENT` (1 by default; 0 for pure data movement such as
+    copies, concatenation, gathers and fills); scatter-accumulations (``index_add_``,
+    ``scatter_add_``, embedding backward) and ``embedding_bag`` pooling count one add per element
+    added in, not per element of the (possibly huge) destination. These FLOPs only set the roofline floor of
+    memory-bound time, which they practically never reach (intensity well under 1 FLOP/byte).
+
+Bytes
+    ``read_bytes`` = bytes of every tensor argument, ``write_bytes`` = bytes of every tensor
+    result, where a tensor's bytes are ``itemsize x`` the number of *distinct* elements it
+    addresses (a broadcast operand with stride 0 is read once: a bias of ``n`` elements added to
+    an ``m x n`` matrix reads ``n`` elements, not ``m n``). The minimum-traffic assumption of the
+    roofline model (Williams, Waterman and Patterson, "Roofline", CACM 52(4), 2009): each operand
+    moves between DRAM and the chip once. Exceptions, each from what the kernel must touch:
+
+    - views and aliases (``view``, ``t``, ``expand``, ``detach``, ``_unsafe_view``...): 0 bytes;
+    - allocations (``empty*``): 0 bytes; fills and factories (``zeros``, ``fill_``, ``zero_``,
+      ``*_like``, random initialisers): the result is written, nothing read;
+    - ``copy_``: the source is read, the destination written (not read);
+    - row gathers (``embedding``, ``index_select``, ``gather``, ``index.Tensor``): the indices
+      plus the gathered rows are read (``numel(result) x itemsize``), not the whole table;
+      ``_embedding_bag``: indices, offsets and ``numel(indices) x row bytes``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+from torch.utils.flop_counter import flop_registry
+
+aten = torch.ops.aten
+
+# -- classification by op type (the PAI study's way) ----------------------------------------------
+_EXTRA_MATMUL = (aten.mv, aten.addmv, aten.dot, aten.vdot)
+
+COMPUTE_BOUND_OPS: frozenset[Any] = frozenset([*flop_registry, *_EXTRA_MATMUL])
+"""Op packets counted as compute-bound *by type*: convolution and matrix-multiply class kernels
+(GEMM/GEMV, convolution, fused attention). Everything else is memory-bound. Reconstruction of the
+PAI study's split (Wang et al., IISWC 2019: "compute-bound" = convolution/GEMM-class operations,
+"memory-bound" = element-wise, normalisation, reductions, embedding and data movement)."""
+
+# -- bytes: special cases -------------------------------------------------------------------------
+ALLOCATION_OPS: frozenset[Any] = frozenset([
+    aten.empty, aten.empty_like, aten.empty_strided, aten.new_empty, aten.new_empty_strided,
+    aten.empty_permuted,
+])
+"""Ops that only allocate: no bytes moved (their results still count towards live memory)."""
+
+WRITE_ONLY_OPS: frozenset[Any] = frozenset([
+    aten.fill_, aten.zero_, aten.zeros, aten.ones, aten.full, aten.zeros_like, aten.ones_like,
+    aten.full_like, aten.scalar_tensor, aten.new_zeros, aten.new_ones, aten.new_full, aten.arange,
+    aten.normal_, aten.uniform_, aten.bernoulli_, aten.random_, aten.randn, aten.rand, aten.randint,
+    aten.randperm, aten.randn_like, aten.rand_like, aten.randint_like, aten.eye, aten.linspace,
+    aten.fill, aten.lift_fresh_copy, aten.exponential_, aten.geometric_, aten.log_normal_,
+    aten.cauchy_,
+])
+"""Ops that write their result without reading their tensor arguments (fills, factories)."""
+
+GATHER_OPS: dict[Any, tuple[int, ...]] = {
+    aten.embedding: (1,),
+    aten.index_select: (2,),
+    aten.gather: (2,),
+}
+"""Row gathers: packet -> positions of the index arguments. Bytes read = the index tensors + the
+gathered elements (``numel(result) x itemsize``)."""
+
+EMBEDDING_BAG_OPS: frozenset[Any] = frozenset([
+    aten._embedding_bag, aten._embedding_bag_forward_only, aten.embedding_bag,
+])
+"""``_embedding_bag(weight, indices, offsets, ..., per_sample_weights, ...)``: reads indices,
+offsets, per-sample weights and one table row per index; writes all results."""
+
+EMBEDDING_LOOKUP_OPS: frozenset[Any] = frozenset([aten.embedding, *EMBEDDING_BAG_OPS])
+"""Ops that look rows up in an embedding table passed as their first argument."""
+
+EMBEDDING_BACKWARD_OPS: frozenset[Any] = frozenset([
+    aten.embedding_dense_backward, aten.embedding_backward, aten._embedding_bag_backward,
+    aten._embedding_bag_dense_backward, aten._embedding_bag_sparse_backward,
+    aten.embedding_sparse_backward,
+])
+"""Ops that produce the gradient of an embedding table."""
+
+# -- FLOPs of memory-bound ops --------------------------------------------------------------------
+_ZERO_FLOP = [
+    aten._to_copy, aten.copy_, aten.clone, aten.cat, aten.stack, aten.constant_pad_nd, aten.index,
+    aten.index_select, aten.gather, aten.embedding, aten.fill_,
+    aten.zero_, aten.zeros, aten.ones, aten.full, aten.zeros_like, aten.ones_like, aten.full_like,
+    aten.scalar_tensor, aten.new_zeros, aten.new_ones, aten.new_full, aten.arange, aten.contiguous,
+    aten.repeat, aten.repeat_interleave, aten.roll, aten.flip, aten.split_with_sizes_copy,
+    aten.slice_scatter, aten.select_scatter, aten.masked_fill, aten.masked_fill_, aten.tril,
+    aten.triu, aten.lift_fresh_copy, aten.expand_copy, aten.permute_copy, aten.index_put,
+    aten.index_put_, aten.select_backward, aten.slice_backward, aten.unfold_backward,
+    aten.randperm,
+    *ALLOCATION_OPS,
+]
+FLOPS_PER_ELEMENT: dict[Any, float] = {
+    **{op: 0.0 for op in _ZERO_FLOP},
+    # normalisation: mean, variance (subtract, square, accumulate), normalise (subtract, multiply),
+    # affine (multiply, add) ~ 5 per element forward; the backward about 8
+    aten.native_batch_norm: 5.0, aten._native_batch_norm_legit: 5.0,
+    aten._native_batch_norm_legit_functional: 5.0, aten._native_batch_norm_legit_no_training: 2.0,
+    aten.native_layer_norm: 5.0, aten.native_group_norm: 5.0,
+    aten.native_batch_norm_backward: 8.0, aten.native_layer_norm_backward: 8.0,
+    aten.native_group_norm_backward: 8.0, aten.batch_norm_backward: 8.0,
+    # softmax: max, subtract, exp, sum, divide; backward: multiply, sum, subtract-multiply
+    aten._softmax: 5.0, aten._log_softmax: 5.0, aten._safe_softmax: 5.0,
+    aten._softmax_backward_data: 3.0, aten._log_softmax_backward_data: 3.0,
+    # GELU (tanh or erf form) ~ 8 operations; its backward ~ 12
+    aten.gelu: 8.0, aten.gelu_backward: 12.0,
+    # fused multiply-add style pointwise ops
+    aten.addcmul: 3.0, aten.addcmul_: 3.0, aten.addcdiv: 3.0, aten.addcdiv_: 3.0,
+    aten.lerp: 3.0, aten.lerp_: 3.0,
+}
+"""Estimated FLOPs per element of the largest operand for memory-bound ops (default 1).
+Operation counts of the textbook algorithms; estimates, stated as such."""
+
+
+_ACCUMULATE_SOURCE: dict[Any, int] = {
+    aten.index_add: 3, aten.index_add_: 3, aten.scatter_add: 3, aten.scatter_add_: 3,
+    aten.embedding_dense_backward: 0, aten._embedding_bag_dense_backward: 0, aten._embedding_bag_backward: 0,
+}
+"""Scatter-accumulate ops: packet -> position of the tensor whose elements are added in (FLOPs = its
+elements; the destination may be far larger and is not all touched)."""
+
+
+def tensors_in(obj: Any) -> list[torch.Tensor]:
+    """All tensors in ``obj`` (a tensor, or lists/tuples/dicts nesting them), in order."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, list | tuple):
+        return [t for item in obj for t in tensors_in(item)]
+    if isinstance(obj, dict):
+        return [t for item in obj.values() for t in tensors_in(item)]
+    return []
+
+
+def distinct_elements(t: torch.Tensor) -> int:
+    """Elements of ``t`` at distinct addresses: the product of the sizes of the dimensions whose
+    stride is not 0 (a broadcast/expanded dimension reuses the same elements)."""
+    n = 1
+    for size, stride in zip(t.shape, t.stride(), strict=True):
+        if size == 0:
+            return 0
+        if stride != 0:
+            n *= size
+    return n
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes a kernel moves to read or write ``t`` once: ``itemsize x distinct_elements(t)``."""
+    return t.element_size() * distinct_elements(t)
+
+
+def _sum_bytes(ts: Iterable[torch.Tensor]) -> int:
+    return sum(tensor_bytes(t) for t in ts)
+
+
+def op_bytes(func: Any, args: Sequence[Any], kwargs: dict[str, Any], outputs: list[torch.Tensor]) -> tuple[int, int]:
+    """``(read_bytes, write_bytes)`` of one call of the OpOverload ``func`` (see the module
+    docstring for the rules). ``outputs`` are its tensor results.
+
+    Views and aliases are detected by the caller (they share storage with an input) and never
+    reach this function.
+    """
+    packet = func.overloadpacket
+    write = _sum_bytes(outputs)
+    if packet in ALLOCATION_OPS:
+        return 0, 0
+    if packet in WRITE_ONLY_OPS:
+        return 0, write
+    if packet is aten.copy_:
+        return tensor_bytes(args[1]) if isinstance(args[1], torch.Tensor) else 0, write
+    if packet in GATHER_OPS:
+        idx = [args[i] for i in GATHER_OPS[packet] if i < len(args) and isinstance(args[i], torch.Tensor)]
+        return _sum_bytes(idx) + write, write
+    if packet is aten.index:
+        idx = [t for t in tensors_in(args[1])] if len(args) > 1 else []
+        return _sum_bytes(idx) + write, write
+    if packet in EMBEDDING_BAG_OPS:
+        weight, indices = args[0], args[1]
+        row_bytes = weight.element_size() * (weight.shape[-1] if weight.dim() > 1 else 1)
+        others = [t for t in tensors_in(args[1:]) if t is not weight]
+        return _sum_bytes(others) + indices.numel() * row_bytes, write
+    read = _sum_bytes(tensors_in(args)) + _sum_bytes(tensors_in(kwargs))
+    return read, write
+
+
+def op_flops(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any, outputs: list[torch.Tensor]) -> float:
+    """FLOPs of one call of ``func`` (see the module docstring): the registered
+    ``torch.utils.flop_counter`` formula for matmul-class ops, else an estimate of ``k`` FLOPs per
+    element of the largest operand."""
+    packet = func.overloadpacket
+    formula = flop_registry.get(packet)
+    if formula is not None:
+        return float(formula(*args, **kwargs, out_val=out))
+    if packet in (aten.mv, aten.addmv):
+        mat = args[0] if packet is aten.mv else args[1]
+        return 2.0 * mat.shape[0] * mat.shape[1]
+    if packet in (aten.dot, aten.vdot):
+        return 2.0 * args[0].numel()
+    if packet in EMBEDDING_BAG_OPS:  # sum/mean pooling: one add per looked-up element
+        weight = args[0]
+        return float(args[1].numel() * (weight.shape[-1] if weight.dim() > 1 else 1))
+    if packet in _ACCUMULATE_SOURCE:  # one add per element scattered in
+        src = args[_ACCUMULATE_SOURCE[packet]]
+        return float(src.numel()) if isinstance(src, torch.Tensor) else 0.0
+    k = FLOPS_PER_ELEMENT.get(packet, 1.0)
+    if k == 0.0:
+        return 0.0
+    sizes = [t.numel() for t in tensors_in(args)] + [t.numel() for t in outputs]
+    return k * float(max(sizes, default=0))
+
+
+def expected_unique_rows(num_rows: float, lookups: float) -> float:
+    """Expected number of distinct rows touched by ``lookups`` independent uniform draws from a
+    table of ``num_rows`` rows: ``N (1 - (1 - 1/N)^k)`` (the classical occupancy problem; Feller,
+    "An Introduction to Probability Theory and Its Applications", vol. 1, ch. II). Computed as
+    ``-N expm1(k log1p(-1/N))`` for accuracy with large ``N``.
+
+    Uniform access is the most spread-out i.i.d. access pattern (the expected number of distinct
+    rows is Schur-concave in the access probabilities), so for skewed (Zipf-like) real access this
+    is an upper bound; it never exceeds ``min(N, k)``.
+
+    Raises:
+        ValueError: ``num_rows`` < 1 or ``lookups`` < 0.
+    """
+    if num_rows < 1 or lookups < 0:
+        raise ValueError(f"expected_unique_rows: need num_rows >= 1 and lookups >= 0, got {num_rows}, {lookups}")
+    if num_rows == 1:
+        return 1.0 if lookups > 0 else 0.0
+    return -num_rows * math.expm1(lookups * math.log1p(-1.0 / num_rows))
+
+
+def rows_touched(num_rows: float, lookups: float, position_lookups: float = 0.0) -> float:
+    """Expected distinct rows of a table touched per step.
+
+    ``lookups`` counts the index elements at distinct addresses of every look-up (a broadcast index
+    counts once); ``position_lookups`` is the part of them whose indices are position-like (a
+    model buffer or an ``arange``, such as position ids ``0..S-1``), assumed distinct. The rest
+    are input-driven and estimated as uniform draws (:func:`expected_unique_rows`):
+    ``min(N, P + N (1 - (1 - 1/N)^(k - P)))``.
+
+    Raises:
+        ValueError: ``num_rows`` < 1, negative counts, or ``position_lookups`` > ``lookups``.
+    """
+    if position_lookups < 0 or position_lookups > lookups:
+        raise ValueError(f"rows_touched: need 0 <= position_lookups <= lookups, got {position_lookups}, {lookups}")
+    return min(float(num_rows), position_lookups + expected_unique_rows(num_rows, lookups - position_lookups))
