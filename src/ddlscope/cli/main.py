@@ -21,6 +21,7 @@ app = typer.Typer(
 COMMAND_MODULES: tuple[str, ...] = (
     "ddlscope.cli.model",
     "ddlscope.cli.rpc",
+    "ddlscope.cli.trace",
 )
 
 for _name in COMMAND_MODULES:

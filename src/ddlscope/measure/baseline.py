@@ -363,7 +363,8 @@ def model_check(per_rank: pl.DataFrame, hw: TraceHardware, precision: str) -> pl
     out = breakdown(jobs)
     rows = out.select(
         "rank",
-        pl.struct(component=pl.lit("compute_bound"), measured_us=c("covered_compute_s") * 1e6,
+        pl.struct(component=pl.lit("compute_bound"),
+                  measured_us=pl.when(c("flops") > 0).then(c("covered_compute_s") * 1e6),
                   predicted_us=pl.when(c("flops") > 0).then(c("compute_bound_s") * 1e6),
                   basis=pl.when(c("flops") > 0).then(
                       pl.format("{} GFLOP per iteration from {} ({}% of compute-bound kernel time; {} peak x "
