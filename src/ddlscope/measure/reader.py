@@ -22,11 +22,13 @@ PyTorch's Kineto ``ChromeTraceLogger``.
 
 from __future__ import annotations
 
+import gc
 import gzip
 import io
 import re
 import tarfile
 import zlib
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +48,6 @@ class TraceReadError(ValueError):
 class _Args(msgspec.Struct, gc=False):
     correlation: Scalar = None
     stream: Scalar = None
-    external_id: Scalar = msgspec.field(default=None, name="External id")
     device: Scalar = None
     nbytes: Scalar = msgspec.field(default=None, name="bytes")
     in_msg_nelems: Scalar = msgspec.field(default=None, name="In msg nelems")
@@ -66,7 +67,7 @@ class _Event(msgspec.Struct, gc=False):
     tid: int | str | None = None
     ts: float | None = None
     dur: float | None = None
-    args: _Args | None = None
+    args: _Args = msgspec.field(default_factory=_Args)
 
 
 class _KinetoDoc(msgspec.Struct):
@@ -97,7 +98,7 @@ _KEYS = msgspec.json.Decoder(dict[str, msgspec.Raw])
 EVENT_SCHEMA: dict[str, pl.DataType] = {
     "cat": pl.String, "name": pl.String, "pid": pl.String, "tid": pl.String,
     "ts_ns": pl.Int64, "dur_ns": pl.Int64, "end_ns": pl.Int64,
-    "correlation": pl.Int64, "stream": pl.Int64, "external_id": pl.Int64, "device": pl.Int64,
+    "correlation": pl.Int64, "stream": pl.Int64, "device": pl.Int64,
     "bytes": pl.Int64, "in_msg_nelems": pl.Int64, "out_msg_nelems": pl.Int64, "group_size": pl.Int64,
     "dtype": pl.String, "collective_name": pl.String, "input_dims": pl.String, "input_types": pl.String,
 }
@@ -118,7 +119,7 @@ class KinetoTrace:
             to it.
         events: one row per complete (``ph == "X"``) event; columns :data:`EVENT_SCHEMA`:
             ``ts_ns``/``dur_ns``/``end_ns`` integer nanoseconds; ``args`` fields flattened
-            (``correlation``, ``stream``, ``external_id``, ``device``, ``bytes``, the NCCL
+            (``correlation``, ``stream``, ``device``, ``bytes``, the NCCL
             message fields, and ``input_dims``/``input_types`` as raw JSON text).
         skipped: events not used, by reason (phase other than X, X without ts or dur).
     """
@@ -239,47 +240,64 @@ def _raw_text(r: msgspec.Raw) -> str | None:
     return bytes(r).decode() if len(r) else None
 
 
+def _series(name: str, values: list, dtype: pl.DataType) -> pl.Series:
+    """A column from decoded values: the fast typed path, else per-value conversion (mixed types,
+    e.g. a stream id written as text) with values that do not convert set to null."""
+    try:
+        if dtype == pl.String:  # ids written as numbers (pid, tid) convert faster as a column
+            s = pl.Series(name, values)
+            return s if s.dtype == pl.String else s.cast(pl.String)
+        return pl.Series(name, values, dtype=dtype)
+    except (TypeError, OverflowError, pl.exceptions.PolarsError):
+        if dtype == pl.String:
+            return pl.Series(name, [None if v is None else str(v) for v in values], dtype=pl.String)
+        return pl.Series(name, values, strict=False).cast(dtype, strict=False)
+
+
 def _events_frame(label: str, events: list[_Event]) -> tuple[pl.DataFrame, float, dict[str, int]]:
+    """The complete (``X``) events as a frame of :data:`EVENT_SCHEMA`, the base time (us), and the
+    events not used by reason."""
     skipped: dict[str, int] = {}
-    xs = []
-    for ph, n in pl.Series([e.ph for e in events]).value_counts().iter_rows():
-        if ph != "X":
-            skipped[f"phase '{ph}' (not a complete event)"] = n
     xs = [e for e in events if e.ph == "X"]
-    incomplete = [e for e in xs if e.ts is None or e.dur is None]
+    for ph, n in Counter(e.ph for e in events if e.ph != "X").items():
+        skipped[f"phase '{ph}' (not a complete event)"] = n
+    # the profiler's own span ("PyTorch Profiler (0)", cat "Trace") is not an event of the program
+    spans = [e for e in xs if e.cat == "Trace"]
+    if spans:
+        skipped["profiler span (cat 'Trace')"] = len(spans)
+    xs = [e for e in xs if e.cat != "Trace"]
+    incomplete = sum(1 for e in xs if e.ts is None or e.dur is None)
     if incomplete:
-        skipped["complete event without ts or dur"] = len(incomplete)
+        skipped["complete event without ts or dur"] = incomplete
         xs = [e for e in xs if e.ts is not None and e.dur is not None]
     if not xs:
         raise TraceReadError(f"{label}: no complete ('ph': 'X') events with ts and dur; not a profiler trace")
     a = [e.args for e in xs]
-    cols: dict[str, Any] = {
-        "cat": [e.cat for e in xs], "name": [e.name for e in xs],
-        "pid": [e.pid for e in xs], "tid": [e.tid for e in xs],
-        "ts": [e.ts for e in xs], "dur": [e.dur for e in xs],
-    }
-    for key in ("correlation", "stream", "external_id", "device", "nbytes", "in_msg_nelems", "out_msg_nelems",
-                "group_size", "dtype", "collective_name"):
-        cols[key] = [getattr(x, key) if x is not None else None for x in a]
-    cols["input_dims"] = [_raw_text(x.input_dims) if x is not None else None for x in a]
-    cols["input_types"] = [_raw_text(x.input_types) if x is not None else None for x in a]
-    frame = pl.DataFrame({k: pl.Series(k, v, strict=False) for k, v in cols.items()})
+    cols = [
+        _series("cat", [e.cat for e in xs], pl.String), _series("name", [e.name for e in xs], pl.String),
+        _series("pid", [e.pid for e in xs], pl.String), _series("tid", [e.tid for e in xs], pl.String),
+        _series("ts", [e.ts for e in xs], pl.Float64), _series("dur", [e.dur for e in xs], pl.Float64),
+        _series("correlation", [x.correlation for x in a], pl.Int64),
+        _series("stream", [x.stream for x in a], pl.Int64),
+        _series("device", [x.device for x in a], pl.Int64),
+        _series("bytes", [x.nbytes for x in a], pl.Int64),
+        _series("in_msg_nelems", [x.in_msg_nelems for x in a], pl.Int64),
+        _series("out_msg_nelems", [x.out_msg_nelems for x in a], pl.Int64),
+        _series("group_size", [x.group_size for x in a], pl.Int64),
+        _series("dtype", [x.dtype for x in a], pl.String),
+        _series("collective_name", [x.collective_name for x in a], pl.String),
+        pl.Series("input_dims", [bytes(x.input_dims).decode() if len(x.input_dims) else None for x in a],
+                  dtype=pl.String),
+        pl.Series("input_types", [bytes(x.input_types).decode() if len(x.input_types) else None for x in a],
+                  dtype=pl.String),
+    ]
+    frame = pl.DataFrame(cols)
     base = float(frame["ts"].min())
-    ints = ("correlation", "stream", "external_id", "device", "nbytes", "in_msg_nelems", "out_msg_nelems", "group_size")
-    frame = frame.select(
-        pl.col("cat").cast(pl.String).fill_null(""),
-        pl.col("name").cast(pl.String),
-        pl.col("pid").cast(pl.String),
-        pl.col("tid").cast(pl.String),
+    frame = frame.with_columns(
+        pl.col("cat").fill_null(""),
         # subtract first (exact for nearby floats), then round to integer nanoseconds
-        ts_ns=((pl.col("ts").cast(pl.Float64) - base) * 1000.0).round(0).cast(pl.Int64),
-        dur_ns=(pl.col("dur").cast(pl.Float64) * 1000.0).round(0).cast(pl.Int64),
-        **{("bytes" if k == "nbytes" else k): pl.col(k).cast(pl.Float64, strict=False).cast(pl.Int64, strict=False)
-           for k in ints},
-        dtype=pl.col("dtype").cast(pl.String),
-        collective_name=pl.col("collective_name").cast(pl.String),
-        input_dims=pl.col("input_dims").cast(pl.String),
-        input_types=pl.col("input_types").cast(pl.String),
+        ts_ns=((pl.col("ts") - base) * 1000.0).round(0).cast(pl.Int64),
+        dur_ns=(pl.col("dur") * 1000.0).round(0).cast(pl.Int64),
     ).with_columns(end_ns=pl.col("ts_ns") + pl.col("dur_ns"))
     negative = frame.filter(pl.col("dur_ns") < 0).height
     if negative:
@@ -340,13 +358,22 @@ def read_traces(paths: list[str | Path]) -> tuple[list[KinetoTrace], list[Execut
     """
     kineto: list[KinetoTrace] = []
     execution: list[ExecutionTrace] = []
-    for path in paths:
-        for label, raw in _documents(Path(path)):
-            doc = _decode(label, raw)
-            if isinstance(doc, _EtDoc):
-                execution.append(_execution(label, doc))
-            else:
-                kineto.append(_kineto(label, doc))
+    # decoding creates a few hundred thousand objects without reference cycles: pausing the cyclic
+    # garbage collector meanwhile saves its repeated scans (a large part of the parse time)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for path in paths:
+            for label, raw in _documents(Path(path)):
+                doc = _decode(label, raw)
+                if isinstance(doc, _EtDoc):
+                    execution.append(_execution(label, doc))
+                else:
+                    kineto.append(_kineto(label, doc))
+                del doc, raw
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     if not kineto:
         what = ", ".join(e.source for e in execution) or ", ".join(map(str, paths))
         raise TraceReadError(f"{what}: no PyTorch profiler (Kineto) trace among the inputs; execution traces "
