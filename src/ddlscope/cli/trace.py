@@ -34,9 +34,11 @@ def sections(a: TraceAnalysis) -> list[tuple[str, pl.DataFrame, str, str | None]
     Times are shown in milliseconds (``_ms``); ``--format json`` prints the same tables.
     """
     bd = a.breakdown
+    multi = bd.group_by("rank").agg(c("device").n_unique()).select(c("device").max()).item() > 1
+    keys = ["rank", "device", "iteration"] if multi else ["rank", "iteration"]  # a rank driving several GPUs
     out: list[tuple[str, pl.DataFrame, str, str | None]] = []
     out.append(("breakdown", bd.select(
-        "rank", "iteration",
+        *keys,
         _ms("window_us", "step_ms"), _ms("compute_bound_us"), _ms("memory_bound_us"), _ms("unclassified_us"),
         _ms("comm_exposed_us"), _ms("device_copy_us"), _ms("data_io_us"), _ms("idle_us"),
         _ms("comm_busy_us", "comm_total_ms"),
@@ -46,7 +48,7 @@ def sections(a: TraceAnalysis) -> list[tuple[str, pl.DataFrame, str, str | None]
         "comm_exposed = communication with no computation kernel running; comm_total = all communication "
         "time, comm_overlap = the share of it hidden under computation; cpu_step = the iteration marker's duration"))
     out.append(("idle", bd.select(
-        "rank", "iteration", _ms("idle_us"), *(_ms(f"idle_{k}_us", f"{k}_ms") for k in IDLE_CAUSES),
+        *keys, _ms("idle_us"), *(_ms(f"idle_{k}_us", f"{k}_ms") for k in IDLE_CAUSES),
         gaps=c("idle_gaps"),
     ), "GPU idle time by visible cause (ms)",
         "data_loader / synchronisation / kernel_launch: the host was late launching the next GPU work "
