@@ -28,7 +28,6 @@ import io
 import re
 import tarfile
 import zlib
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -258,9 +257,10 @@ def _events_frame(label: str, events: list[_Event]) -> tuple[pl.DataFrame, float
     """The complete (``X``) events as a frame of :data:`EVENT_SCHEMA`, the base time (us), and the
     events not used by reason."""
     skipped: dict[str, int] = {}
-    xs = [e for e in events if e.ph == "X"]
-    for ph, n in Counter(e.ph for e in events if e.ph != "X").items():
+    phases = pl.Series([e.ph for e in events], dtype=pl.String)
+    for ph, n in phases.filter(phases != "X").value_counts().iter_rows():
         skipped[f"phase '{ph}' (not a complete event)"] = n
+    xs = [e for e in events if e.ph == "X"]
     # the profiler's own span ("PyTorch Profiler (0)", cat "Trace") is not an event of the program
     spans = [e for e in xs if e.cat == "Trace"]
     if spans:

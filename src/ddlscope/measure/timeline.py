@@ -80,14 +80,17 @@ def sweep(activities: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
         windows.select(*_KEYS, k=pl.lit(None, pl.Int32), t=c("window_start_ns"), d=pl.lit(0, pl.Int32)),
         windows.select(*_KEYS, k=pl.lit(None, pl.Int32), t=c("window_end_ns"), d=pl.lit(0, pl.Int32)),
     ]).sort(*_KEYS, "t")
+    # running busy count per class; every (rank, device) group's +1s and -1s cancel, so a plain
+    # cumulative sum over the sorted edges restarts at 0 at each group (no per-group window needed)
     running = [
-        (pl.when(c("k") == i).then(c("d")).otherwise(0)).cum_sum().over(*_KEYS).alias(f"busy_{name}")
+        (pl.when(c("k") == i).then(c("d")).otherwise(0)).cum_sum().alias(f"busy_{name}")
         for name, i in idx.items()
     ]
+    same_gpu = pl.all_horizontal([c(k) == c(k).shift(-1) for k in _KEYS])
     seg = (
         edges.with_columns(running)
         .unique(subset=[*_KEYS, "t"], keep="last", maintain_order=True)
-        .with_columns(end_ns=c("t").shift(-1).over(*_KEYS))
+        .with_columns(end_ns=pl.when(same_gpu).then(c("t").shift(-1)))
         .filter(c("end_ns").is_not_null())
         .with_columns(*(c(f"busy_{n}") > 0 for n in TIMELINE_CLASSES))
         .with_columns(
