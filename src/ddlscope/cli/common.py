@@ -16,6 +16,7 @@ from rich.markup import escape
 from ddlscope.specs.architecture import ARCHITECTURES, Architecture
 from ddlscope.specs.catalog import Catalog, CatalogError, load_catalog, load_system
 from ddlscope.specs.examples import EXAMPLE_SERVER
+from ddlscope.specs.scenario import BUILTIN_SCENARIOS, Scenario, resolve_scenarios
 from ddlscope.specs.system import System
 
 err_console = Console(stderr=True, soft_wrap=True)  # long messages (paths) stay on one line
@@ -118,3 +119,30 @@ def resolve_architecture(
         # `-a 1wng -w 4` reads naturally as four GPUs under one worker
         fields["num_workers"], fields["gpus_per_worker"] = 1, workers
     return Architecture.model_validate(fields)
+
+
+def parse_scenarios(items: list[str] | None) -> list[Scenario]:
+    """The ``--scenario`` values: built-in names, scenario files, or inline ``name:key=value,...``
+    scenarios (all built-ins when none are given).
+
+    Raises:
+        ValueError / pydantic.ValidationError: an unknown name, a bad file or inline field.
+    """
+    if not items:
+        return list(BUILTIN_SCENARIOS.values())
+    out: list[Scenario] = []
+    for item in items:
+        if ":" in item and "=" in item:
+            name, _, body = item.partition(":")
+            fields: dict[str, object] = {"name": name}
+            for pair in filter(None, body.split(",")):
+                key, sep, value = pair.partition("=")
+                if not sep:
+                    raise ValueError(f"--scenario {item!r}: expected key=value pairs after 'name:'")
+                fields[key.strip()] = value.strip()
+            if "only_architectures" in fields:
+                fields["only_architectures"] = tuple(str(fields["only_architectures"]).split("+"))
+            out.append(Scenario.model_validate(fields))
+        else:
+            out.extend(resolve_scenarios([item]))
+    return out

@@ -25,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "ddlscope.cli.profile",
     "ddlscope.cli.rpc",
     "ddlscope.cli.pstrain",
+    "ddlscope.cli.trace",
 )
 
 for _name in COMMAND_MODULES:

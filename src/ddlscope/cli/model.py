@@ -22,6 +22,7 @@ from ddlscope.cli.common import (
     SystemFile,
     SystemName,
     WorkersOpt,
+    parse_scenarios,
     resolve_architecture,
     resolve_system,
     user_errors,
@@ -31,7 +32,7 @@ from ddlscope.model.api import predict_whatif
 from ddlscope.model.step_time import COMPONENTS
 from ddlscope.report.console import emit
 from ddlscope.specs.examples import EXAMPLE_SERVER, example_architecture, example_workload
-from ddlscope.specs.scenario import BUILTIN_SCENARIOS, Scenario, resolve_scenarios
+from ddlscope.specs.scenario import BUILTIN_SCENARIOS
 from ddlscope.specs.workload import Workload, load_workload
 
 WorkloadFile = Annotated[
@@ -181,7 +182,7 @@ def register(app: typer.Typer) -> None:
         w = _workload(workload_file, batch_size, precision, model, seq_len, image_size, optimizer)
         arch = resolve_architecture(architecture, workers, gpus_per_worker, ps, servers, example_architecture())
         sysm, cat = resolve_system(system, system_file, gpu, nic, nvlink, catalog)
-        scenarios = _scenarios(scenario)
+        scenarios = parse_scenarios(scenario)
         out = predict_whatif(w, arch, sysm, scenarios, overlap=overlap, catalog=cat)
         if fmt == "table":
             table = out.select(
@@ -204,24 +205,3 @@ def register(app: typer.Typer) -> None:
         else:
             emit(out, fmt)
 
-
-def _scenarios(items: list[str] | None) -> list[Scenario]:
-    """Built-in names, files, or inline ``name:key=value,key=value`` scenarios."""
-    if not items:
-        return list(BUILTIN_SCENARIOS.values())
-    out: list[Scenario] = []
-    for item in items:
-        if ":" in item and "=" in item:
-            name, _, body = item.partition(":")
-            fields: dict[str, object] = {"name": name}
-            for pair in filter(None, body.split(",")):
-                key, sep, value = pair.partition("=")
-                if not sep:
-                    raise ValueError(f"--scenario {item!r}: expected key=value pairs after 'name:'")
-                fields[key.strip()] = value.strip()
-            if "only_architectures" in fields:
-                fields["only_architectures"] = tuple(str(fields["only_architectures"]).split("+"))
-            out.append(Scenario.model_validate(fields))
-        else:
-            out.extend(resolve_scenarios([item]))
-    return out

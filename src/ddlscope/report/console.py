@@ -112,3 +112,49 @@ def emit(
         stream.write(out.write_csv())
     else:
         raise ValueError(f"format: expected one of {FORMATS}, got {fmt!r}")
+
+
+def emit_sections(
+    sections: Sequence[tuple[str, pl.DataFrame, str, str | None]],
+    fmt: OutputFormat | str = "table",
+    *,
+    summary: Mapping[str, Any] | None = None,
+    stream: TextIO | None = None,
+) -> None:
+    """Print several named tables as one output (a command with more than one result table).
+
+    Args:
+        sections: ``(name, frame, title, caption)`` in print order.
+        fmt: ``table`` prints each titled table, then ``summary`` as ``key: value`` lines;
+            ``json`` prints one object ``{name: [rows], ..., **summary}``; ``csv`` prints the
+            first section only (the command's main table).
+        summary: headline values and notes (lists print one item per line in ``table``).
+
+    Raises:
+        ValueError: an unknown format.
+    """
+    stream = stream or sys.stdout
+    if fmt == "table":
+        console = Console(file=stream)
+        if not console.is_terminal:
+            console = Console(file=stream, width=200)
+        for _, frame, title, caption in sections:
+            console.print(rich_table(frame, title=title, caption=caption))
+        for key, value in (summary or {}).items():
+            if isinstance(value, Sequence) and not isinstance(value, str):
+                console.print(escape(f"{key}:"))
+                for item in value:
+                    console.print(escape(f"  - {format_value(item)}"))
+            elif isinstance(value, Mapping):
+                console.print(escape(f"{key}: {json.dumps(to_jsonable(value))}"))
+            else:
+                console.print(escape(f"{key}: {format_value(value)}"))
+    elif fmt == "json":
+        payload = {name: frame_records(frame) for name, frame, _, _ in sections}
+        payload.update(to_jsonable(dict(summary or {})))
+        stream.write(json.dumps(payload, indent=2) + "\n")
+    elif fmt == "csv":
+        if sections:
+            emit(sections[0][1], "csv", stream=stream)
+    else:
+        raise ValueError(f"format: expected one of {FORMATS}, got {fmt!r}")

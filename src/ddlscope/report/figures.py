@@ -20,6 +20,9 @@ COMPONENT_COLORS: dict[str, str] = {
     "pcie": "#ff7f0e",
     "nvlink": "#2ca02c",
     "network": "#d62728",
+    "communication": "#d62728",
+    "device_copy": "#9467bd",
+    "unclassified": "#bcbd22",
     "idle": "#e0e0e0",
 }
 """Colour of each step-time component (the model's and the measured breakdown's)."""
@@ -31,6 +34,9 @@ COMPONENT_LABELS: dict[str, str] = {
     "pcie": "PCIe comm.",
     "nvlink": "NVLink comm.",
     "network": "network comm.",
+    "communication": "exposed comm.",
+    "device_copy": "device copies",
+    "unclassified": "unclassified",
     "idle": "idle",
 }
 

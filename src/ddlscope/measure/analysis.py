@@ -1,0 +1,382 @@
+"""``analyze_traces``: parse once, then run the independent analyzers, return every table.
+
+The flow (each step a module of :mod:`ddlscope.measure`)::
+
+    read (reader) -> tables (tables) -> collectives (comm) -> iterations and GPU windows
+    (iterations) -> sweep -> breakdown, idle causes (timeline) -> collective calls (comm)
+    -> kernels, temporal shares -> rank skew (skew) -> what-if and model check (baseline)
+
+All times in the returned tables are microseconds (``_us``, floats holding whole nanoseconds),
+bytes in ``_bytes``, bandwidths in GB/s (``_gb_s``, 1e9 bytes per second).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from ddlscope.measure.baseline import (
+    TraceHardware,
+    comm_demand,
+    dominant_precision,
+    model_check,
+    trace_hardware,
+    whatif_from_trace,
+    whatif_summary,
+)
+from ddlscope.measure.comm import collective_calls, collectives_per_iteration, resolve_collectives
+from ddlscope.measure.flops import FLOP_OPERATORS, op_flops
+from ddlscope.measure.iterations import (
+    WHOLE_TRACE,
+    assign_iteration,
+    assign_window,
+    cpu_iterations,
+    gpu_span,
+    gpu_windows,
+)
+from ddlscope.measure.reader import ExecutionTrace, KinetoTrace, read_traces
+from ddlscope.measure.rules import TraceRules, load_rules
+from ddlscope.measure.skew import rank_skew
+from ddlscope.measure.tables import build_tables, enclosing
+from ddlscope.measure.timeline import (
+    COMM_CLASSES,
+    COMPUTE_CLASSES,
+    IDLE_CAUSES,
+    LAUNCH_GAP_US,
+    TIMELINE_CLASSES,
+    breakdown_from_segments,
+    idle_by_cause,
+    idle_causes,
+    sweep,
+    timeline_class,
+)
+from ddlscope.specs.catalog import Catalog, builtin_catalog
+from ddlscope.specs.scenario import Scenario
+
+c = pl.col
+_NS = 1000.0  # ns per us
+
+
+@dataclass
+class TraceAnalysis:
+    """Everything ``ddlscope trace`` reports (all frames Polars, times in microseconds).
+
+    Attributes:
+        ranks: one row per rank: ``rank, source, gpu, world_size, iterations, marker,
+            gpu_activities, activities_outside_windows, busy_outside_windows_us, events_used,
+            events_skipped``.
+        breakdown: one row per (rank, device, iteration): ``window_us`` and its exclusive parts
+            ``compute_bound_us, memory_bound_us, unclassified_us, comm_exposed_us,
+            device_copy_us, data_io_us, idle_us`` (they sum to ``window_us`` to the nanosecond);
+            exposed time per collective ``comm_<collective>_us``; idle per cause
+            ``idle_<cause>_us`` (sum to ``idle_us``); ``comm_busy_us`` = ``comm_exposed_us +
+            comm_overlapped_us``; busy (union) time per class ``busy_<class>_us``;
+            ``cpu_step_us`` (the iteration marker's CPU duration), ``data_io_bytes`` (host<->device),
+            ``window_start_us`` (relative to the rank's first event).
+        collectives: per (rank, device, iteration, collective): calls, sizes, time, busy and exposed
+            time, algorithm and bus bandwidth (:func:`ddlscope.measure.comm.collectives_per_iteration`).
+        calls: one row per collective call (:func:`ddlscope.measure.comm.collective_calls`).
+        kernels: per (rank, class, kind): ``kernels``, ``time_us`` (sum of durations), ``share``
+            of the rank's kernel time.
+        unclassified: per kernel name no rule matched: ``name, kernels, time_us, ranks``.
+        temporal: per rank over all its iterations, in Holistic Trace Analysis' terms:
+            ``idle_pct, compute_pct, non_compute_pct, comm_overlap_pct, span_us`` over the GPU span
+            of the iterations (:func:`ddlscope.measure.iterations.gpu_span`).
+        skew, skew_summary: :func:`ddlscope.measure.skew.rank_skew`.
+        whatif, whatif_rows: :func:`ddlscope.measure.baseline.whatif_summary` and the per-row
+            predictions (None when the GPU is unknown).
+        model_check: :func:`ddlscope.measure.baseline.model_check` (None when the GPU is unknown).
+        hardware: the resolved hardware.
+        precision: the dominant compute precision.
+        notes: what was assumed, inferred or left out, one line each.
+    """
+
+    ranks: pl.DataFrame
+    breakdown: pl.DataFrame
+    collectives: pl.DataFrame
+    calls: pl.DataFrame
+    kernels: pl.DataFrame
+    unclassified: pl.DataFrame
+    temporal: pl.DataFrame
+    skew: pl.DataFrame
+    skew_summary: dict[str, Any]
+    whatif: pl.DataFrame | None
+    whatif_rows: pl.DataFrame | None
+    model_check: pl.DataFrame | None
+    hardware: TraceHardware | None
+    precision: str
+    notes: list[str] = field(default_factory=list)
+
+
+def analyze_traces(
+    paths: Sequence[str | Path],
+    *,
+    rules_files: Sequence[str | Path] = (),
+    scenarios: Sequence[Scenario] | None = None,
+    catalog: Catalog | None = None,
+    server: str | None = None,
+    gpu: str | None = None,
+    launch_gap_us: float = LAUNCH_GAP_US,
+    whole_trace: bool = False,
+) -> TraceAnalysis:
+    """Read the traces in ``paths`` (one per rank; files, archives, folders) and analyse them.
+
+    Args:
+        rules_files: user rules tried before the built-in ones (:func:`ddlscope.measure.rules.load_rules`).
+        scenarios: what-if scenarios (None: none; the CLI passes the built-ins by default).
+        catalog: hardware catalog (default: built-in).
+        server, gpu: hardware overrides (catalog names) for the what-if and model check.
+        launch_gap_us: threshold of :func:`ddlscope.measure.timeline.idle_causes`.
+        whole_trace: ignore iteration markers and analyse each rank as one window.
+
+    Raises:
+        TraceReadError: unreadable, truncated, non-JSON or wrong-schema input (naming the file).
+        RulesError: a bad rules file.
+        ValueError: a trace without GPU activities; bad scenarios.
+        CatalogError: unknown ``server``/``gpu`` or a scenario naming unknown hardware.
+    """
+    rules = load_rules(*rules_files)
+    if whole_trace:
+        rules = dataclasses.replace(rules, markers=())
+    kineto, executions = read_traces(list(paths))
+    return analyze(kineto, executions, rules, scenarios=scenarios, catalog=catalog, server=server, gpu=gpu,
+                   launch_gap_us=launch_gap_us)
+
+
+def _us(ns: pl.Expr) -> pl.Expr:
+    return ns / _NS
+
+
+def analyze(
+    kineto: list[KinetoTrace],
+    executions: list[ExecutionTrace],
+    rules: TraceRules,
+    *,
+    scenarios: Sequence[Scenario] | None = None,
+    catalog: Catalog | None = None,
+    server: str | None = None,
+    gpu: str | None = None,
+    launch_gap_us: float = LAUNCH_GAP_US,
+) -> TraceAnalysis:
+    """:func:`analyze_traces` on traces already read (see there)."""
+    catalog = catalog or builtin_catalog()
+    world_size = kineto[0].world_size
+    notes: list[str] = []
+    tb = build_tables(kineto, rules)
+    g = resolve_collectives(tb.gpu, tb.cpu, rules, world_size)
+    its = cpu_iterations(tb.cpu, g, rules)
+    g = assign_iteration(g, its)
+    win = gpu_windows(g, its)
+    g = assign_window(g, win, "start_ns")
+    acts = g.select("rank", "device", "start_ns", "end_ns", tclass=timeline_class(c("class"), c("kind")))
+    seg = sweep(acts, win)
+    bd_ns = breakdown_from_segments(seg, win)
+    idle = idle_causes(seg, g, tb.cpu, tb.runtime, rules.host, launch_gap_us)
+    by_cause = idle_by_cause(idle, win)
+    calls = collective_calls(g)
+    collectives = collectives_per_iteration(calls, bd_ns)
+
+    # -- per-iteration breakdown in microseconds ---------------------------------------------------
+    h2d = (
+        g.filter((c("class") == "data_io") & c("iteration").is_not_null())
+        .group_by("rank", "device", "iteration").agg(h2d_bytes=c("bytes").sum().cast(pl.Float64))
+    )
+    keys = ["rank", "device", "iteration"]
+    bd = (
+        bd_ns.join(by_cause, on=keys, how="left")
+        .join(its.select("rank", "iteration", "cpu_step_ns"), on=["rank", "iteration"], how="left")
+        .join(h2d, on=keys, how="left")
+        .with_columns(c("h2d_bytes").fill_null(0.0))
+    )
+    out_cols = [
+        *keys,
+        _us(c("window_start_ns")).alias("window_start_us"),
+        _us(c("window_ns")).alias("window_us"),
+        *(_us(c(f"{k}_ns")).alias(f"{k}_us") for k in COMPUTE_CLASSES),
+        _us(c("comm_exposed_ns")).alias("comm_exposed_us"),
+        _us(c("device_copy_ns")).alias("device_copy_us"),
+        _us(c("data_io_ns")).alias("data_io_us"),
+        _us(c("idle_ns")).alias("idle_us"),
+        _us(c("comm_busy_ns")).alias("comm_busy_us"),
+        _us(c("comm_overlapped_ns")).alias("comm_overlapped_us"),
+        *(_us(c(f"{k}_ns")).alias(f"{k}_us") for k in COMM_CLASSES),
+        *(_us(c(f"idle_{k}_ns")).alias(f"idle_{k}_us") for k in IDLE_CAUSES),
+        c("idle_gaps"),
+        *(_us(c(f"busy_{k}_ns")).alias(f"busy_{k}_us") for k in TIMELINE_CLASSES),
+        _us(c("cpu_step_ns")).alias("cpu_step_us"),
+        c("h2d_bytes").alias("data_io_bytes"),
+    ]
+    breakdown = bd.select(out_cols).sort(*keys)
+
+    # -- kernels, unclassified, temporal shares --------------------------------------------------------
+    kernels = (
+        g.group_by("rank", "class", "kind").agg(kernels=pl.len(), time_us=_us(c("dur_ns").sum()))
+        .with_columns(share=c("time_us") / c("time_us").sum().over("rank"))
+        .sort("rank", "time_us", descending=[False, True])
+    )
+    unclassified = (
+        g.filter(c("class") == "unclassified").group_by("name")
+        .agg(kernels=pl.len(), time_us=_us(c("dur_ns").sum()), ranks=c("rank").n_unique())
+        .sort("time_us", descending=True)
+    )
+    span = gpu_span(g, its)
+    whole_ranks = its.filter(c("marker") == WHOLE_TRACE)["rank"].implode()
+    launched = (c("launch_iteration").is_not_null() | c("rank").is_in(whole_ranks))
+    span_acts = g.filter(launched).select("rank", "device", "start_ns", "end_ns",
+                                         tclass=timeline_class(c("class"), c("kind")))
+    span_bd = breakdown_from_segments(sweep(span_acts, span), span)
+    temporal = span_bd.group_by("rank").agg(
+        window_ns=c("window_ns").sum(), idle_ns=c("idle_ns").sum(),
+        compute_ns=pl.sum_horizontal(*(c(f"{k}_ns") for k in COMPUTE_CLASSES)).sum(),
+        comm_busy_ns=c("comm_busy_ns").sum(), comm_overlapped_ns=c("comm_overlapped_ns").sum(),
+    ).select(
+        "rank",
+        idle_pct=100 * c("idle_ns") / c("window_ns"),
+        compute_pct=100 * c("compute_ns") / c("window_ns"),
+        non_compute_pct=100 * (c("window_ns") - c("idle_ns") - c("compute_ns")) / c("window_ns"),
+        comm_overlap_pct=pl.when(c("comm_busy_ns") > 0).then(100 * c("comm_overlapped_ns") / c("comm_busy_ns")),
+        span_us=_us(c("window_ns")),
+    ).sort("rank")
+
+    # -- ranks ------------------------------------------------------------------------------------------
+    outside = g.filter(c("iteration").is_null()).group_by("rank").agg(
+        activities_outside_windows=pl.len(), busy_outside_windows_us=_us(c("dur_ns").sum()))
+    meta = pl.DataFrame([{
+        "rank": t.rank, "source": t.source, "world_size": t.world_size,
+        "gpu": next((str(d.get("name")) for d in t.devices if d.get("name")), None),
+        "events_used": t.events.height, "events_skipped": sum(t.skipped.values()),
+    } for t in kineto], schema={"rank": pl.Int64, "source": pl.String, "world_size": pl.Int64, "gpu": pl.String,
+                                 "events_used": pl.Int64, "events_skipped": pl.Int64})
+    ranks = (
+        meta.join(its.group_by("rank").agg(iterations=pl.len(), marker=c("marker").first()), on="rank", how="left")
+        .join(g.group_by("rank").agg(gpu_activities=pl.len()), on="rank", how="left")
+        .join(outside, on="rank", how="left")
+        .with_columns(c("activities_outside_windows").fill_null(0), c("busy_outside_windows_us").fill_null(0.0))
+    )
+    for marker, n in ranks.group_by("marker").agg(pl.len()).iter_rows():
+        notes.append(f"iterations of {n} rank(s): {marker}"
+                     + (" - one window from the first to the last GPU activity" if marker == WHOLE_TRACE else ""))
+    n_out = int(ranks["activities_outside_windows"].sum())
+    if n_out:
+        notes.append(f"{n_out} GPU activities ({ranks['busy_outside_windows_us'].sum() / 1e3:.3f} ms of kernel time) "
+                     "lie outside the analysed iterations (before the first or after the last window) and are "
+                     "not in the breakdown")
+    skipped: dict[str, int] = {}
+    for t in kineto:
+        for k, v in t.skipped.items():
+            skipped[k] = skipped.get(k, 0) + v
+    if skipped:
+        notes.append("events not used (all ranks): " + ", ".join(f"{v} {k}" for k, v in sorted(skipped.items()))
+                     + " - flow (s/f), metadata (M), instant (i) and counter (C) events carry no GPU time")
+    if executions:
+        notes.append(f"{len(executions)} execution trace(s) read: they give op shapes (FLOPs) for ranks whose "
+                     "profiler trace has none")
+    if unclassified.height:
+        notes.append(f"{unclassified.height} kernel name(s) matched no rule: counted as 'unclassified' "
+                     f"({unclassified['time_us'].sum() / 1e3:.3f} ms); add rules with --rules")
+    unknown = calls.filter(c("size_bytes").is_null()).height
+    if unknown:
+        notes.append(f"{unknown} of {calls.height} collective calls have no message size in the trace (no "
+                     "'In msg nelems' args and no recorded shapes): their bandwidth is unknown")
+
+    # -- rank skew ------------------------------------------------------------------------------------
+    skew, skew_summary = rank_skew(breakdown)
+
+    # -- hardware, what-if, model check ------------------------------------------------------------------
+    precision = dominant_precision(g)
+    first = kineto[0]
+    device_id = g.filter(c("rank") == first.rank)["device"].mode().first()
+    has_a2a = bool(calls.filter(c("collective") == "all_to_all").height)
+    hw = trace_hardware(first.devices, device_id, world_size, has_a2a, catalog, server=server, gpu=gpu)
+    notes.extend(hw.notes)
+    notes.append(f"compute precision: {precision} (most compute-bound kernel time; from kernel names)")
+    whatif_table = whatif_rows = check = None
+    demand = comm_demand(calls)
+    if hw.system is not None:
+        measured = (
+            bd_ns.join(demand, on=keys, how="left").join(h2d, on=keys, how="left")
+            .select(
+                *keys,
+                window_s=c("window_ns") / 1e9, idle_s=c("idle_ns") / 1e9,
+                compute_bound_s=c("compute_bound_ns") / 1e9, memory_bound_s=c("memory_bound_ns") / 1e9,
+                unclassified_s=c("unclassified_ns") / 1e9, device_copy_s=c("device_copy_ns") / 1e9,
+                data_io_s=c("data_io_ns") / 1e9, comm_busy_s=c("comm_busy_ns") / 1e9,
+                data_io_busy_s=c("busy_data_io_ns") / 1e9,
+                comm_overlap_fraction=pl.when(c("comm_busy_ns") > 0)
+                .then(c("comm_overlapped_ns") / c("comm_busy_ns")).otherwise(0.0),
+                compute_bound_busy_s=c("busy_compute_bound_ns") / 1e9,
+                memory_busy_s=(c("busy_memory_bound_ns") + c("busy_device_copy_ns")) / 1e9,
+                h2d_bytes=c("h2d_bytes").fill_null(0.0),
+                dense_bytes=c("dense_bytes").fill_null(0.0), messages=c("messages").fill_null(0),
+                sparse_bytes=c("sparse_bytes").fill_null(0.0), unknown_calls=c("unknown_calls").fill_null(0),
+            )
+        )
+        if scenarios:
+            whatif_rows = whatif_from_trace(measured, hw, precision, scenarios, catalog)
+            whatif_table = whatif_summary(whatif_rows, scenarios)
+        check = model_check(_model_inputs(g, tb.cpu, its, measured, executions, notes), hw, precision)
+    return TraceAnalysis(
+        ranks=ranks, breakdown=breakdown, collectives=collectives, calls=calls, kernels=kernels,
+        unclassified=unclassified, temporal=temporal, skew=skew, skew_summary=skew_summary,
+        whatif=whatif_table, whatif_rows=whatif_rows, model_check=check, hardware=hw, precision=precision,
+        notes=notes,
+    )
+
+
+def _model_inputs(
+    g: pl.DataFrame, cpu: pl.DataFrame, its: pl.DataFrame, measured: pl.DataFrame,
+    executions: list[ExecutionTrace], notes: list[str],
+) -> pl.DataFrame:
+    """Per rank, means per iteration, the inputs of :func:`ddlscope.measure.baseline.model_check`."""
+    counted = op_flops(cpu.filter(c("name").is_in(FLOP_OPERATORS)))
+    counted = counted.filter(c("flops").is_not_null())
+    # FLOPs per CPU iteration (operators whose start lies in the iteration span)
+    spans = its.select("rank", "iteration", "cpu_start_ns", "cpu_end_ns").sort("cpu_start_ns")
+    ops_it = (
+        counted.sort("ts_ns").join_asof(spans, left_on="ts_ns", right_on="cpu_start_ns", by="rank",
+                                        strategy="backward", check_sortedness=False)
+        .filter(c("ts_ns") < c("cpu_end_ns"))
+    )
+    n_it = its.group_by("rank").agg(_n=pl.len())
+    flops = ops_it.group_by("rank").agg(_flops=c("flops").sum(), _ops=pl.len()).join(n_it, on="rank")
+    # compute-bound kernels launched by a counted operator (the innermost counted op around the launch)
+    cb = g.filter((c("class") == "compute_bound") & c("launch_iteration").is_not_null())
+    attributed = enclosing(cb, counted, at="launch_ns", by=["rank", "launch_pid", "launch_tid"],
+                           span_by=["rank", "pid", "tid"], keep=["cpu_id"], suffix="_op")
+    cover = attributed.group_by("rank").agg(
+        _covered_ns=c("dur_ns").filter(c("cpu_id_op").is_not_null()).sum(), _cb_ns=c("dur_ns").sum())
+    et_rows = []
+    for et in executions:
+        f = op_flops(et.ops)["flops"].sum()
+        if et.rank is not None and f:
+            et_rows.append({"rank": et.rank, "_et_flops": float(f)})
+    et = pl.DataFrame(et_rows, schema={"rank": pl.Int64, "_et_flops": pl.Float64})
+    per_rank = (
+        measured.group_by("rank").agg(
+            h2d_bytes=c("h2d_bytes").mean(), data_io_busy_s=pl.lit(None, pl.Float64),
+            dense_bytes=c("dense_bytes").mean(), messages=c("messages").mean(),
+            sparse_bytes=c("sparse_bytes").mean(), unknown_calls=c("unknown_calls").sum(),
+            comm_busy_s=c("comm_busy_s").mean(),
+        )
+        .join(n_it, on="rank", how="left").join(flops.drop("_n"), on="rank", how="left")
+        .join(cover, on="rank", how="left").join(et, on="rank", how="left")
+    )
+    busy_io = measured.group_by("rank").agg(_io=c("data_io_busy_s").mean())
+    use_et = c("_flops").is_null() & c("_et_flops").is_not_null()
+    per_rank = per_rank.join(busy_io, on="rank", how="left").with_columns(
+        data_io_busy_s=c("_io"),
+        flops=pl.when(use_et).then(c("_et_flops")).otherwise(c("_flops") / c("_n")),
+        covered_compute_s=pl.when(use_et).then(c("_cb_ns") / c("_n") / 1e9)
+        .otherwise(c("_covered_ns") / c("_n") / 1e9),
+        compute_coverage=pl.when(use_et).then(pl.lit(1.0)).otherwise(c("_covered_ns") / c("_cb_ns")),
+        flops_source=pl.when(use_et).then(pl.lit("the execution trace's op shapes (all compute-bound kernels)"))
+        .otherwise(pl.format("{} mm/addmm/bmm/attention ops", (c("_ops") / c("_n")).round(0).cast(pl.Int64))),
+    )
+    if executions and per_rank.select(use_et.any()).item():
+        notes.append("model check: FLOPs from the execution trace(s) where the Kineto trace has no op shapes")
+    return per_rank

@@ -1,0 +1,182 @@
+"""Training iterations: CPU spans from markers, and the windows the breakdown is computed over.
+
+**CPU iterations.** The iteration markers of the rules are tried in order (``ProfilerStep#N``
+first); the first that matches CPU events of a rank defines its iterations (see the
+``[[iteration_marker]]`` section of the rules file for the ``span`` / ``start`` / ``end`` modes).
+A rank where no marker matches is analysed as one "whole trace" iteration.
+
+**Windows.** Iteration *k*'s window is its wall-clock span on the rank's clock, from its start to
+the start of iteration *k+1* (the last one ends where its CPU span ends), so the windows tile the
+timeline: every instant of a window is accounted for exactly once by the breakdown
+(``window = components + idle``) and a window is as long as the iteration the user measures.
+When the CPU runs ahead of the GPU, the GPU work inside window *k* may have been launched in an
+earlier iteration; GPU work still running after the last window ends is reported as outside the
+analysed iterations. A whole-trace rank has one window from its first to its last GPU activity.
+
+**GPU span.** The temporal summary in Holistic Trace Analysis' terms covers the GPU work
+*launched* during the iterations (launch call joined by ``correlation``, HTA's rule), over one
+window per GPU from the first to the last of those activities: the kernels and span HTA's
+``get_temporal_breakdown`` uses with ``include_last_profiler_step=True``.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ddlscope.measure.rules import IterationMarker, TraceRules
+
+c = pl.col
+WHOLE_TRACE = "whole trace (no iteration markers found)"
+_MARKER_CATS = ("cpu_op", "user_annotation", "python_function", "Operator", "user_anno")
+
+
+def _spans(events: pl.DataFrame, marker: IterationMarker, cpu: pl.DataFrame) -> pl.DataFrame:
+    """CPU iteration spans of one marker: ``rank, iteration, cpu_start_ns, cpu_end_ns``."""
+    ev = events.sort("rank", "ts_ns", -c("end_ns"))
+    if marker.mode == "span":
+        # nested matches: keep the outermost (a span inside an earlier one is not an iteration)
+        ev = ev.filter(
+            (c("ts_ns") >= c("end_ns").cum_max().shift(1).over("rank")).fill_null(True)
+        ).select("rank", "name", "tid", cpu_start_ns="ts_ns", cpu_end_ns="end_ns")
+    elif marker.mode == "start":
+        ends = (
+            cpu.filter(c("name").str.contains(marker.end_pattern)).group_by("rank").agg(_last_end=c("end_ns").max())
+            if marker.end_pattern else pl.DataFrame(schema={"rank": pl.Int64, "_last_end": pl.Int64})
+        )
+        thread_end = cpu.group_by("rank", "tid").agg(_thread_end=c("end_ns").max())
+        ev = (
+            ev.join(ends, on="rank", how="left").join(thread_end, on=["rank", "tid"], how="left")
+            .with_columns(_next=c("ts_ns").shift(-1).over("rank"))
+            .select("rank", "name", "tid", cpu_start_ns="ts_ns",
+                    cpu_end_ns=pl.coalesce(
+                        c("_next"),
+                        pl.when(c("_last_end") > c("ts_ns")).then(c("_last_end")).otherwise(c("_thread_end"))))
+        )
+    else:  # "end"
+        thread_start = cpu.group_by("rank", "tid").agg(_thread_start=c("ts_ns").min())
+        ev = (
+            ev.join(thread_start, on=["rank", "tid"], how="left")
+            .with_columns(_prev=c("end_ns").shift(1).over("rank"))
+            .select("rank", "name", "tid", cpu_start_ns=pl.coalesce(c("_prev"), c("_thread_start")),
+                    cpu_end_ns="end_ns")
+        )
+    number = c("name").str.extract(r"#(\d+)$").cast(pl.Int64)
+    ordinal = c("cpu_start_ns").rank("ordinal").over("rank").cast(pl.Int64) - 1
+    # the number in the marker's name (ProfilerStep#12) when every marker has a distinct one
+    numbered = number.is_not_null().all().over("rank") & (number.n_unique().over("rank") == pl.len().over("rank"))
+    return ev.with_columns(
+        iteration=pl.when(numbered).then(number).otherwise(ordinal),
+        marker=pl.lit(marker.name),
+    ).select("rank", "iteration", "marker", "cpu_start_ns", "cpu_end_ns")
+
+
+def cpu_iterations(cpu: pl.DataFrame, gpu: pl.DataFrame, rules: TraceRules) -> pl.DataFrame:
+    """The CPU iteration spans of every rank.
+
+    Args:
+        cpu: the ``cpu`` table of :class:`~ddlscope.measure.tables.TraceTables`.
+        gpu: the ``gpu`` table (for the whole-trace fallback's extent).
+
+    Returns:
+        ``rank, iteration, marker, cpu_start_ns, cpu_end_ns, cpu_step_ns`` (``marker`` names
+        the rule that found the iterations, or :data:`WHOLE_TRACE`).
+    """
+    markable = cpu.filter(c("cat").is_in(_MARKER_CATS))
+    ranks = gpu.select("rank").unique()
+    found: list[pl.DataFrame] = []
+    done = pl.DataFrame(schema={"rank": pl.Int64})
+    for marker in rules.markers:
+        hits = markable.filter(c("name").str.contains(marker.pattern)).join(done, on="rank", how="anti")
+        if hits.height:
+            spans = _spans(hits, marker, cpu)
+            found.append(spans)
+            done = pl.concat([done, spans.select("rank").unique()])
+    rest = ranks.join(done, on="rank", how="anti")
+    if rest.height:
+        extent = (
+            pl.concat([cpu.select("rank", "ts_ns", "end_ns"),
+                       gpu.select("rank", ts_ns=c("start_ns"), end_ns=c("end_ns"))])
+            .join(rest, on="rank").group_by("rank").agg(cpu_start_ns=c("ts_ns").min(), cpu_end_ns=c("end_ns").max())
+        )
+        found.append(extent.select("rank", iteration=pl.lit(0, pl.Int64), marker=pl.lit(WHOLE_TRACE),
+                                   cpu_start_ns="cpu_start_ns", cpu_end_ns="cpu_end_ns"))
+    return (
+        pl.concat(found).sort("rank", "cpu_start_ns")
+        .with_columns(cpu_step_ns=c("cpu_end_ns") - c("cpu_start_ns"))
+    )
+
+
+def assign_iteration(gpu: pl.DataFrame, iterations: pl.DataFrame) -> pl.DataFrame:
+    """``gpu`` with ``launch_iteration``: the CPU iteration whose span holds the activity's launch
+    call (null when the launch is unknown or outside every iteration)."""
+    spans = iterations.select("rank", "iteration", "cpu_start_ns", "cpu_end_ns").sort("cpu_start_ns")
+    left = gpu.with_row_index("_it_row")
+    hit = (
+        left.filter(c("launch_ns").is_not_null()).select("_it_row", "rank", "launch_ns").sort("launch_ns")
+        .join_asof(spans, left_on="launch_ns", right_on="cpu_start_ns", by="rank", strategy="backward",
+                   check_sortedness=False)
+        .filter(c("launch_ns") < c("cpu_end_ns"))
+        .select("_it_row", launch_iteration="iteration")
+    )
+    return left.join(hit, on="_it_row", how="left").sort("_it_row").drop("_it_row")
+
+
+def gpu_windows(gpu: pl.DataFrame, iterations: pl.DataFrame) -> pl.DataFrame:
+    """The window of every (rank, device, iteration); see the module docstring.
+
+    Args:
+        gpu: GPU activities (``rank``, ``device``, ``start_ns``, ``end_ns``).
+        iterations: :func:`cpu_iterations`.
+
+    Returns:
+        ``rank, device, iteration, window_start_ns, window_end_ns`` sorted by time.
+    """
+    devices = gpu.select("rank", "device").unique()
+    timed = (
+        iterations.filter(c("marker") != WHOLE_TRACE).sort("rank", "cpu_start_ns")
+        .with_columns(window_start_ns=c("cpu_start_ns"),
+                      window_end_ns=pl.coalesce(c("cpu_start_ns").shift(-1).over("rank"), c("cpu_end_ns")))
+        .join(devices, on="rank")
+    )
+    whole = iterations.filter(c("marker") == WHOLE_TRACE).select("rank", "iteration")
+    whole_w = (
+        gpu.join(whole, on="rank").group_by("rank", "device", "iteration")
+        .agg(window_start_ns=c("start_ns").min(), window_end_ns=c("end_ns").max())
+    )
+    cols = ["rank", "device", "iteration", "window_start_ns", "window_end_ns"]
+    return (
+        pl.concat([timed.select(cols), whole_w.select(cols)])
+        .filter(c("window_end_ns") > c("window_start_ns"))
+        .sort("rank", "device", "window_start_ns")
+    )
+
+
+def gpu_span(gpu: pl.DataFrame, iterations: pl.DataFrame) -> pl.DataFrame:
+    """One window per (rank, device) from the first to the last GPU activity launched during the
+    iterations (``launch_iteration`` not null; all activities of a whole-trace rank).
+
+    Returns:
+        ``rank, device, iteration`` (always 0), ``window_start_ns, window_end_ns``.
+    """
+    whole = iterations.filter(c("marker") == WHOLE_TRACE).select("rank").unique()
+    inside = gpu.filter(c("launch_iteration").is_not_null() | c("rank").is_in(whole["rank"].implode()))
+    return (
+        inside.group_by("rank", "device")
+        .agg(iteration=pl.lit(0, pl.Int64), window_start_ns=c("start_ns").min(), window_end_ns=c("end_ns").max())
+        .sort("rank", "device")
+    )
+
+
+def assign_window(frame: pl.DataFrame, windows: pl.DataFrame, at: str) -> pl.DataFrame:
+    """``frame`` with ``iteration``: the window of the same (rank, device) holding time ``at``
+    (null outside every window)."""
+    w = windows.sort("window_start_ns")
+    left = frame.with_row_index("_it_row")
+    hit = (
+        left.filter(c(at).is_not_null()).select("_it_row", "rank", "device", c(at).alias("_at")).sort("_at")
+        .join_asof(w, left_on="_at", right_on="window_start_ns", by=["rank", "device"], strategy="backward",
+                   check_sortedness=False)
+        .filter(c("_at") < c("window_end_ns"))
+        .select("_it_row", "iteration")
+    )
+    return left.join(hit, on="_it_row", how="left").sort("_it_row").drop("_it_row")

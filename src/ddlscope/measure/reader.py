@@ -1,0 +1,396 @@
+"""Read PyTorch profiler traces (Kineto / Chrome trace JSON) into one events table per rank.
+
+Inputs may be plain JSON, gzip-compressed JSON, tar archives (``.tar``, ``.tar.gz``) of such files,
+or folders holding any of these. Each JSON document is recognised by content:
+
+- a **Kineto trace** (``torch.profiler`` output, Chrome trace format): an object with a
+  ``traceEvents`` array, or a bare array of events (Chrome's "JSON array format");
+- a **PyTorch execution trace** (``ExecutionTraceObserver`` output, as Chakra/PARAM use it): an
+  object with ``schema`` and ``nodes``. It has op shapes but no timings; ``ddlscope trace`` uses it
+  only to count FLOPs for a rank whose Kineto trace lacks shapes.
+
+The JSON is decoded with msgspec into typed structs that keep only the fields the analysis reads
+(``ph, cat, name, pid, tid, ts, dur`` and a dozen ``args``), which is several times faster than
+decoding to dicts and gives schema errors with the JSON path of the offending value.
+
+Times: Kineto writes ``ts``/``dur`` in microseconds (integers, or floats with nanosecond
+fractions). They are stored as integer nanoseconds relative to the trace's earliest complete
+event (``ts_ns``, ``dur_ns``, ``end_ns = ts_ns + dur_ns``), so sums of durations are exact.
+Source of the format: the Trace Event Format document (Google, "Trace Event Format", 2016) and
+PyTorch's Kineto ``ChromeTraceLogger``.
+"""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import io
+import re
+import tarfile
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import polars as pl
+
+Scalar = int | float | str | None
+
+
+class TraceReadError(ValueError):
+    """A trace file that cannot be read: missing, truncated, not JSON, or not a profiler trace.
+    The message names the file (and the archive member) and what was expected."""
+
+
+# -- the part of the schema we read ------------------------------------------------------------
+class _Args(msgspec.Struct, gc=False):
+    correlation: Scalar = None
+    stream: Scalar = None
+    device: Scalar = None
+    nbytes: Scalar = msgspec.field(default=None, name="bytes")
+    in_msg_nelems: Scalar = msgspec.field(default=None, name="In msg nelems")
+    out_msg_nelems: Scalar = msgspec.field(default=None, name="Out msg nelems")
+    group_size: Scalar = msgspec.field(default=None, name="Group size")
+    dtype: Scalar = None
+    collective_name: Scalar = msgspec.field(default=None, name="Collective name")
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
+    input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str | None = None
+    name: str = ""
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: float | None = None
+    dur: float | None = None
+    args: _Args = msgspec.field(default_factory=_Args)
+
+
+class _KinetoDoc(msgspec.Struct):
+    trace_events: list[_Event] = msgspec.field(name="traceEvents")
+    device_properties: list[dict[str, Any]] | None = msgspec.field(default=None, name="deviceProperties")
+    distributed_info: dict[str, Any] | None = msgspec.field(default=None, name="distributedInfo")
+
+
+class _EtNode(msgspec.Struct, gc=False):
+    name: str = ""
+    id: int | None = None
+    parent: int | None = None
+    input_shapes: msgspec.Raw = msgspec.Raw(b"")
+    input_types: msgspec.Raw = msgspec.Raw(b"")
+
+
+class _EtDoc(msgspec.Struct):
+    schema: str
+    nodes: list[_EtNode]
+    pid: Scalar = None
+
+
+_KINETO = msgspec.json.Decoder(_KinetoDoc | list[_Event])
+_ET = msgspec.json.Decoder(_EtDoc)
+_KEYS = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+#: columns of :attr:`KinetoTrace.events` -> dtype
+EVENT_SCHEMA: dict[str, pl.DataType] = {
+    "cat": pl.String, "name": pl.String, "pid": pl.String, "tid": pl.String,
+    "ts_ns": pl.Int64, "dur_ns": pl.Int64, "end_ns": pl.Int64,
+    "correlation": pl.Int64, "stream": pl.Int64, "device": pl.Int64,
+    "bytes": pl.Int64, "in_msg_nelems": pl.Int64, "out_msg_nelems": pl.Int64, "group_size": pl.Int64,
+    "dtype": pl.String, "collective_name": pl.String, "input_dims": pl.String, "input_types": pl.String,
+}
+
+
+@dataclass
+class KinetoTrace:
+    """One rank's profiler trace as a table.
+
+    Attributes:
+        source: the file (``archive!member`` for a member of a tar archive).
+        rank: ``distributedInfo.rank``, else a rank number in the file name (``rank3``,
+            ``worker3``, ``rank-3``), else the order of the inputs.
+        world_size: ``distributedInfo.world_size`` (1 when absent).
+        devices: ``deviceProperties`` (list of dicts: ``id``, ``name``, ...), possibly empty.
+        distributed: the ``distributedInfo`` object (empty when absent).
+        base_ts_us: the earliest ``ts`` of a complete event, in microseconds; ``ts_ns`` is relative
+            to it.
+        events: one row per complete (``ph == "X"``) event; columns :data:`EVENT_SCHEMA`:
+            ``ts_ns``/``dur_ns``/``end_ns`` integer nanoseconds; ``args`` fields flattened
+            (``correlation``, ``stream``, ``device``, ``bytes``, the NCCL
+            message fields, and ``input_dims``/``input_types`` as raw JSON text).
+        skipped: events not used, by reason (phase other than X, X without ts or dur).
+    """
+
+    source: str
+    rank: int
+    world_size: int
+    devices: list[dict[str, Any]]
+    distributed: dict[str, Any]
+    base_ts_us: float
+    events: pl.DataFrame
+    skipped: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class ExecutionTrace:
+    """A PyTorch execution trace (op graph with shapes, no timings).
+
+    Attributes:
+        source: the file.
+        rank: a rank number in the file name (``..._3.json``), else None.
+        ops: columns ``name``, ``input_dims`` (raw JSON of ``input_shapes``), ``input_types``
+            (raw JSON of ``input_types``).
+    """
+
+    source: str
+    rank: int | None
+    ops: pl.DataFrame
+
+
+# -- bytes from files and archives -------------------------------------------------------------
+def _gunzip(data: bytes, label: str) -> bytes:
+    try:
+        return gzip.decompress(data)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise TraceReadError(f"{label}: truncated or corrupt gzip data ({exc}); expected a complete .gz file") from exc
+
+
+def _is_tar(data: bytes) -> bool:
+    return len(data) > 262 and data[257:262] == b"ustar"
+
+
+def _documents(path: Path) -> list[tuple[str, bytes]]:
+    """(label, JSON bytes) for every document in ``path`` (file, archive or folder)."""
+    if path.is_dir():
+        found = sorted(p for p in path.rglob("*") if p.is_file() and re.search(r"\.(json|gz|tar)$", p.name))
+        if not found:
+            raise TraceReadError(f"{path}: folder holds no .json, .json.gz or .tar(.gz) trace files")
+        return [doc for p in found for doc in _documents(p)]
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise TraceReadError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise TraceReadError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    label = str(path)
+    if data[:2] == b"\x1f\x8b":
+        data = _gunzip(data, label)
+    if not _is_tar(data):
+        return [(label, data)]
+    out: list[tuple[str, bytes]] = []
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            for member in tar.getmembers():
+                if not member.isfile() or not re.search(r"\.json(\.gz)?$", member.name):
+                    continue
+                fh = tar.extractfile(member)
+                body = fh.read() if fh else b""
+                mlabel = f"{label}!{member.name}"
+                out.append((mlabel, _gunzip(body, mlabel) if body[:2] == b"\x1f\x8b" else body))
+    except tarfile.TarError as exc:
+        raise TraceReadError(f"{label}: truncated or corrupt tar archive ({exc})") from exc
+    if not out:
+        raise TraceReadError(f"{label}: tar archive holds no .json or .json.gz files")
+    return out
+
+
+# -- decoding --------------------------------------------------------------------------------------
+def _where(raw: bytes, exc: Exception) -> str:
+    """``line L`` for a msgspec error that names a byte offset."""
+    m = re.search(r"\(byte (\d+)\)", str(exc))
+    if not m:
+        return ""
+    line = raw.count(b"\n", 0, int(m.group(1))) + 1
+    return f" at line {line}"
+
+
+def _decode(label: str, raw: bytes) -> _KinetoDoc | list[_Event] | _EtDoc:
+    if not raw.strip():
+        raise TraceReadError(f"{label}: empty file; expected a PyTorch profiler trace (JSON)")
+    try:
+        return _KINETO.decode(raw)
+    except msgspec.ValidationError as exc:  # valid JSON, unexpected shape (a DecodeError subclass)
+        kinetoerr = str(exc)
+    except msgspec.DecodeError as exc:
+        msg = str(exc)
+        if "truncated" in msg:
+            raise TraceReadError(f"{label}: truncated JSON (the file ends inside the document; was the "
+                                 "profiler stopped while writing it?)") from None
+        raise TraceReadError(f"{label}: not valid JSON{_where(raw, exc)}: {msg}") from None
+    try:
+        return _ET.decode(raw)
+    except msgspec.ValidationError:
+        pass
+    try:
+        keys = sorted(_KEYS.decode(raw))
+    except msgspec.ValidationError:
+        keys = []
+    if "traceEvents" in keys or not keys:
+        raise TraceReadError(
+            f"{label}: wrong schema for a PyTorch profiler trace: {kinetoerr.replace('$.', '')}") from None
+    raise TraceReadError(
+        f"{label}: not a PyTorch profiler trace: expected a JSON object with a 'traceEvents' array "
+        f"(Kineto/Chrome trace) or 'schema' and 'nodes' (execution trace); found keys {keys[:12]}") from None
+
+
+def _raw_text(r: msgspec.Raw) -> str | None:
+    return bytes(r).decode() if len(r) else None
+
+
+def _series(name: str, values: list, dtype: pl.DataType) -> pl.Series:
+    """A column from decoded values: the fast typed path, else per-value conversion (mixed types,
+    e.g. a stream id written as text) with values that do not convert set to null."""
+    try:
+        if dtype == pl.String:  # ids written as numbers (pid, tid) convert faster as a column
+            s = pl.Series(name, values)
+            return s if s.dtype == pl.String else s.cast(pl.String)
+        return pl.Series(name, values, dtype=dtype)
+    except (TypeError, OverflowError, pl.exceptions.PolarsError):
+        if dtype == pl.String:
+            return pl.Series(name, [None if v is None else str(v) for v in values], dtype=pl.String)
+        return pl.Series(name, values, strict=False).cast(dtype, strict=False)
+
+
+def _events_frame(label: str, events: list[_Event]) -> tuple[pl.DataFrame, float, dict[str, int]]:
+    """The complete (``X``) events as a frame of :data:`EVENT_SCHEMA`, the base time (us), and the
+    events not used by reason."""
+    skipped: dict[str, int] = {}
+    phases = pl.Series([e.ph for e in events], dtype=pl.String)
+    for ph, n in phases.filter(phases != "X").value_counts().iter_rows():
+        skipped[f"phase '{ph}' (not a complete event)"] = n
+    xs = [e for e in events if e.ph == "X"]
+    # the profiler's own span ("PyTorch Profiler (0)", cat "Trace") is not an event of the program
+    spans = [e for e in xs if e.cat == "Trace"]
+    if spans:
+        skipped["profiler span (cat 'Trace')"] = len(spans)
+    xs = [e for e in xs if e.cat != "Trace"]
+    incomplete = sum(1 for e in xs if e.ts is None or e.dur is None)
+    if incomplete:
+        skipped["complete event without ts or dur"] = incomplete
+        xs = [e for e in xs if e.ts is not None and e.dur is not None]
+    if not xs:
+        raise TraceReadError(f"{label}: no complete ('ph': 'X') events with ts and dur; not a profiler trace")
+    a = [e.args for e in xs]
+    cols = [
+        _series("cat", [e.cat for e in xs], pl.String), _series("name", [e.name for e in xs], pl.String),
+        _series("pid", [e.pid for e in xs], pl.String), _series("tid", [e.tid for e in xs], pl.String),
+        _series("ts", [e.ts for e in xs], pl.Float64), _series("dur", [e.dur for e in xs], pl.Float64),
+        _series("correlation", [x.correlation for x in a], pl.Int64),
+        _series("stream", [x.stream for x in a], pl.Int64),
+        _series("device", [x.device for x in a], pl.Int64),
+        _series("bytes", [x.nbytes for x in a], pl.Int64),
+        _series("in_msg_nelems", [x.in_msg_nelems for x in a], pl.Int64),
+        _series("out_msg_nelems", [x.out_msg_nelems for x in a], pl.Int64),
+        _series("group_size", [x.group_size for x in a], pl.Int64),
+        _series("dtype", [x.dtype for x in a], pl.String),
+        _series("collective_name", [x.collective_name for x in a], pl.String),
+        pl.Series("input_dims", [bytes(x.input_dims).decode() if len(x.input_dims) else None for x in a],
+                  dtype=pl.String),
+        pl.Series("input_types", [bytes(x.input_types).decode() if len(x.input_types) else None for x in a],
+                  dtype=pl.String),
+    ]
+    frame = pl.DataFrame(cols)
+    base = float(frame["ts"].min())
+    frame = frame.with_columns(
+        pl.col("cat").fill_null(""),
+        # subtract first (exact for nearby floats), then round to integer nanoseconds
+        ts_ns=((pl.col("ts") - base) * 1000.0).round(0).cast(pl.Int64),
+        dur_ns=(pl.col("dur") * 1000.0).round(0).cast(pl.Int64),
+    ).with_columns(end_ns=pl.col("ts_ns") + pl.col("dur_ns"))
+    negative = frame.filter(pl.col("dur_ns") < 0).height
+    if negative:
+        skipped["complete event with negative dur"] = negative
+        frame = frame.filter(pl.col("dur_ns") >= 0)
+    return frame.select(list(EVENT_SCHEMA)), base, skipped
+
+
+_RANK_IN_NAME = re.compile(r"(?:rank|worker|trainer)[-_]?(\d+)", re.IGNORECASE)
+
+
+def _rank_from_name(label: str) -> int | None:
+    m = _RANK_IN_NAME.search(Path(label.split("!")[-1]).name)
+    return int(m.group(1)) if m else None
+
+
+def _kineto(label: str, doc: _KinetoDoc | list[_Event]) -> KinetoTrace:
+    if isinstance(doc, list):
+        events, devices, dist = doc, [], {}
+    else:
+        events, devices, dist = doc.trace_events, doc.device_properties or [], doc.distributed_info or {}
+    frame, base, skipped = _events_frame(label, events)
+    rank = dist.get("rank")
+    if not isinstance(rank, int):
+        rank = _rank_from_name(label)
+    world = dist.get("world_size")
+    return KinetoTrace(
+        source=label, rank=-1 if rank is None else rank,
+        world_size=world if isinstance(world, int) and world > 0 else 1,
+        devices=[d for d in devices if isinstance(d, dict)], distributed=dist,
+        base_ts_us=base, events=frame, skipped=skipped,
+    )
+
+
+def _execution(label: str, doc: _EtDoc) -> ExecutionTrace:
+    ops = pl.DataFrame({
+        "name": [n.name for n in doc.nodes],
+        "input_dims": [_raw_text(n.input_shapes) for n in doc.nodes],
+        "input_types": [_raw_text(n.input_types) for n in doc.nodes],
+    }, schema={"name": pl.String, "input_dims": pl.String, "input_types": pl.String})
+    m = re.search(r"_(\d+)\.json", label.split("!")[-1])
+    return ExecutionTrace(source=label, rank=_rank_from_name(label) if _rank_from_name(label) is not None
+                          else (int(m.group(1)) if m else None), ops=ops)
+
+
+def read_traces(paths: list[str | Path]) -> tuple[list[KinetoTrace], list[ExecutionTrace]]:
+    """Read every trace document in ``paths`` (files, tar archives, folders).
+
+    Returns:
+        The Kineto traces, one per rank, sorted by rank (ranks missing from both
+        ``distributedInfo`` and the file name are numbered in input order after the known ones),
+        and the execution traces found among the inputs.
+
+    Raises:
+        TraceReadError: a missing, truncated, non-JSON or wrong-schema file (naming it); no Kineto
+            trace among the inputs; two traces claiming the same rank; traces of different jobs
+            (different world sizes).
+    """
+    kineto: list[KinetoTrace] = []
+    execution: list[ExecutionTrace] = []
+    # decoding creates a few hundred thousand objects without reference cycles: pausing the cyclic
+    # garbage collector meanwhile saves its repeated scans (a large part of the parse time)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for path in paths:
+            for label, raw in _documents(Path(path)):
+                doc = _decode(label, raw)
+                if isinstance(doc, _EtDoc):
+                    execution.append(_execution(label, doc))
+                else:
+                    kineto.append(_kineto(label, doc))
+                del doc, raw
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    if not kineto:
+        what = ", ".join(e.source for e in execution) or ", ".join(map(str, paths))
+        raise TraceReadError(f"{what}: no PyTorch profiler (Kineto) trace among the inputs; execution traces "
+                             "carry op shapes but no timings, pass them together with the Kineto traces")
+    known = {t.rank for t in kineto if t.rank >= 0}
+    nxt = max(known, default=-1) + 1
+    for t in kineto:
+        if t.rank < 0:
+            t.rank, nxt = nxt, nxt + 1
+    seen: dict[int, str] = {}
+    for t in kineto:
+        if t.rank in seen:
+            raise TraceReadError(
+                f"{t.source}: rank {t.rank} is also claimed by {seen[t.rank]}; pass one trace per rank")
+        seen[t.rank] = t.source
+    worlds = {t.world_size for t in kineto}
+    if len(worlds) > 1:
+        detail = ", ".join(f"{t.source}: {t.world_size}" for t in kineto)
+        raise TraceReadError(f"traces of different jobs (world sizes differ: {detail}); pass the traces of one job")
+    return sorted(kineto, key=lambda t: t.rank), execution

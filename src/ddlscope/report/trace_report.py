@@ -1,0 +1,197 @@
+"""Figures and the HTML report folder of ``ddlscope trace`` (a :class:`~ddlscope.measure.analysis.TraceAnalysis`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from matplotlib.figure import Figure
+
+from ddlscope.measure.analysis import TraceAnalysis
+from ddlscope.measure.timeline import IDLE_CAUSES
+from ddlscope.report.figures import COMPONENT_COLORS, COMPONENT_LABELS, new_figure
+from ddlscope.report.html import HtmlReport
+
+c = pl.col
+
+BREAKDOWN_COMPONENTS: tuple[str, ...] = (
+    "compute_bound", "memory_bound", "unclassified", "communication", "device_copy", "data_io", "idle",
+)
+"""Exclusive components of a window, in stacking order (``communication`` = exposed)."""
+_COLUMN = {"communication": "comm_exposed_us"}
+IDLE_COLORS: dict[str, str] = {
+    "data_loader": "#8c564b", "synchronisation": "#e377c2", "kernel_launch": "#7f7f7f",
+    "dependency": "#bcbd22", "unknown": "#c7c7c7",
+}
+MAX_BARS = 60
+
+
+def _bar_frame(bd: pl.DataFrame) -> tuple[pl.DataFrame, str]:
+    """One bar per (rank, iteration), or per rank (means) when there would be too many bars."""
+    if bd.height <= MAX_BARS:
+        label = pl.format("r{} #{}", c("rank"), c("iteration")) if bd["rank"].n_unique() > 1 \
+            else pl.format("#{}", c("iteration"))
+        return bd.with_columns(label=label), "iteration"
+    means = bd.group_by("rank").agg(pl.exclude("device", "iteration").mean()).sort("rank")
+    return means.with_columns(label=pl.format("rank {}", c("rank"))), "rank (mean over iterations)"
+
+
+def _stacked(ax, labels: list[str], parts: list[tuple[str, np.ndarray, str]]) -> None:
+    bottom = np.zeros(len(labels))
+    x = np.arange(len(labels))
+    for label, values, color in parts:
+        if not np.any(values):
+            continue
+        ax.bar(x, values, bottom=bottom, color=color, label=label, width=0.8)
+        bottom += values
+    ax.set_xticks(x, labels, rotation=60 if len(labels) > 12 else 0, ha="right" if len(labels) > 12 else "center",
+                  fontsize=8 if len(labels) > 24 else 9)
+
+
+def breakdown_figure(a: TraceAnalysis) -> Figure:
+    """Stacked exclusive components of every window, in ms."""
+    bars, xlabel = _bar_frame(a.breakdown)
+    fig, ax = new_figure(max(7.0, 0.22 * bars.height + 4), 4.2)
+    parts = [(COMPONENT_LABELS[k], bars[_COLUMN.get(k, f"{k}_us")].to_numpy() / 1e3, COMPONENT_COLORS[k])
+             for k in BREAKDOWN_COMPONENTS]
+    _stacked(ax, bars["label"].to_list(), parts)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("time per iteration (ms)")
+    ax.set_title("Iteration breakdown (exclusive; comm. = exposed)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return fig
+
+
+def idle_figure(a: TraceAnalysis) -> Figure:
+    """Idle time of every window by visible cause, in ms."""
+    bars, xlabel = _bar_frame(a.breakdown)
+    fig, ax = new_figure(max(7.0, 0.22 * bars.height + 4), 3.8)
+    parts = [(k.replace("_", " "), bars[f"idle_{k}_us"].to_numpy() / 1e3, IDLE_COLORS[k]) for k in IDLE_CAUSES]
+    _stacked(ax, bars["label"].to_list(), parts)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("GPU idle time (ms)")
+    ax.set_title("GPU idle time by visible cause")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return fig
+
+
+def collectives_figure(a: TraceAnalysis) -> Figure | None:
+    """Bus bandwidth of every collective call against its message size (calls with a known size)."""
+    calls = a.calls.filter(c("busbw_gb_s").is_not_null() & (c("size_bytes") > 0))
+    if calls.is_empty():
+        return None
+    fig, ax = new_figure(7.0, 4.2)
+    for coll, part in calls.group_by("collective", maintain_order=True):
+        ax.scatter(part["size_bytes"].to_numpy(), part["busbw_gb_s"].to_numpy(), s=14, alpha=0.7,
+                   label=str(coll[0]).replace("_", "-"))
+    ax.set_xscale("log")
+    positive = calls.filter(c("busbw_gb_s") > 0)["busbw_gb_s"]
+    if positive.len() and positive.max() / positive.min() > 100:
+        ax.set_yscale("log")
+    ax.set_xlabel("message size S (bytes, nccl-tests convention)")
+    ax.set_ylabel("achieved bus bandwidth (GB/s)")
+    ax.set_title("Collectives: achieved bus bandwidth per call")
+    ax.legend(frameon=False)
+    return fig
+
+
+def skew_figure(a: TraceAnalysis) -> Figure | None:
+    """Per-rank mean components (ms); the straggler is marked."""
+    if a.skew.height < 2:
+        return None
+    s = a.skew.sort("rank")
+    fig, ax = new_figure(max(6.0, 0.5 * s.height + 4), 4.0)
+    parts = [(COMPONENT_LABELS[k], s[_COLUMN.get(k, f"{k}_us")].to_numpy() / 1e3, COMPONENT_COLORS[k])
+             for k in BREAKDOWN_COMPONENTS]
+    labels = [f"rank {r}" for r in s["rank"].to_list()]
+    _stacked(ax, labels, parts)
+    straggler = a.skew_summary.get("straggler_rank")
+    if straggler is not None:
+        i = s["rank"].to_list().index(straggler)
+        top = float(s["step_us"][i]) / 1e3
+        ax.annotate("straggler", (i, top), xytext=(0, 6), textcoords="offset points", ha="center", fontsize=9)
+    ax.set_xlabel("rank")
+    ax.set_ylabel("mean time per iteration (ms)")
+    ax.set_title("Rank skew: mean breakdown per rank")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return fig
+
+
+def whatif_figure(a: TraceAnalysis) -> Figure | None:
+    """Predicted mean step time per scenario, with the speedup over the measured baseline."""
+    if a.whatif is None:
+        return None
+    w = a.whatif
+    fig, ax = new_figure(7.5, 0.42 * w.height + 1.4)
+    y = np.arange(w.height)[::-1]
+    pred = w["predicted_step_ms"].to_numpy()
+    colors = ["#8c8c8c" if s == "baseline" else ("#1f77b4" if ok else "#d9d9d9")
+              for s, ok in zip(w["scenario"], w["applied"], strict=True)]
+    ax.barh(y, pred, color=colors)
+    for yi, p, sp in zip(y, pred, w["speedup"].to_numpy(), strict=True):
+        ax.annotate(f"{sp:.2f}x", (p, yi), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
+    ax.set_yticks(y, w["scenario"].to_list())
+    ax.set_xlim(0, float(pred.max()) * 1.15)
+    ax.set_xlabel("predicted mean step time (ms)")
+    ax.set_title("What-if from the measured baseline (grey: scenario does not apply)")
+    return fig
+
+
+def model_check_figure(a: TraceAnalysis) -> Figure | None:
+    """Measured and predicted time of each component (mean over ranks), log scale."""
+    if a.model_check is None:
+        return None
+    m = (
+        a.model_check.filter(c("predicted_us").is_not_null() & (c("measured_us") > 0))
+        .group_by("component", maintain_order=True).agg(c("measured_us").mean(), c("predicted_us").mean())
+    )
+    if m.is_empty():
+        return None
+    fig, ax = new_figure(6.5, 3.8)
+    x = np.arange(m.height)
+    ax.bar(x - 0.2, m["measured_us"].to_numpy() / 1e3, width=0.4, label="measured", color="#1f77b4")
+    ax.bar(x + 0.2, m["predicted_us"].to_numpy() / 1e3, width=0.4, label="model", color="#ff7f0e")
+    names = {"compute_bound": "compute-bound", "data_io": "data I/O", "communication": "communication"}
+    ax.set_xticks(x, [names.get(s, s) for s in m["component"].to_list()])
+    ax.set_yscale("log")
+    ax.set_ylabel("time per iteration (ms, log scale)")
+    ax.set_title("Model check: analytical model vs measurement")
+    ax.legend(frameon=False)
+    return fig
+
+
+def write_trace_report(a: TraceAnalysis, out_dir: str | Path, sections, summary: dict, title: str) -> Path:
+    """Write the report folder (``index.html``, figures, tables, ``summary.json``); returns ``index.html``.
+
+    Args:
+        sections: the ``(name, frame, title, caption)`` tables the command printed; written whole.
+        summary: the headline values and notes.
+    """
+    rep = HtmlReport(title, subtitle=", ".join(a.ranks["source"].to_list()[:4])
+                     + (" ..." if a.ranks.height > 4 else ""))
+    rep.add_note("Windows tile each rank's timeline: the exclusive components plus idle time add up to the "
+                 "window, to the nanosecond. Communication is exposed time (no computation kernel running); "
+                 "overlapped communication is reported separately.")
+    figures = [
+        ("breakdown", breakdown_figure(a), "Exclusive breakdown of every iteration window (ms)"),
+        ("idle_causes", idle_figure(a), "GPU idle time by visible cause (ms)"),
+        ("collectives", collectives_figure(a), "Achieved bus bandwidth of each collective call"),
+        ("rank_skew", skew_figure(a), "Mean breakdown per rank; the straggler has the most non-communication time"),
+        ("whatif", whatif_figure(a), "Predicted step time under each scenario, from the measured baseline"),
+        ("model_check", model_check_figure(a), "The analytical model's prediction beside the measured time"),
+    ]
+    for name, fig, caption in figures:
+        if fig is not None:
+            rep.add_figure(name, fig, caption)
+    for name, frame, ttl, caption in sections:
+        rep.add_table(name, frame, ttl + (f" - {caption}" if caption else ""))
+    for name, frame in (("breakdown_full", a.breakdown), ("collective_calls", a.calls), ("kernels", a.kernels)):
+        rep.add_table(name, frame, f"{name.replace('_', ' ')} (all columns, microseconds)")
+    notes = summary.get("notes", [])
+    rep.add_key_values({k: v for k, v in summary.items() if k != "notes" and not isinstance(v, dict | list)},
+                       "Summary")
+    for n in notes:
+        rep.add_text(n)
+    rep.set_summary(summary)
+    return rep.write(out_dir)

@@ -1,0 +1,134 @@
+"""Every shared trace runs; the breakdown adds up to the microsecond; values read from the real files.
+
+Expected numbers come from ../shared/data/hta_traces/SOURCES.md and param_dlrm/SOURCES.md (step
+counts and ProfilerStep durations computed there with Python's json module) and from the traces'
+own arguments (``In msg nelems``, ``Input Dims``).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import polars as pl
+import pytest
+
+from ddlscope.measure.analysis import TraceAnalysis, analyze_traces
+from ddlscope.measure.iterations import WHOLE_TRACE
+from ddlscope.measure.timeline import IDLE_CAUSES
+
+EXCLUSIVE = ["compute_bound_us", "memory_bound_us", "unclassified_us", "comm_exposed_us", "device_copy_us",
+             "data_io_us", "idle_us"]
+
+TRACES: dict[str, tuple[str, ...]] = {
+    "nccl_data": ("hta_traces/nccl_parser_config/nccl_data.json.gz",),
+    "df_index_resolver": ("hta_traces/df_index_resolver/df_index_resolver.json.gz",),
+    "negative_queue": ("hta_traces/negative_queue_length_values_check/rank0.json.gz",),
+    "trace_diff_control": ("hta_traces/trace_diff/control/control.json.gz",),
+    "trace_diff_test": ("hta_traces/trace_diff/test/test.json.gz",),
+    "trace_filter": ("hta_traces/trace_filter/sampled_rank-0.json.gz",
+                     "hta_traces/trace_filter/sampled_rank-1.json.gz"),
+    "alexnet": ("hta_traces/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz",),
+    "ns_resolution": ("hta_traces/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",),
+    "resnet": ("param_dlrm/resnet_kineto.json.gz",),
+    "dlrm": ("param_dlrm/dlrm_kineto.tar.gz", "param_dlrm/dlrm_pytorch_et.tar.gz"),
+}
+# (ranks, iterations per rank, iteration marker)
+SHAPE: dict[str, tuple[int, int, str]] = {
+    "nccl_data": (1, 3, "ProfilerStep"),
+    "df_index_resolver": (1, 5, "ProfilerStep"),
+    "negative_queue": (1, 5, "ProfilerStep"),
+    "trace_diff_control": (1, 6, "ProfilerStep"),
+    "trace_diff_test": (1, 6, "ProfilerStep"),
+    "trace_filter": (2, 2, "ProfilerStep"),
+    "alexnet": (1, 2, "PARAM"),
+    "ns_resolution": (1, 5, "ProfilerStep"),
+    "resnet": (1, 30, "DataLoader"),
+    "dlrm": (8, 1, "ProfilerStep"),
+}
+
+
+@cache
+def _analysis(name: str, root: str) -> TraceAnalysis:
+    return analyze_traces([f"{root}/{p}" for p in TRACES[name]])
+
+
+@pytest.mark.parametrize("name", list(TRACES))
+def test_every_shared_trace_adds_up_to_the_microsecond(shared_data, name):
+    a = _analysis(name, str(shared_data))
+    ranks, iterations, marker = SHAPE[name]
+    bd = a.breakdown
+    assert a.ranks.height == ranks
+    assert bd.height == ranks * iterations
+    assert a.ranks["marker"].str.starts_with(marker).all() or marker in a.ranks["marker"][0]
+    # window = exclusive components + idle, exactly (integer nanoseconds underneath)
+    residual = (bd["window_us"] - bd.select(pl.sum_horizontal(EXCLUSIVE)).to_series()).abs().max()
+    assert residual < 1e-6
+    causes = bd.select(pl.sum_horizontal([f"idle_{k}_us" for k in IDLE_CAUSES])).to_series()
+    assert (bd["idle_us"] - causes).abs().max() < 1e-6
+    assert (bd["comm_busy_us"] - bd["comm_exposed_us"] - bd["comm_overlapped_us"]).abs().max() < 1e-6
+    # consecutive windows tile the rank's timeline
+    gaps = bd.sort("rank", "window_start_us").with_columns(
+        _next=pl.col("window_start_us").shift(-1).over("rank"), _end=pl.col("window_start_us") + pl.col("window_us"))
+    assert gaps.filter(pl.col("_next").is_not_null()).select((pl.col("_next") - pl.col("_end")).abs().max()).item() in (
+        None, 0.0)
+    assert a.unclassified.height == 0  # the built-in rules classify every kernel of the shared traces
+
+
+def test_profiler_step_durations_match_sources(shared_data):
+    # SOURCES.md: df_index_resolver ProfilerSteps 345.8 / 365.3 / 346.1 / 344.3 / 336.3 ms
+    bd = _analysis("df_index_resolver", str(shared_data)).breakdown
+    assert (bd["cpu_step_us"] / 1e3).round(1).to_list() == [345.8, 365.3, 346.1, 344.3, 336.3]
+    # windows are the steps' wall-clock spans: the next step starts right after (tens of us later)
+    assert ((bd["window_us"] - bd["cpu_step_us"]).head(4) / 1e3).abs().max() < 0.2
+    # SOURCES.md: dlrm one ProfilerStep per rank: 14.5 / 19.9 / 13.0 / 19.3 / 18.0 / 17.8 / 13.1 / 12.5 ms
+    dlrm = _analysis("dlrm", str(shared_data)).breakdown.sort("rank")
+    assert (dlrm["cpu_step_us"] / 1e3).round(1).to_list() == [14.5, 19.9, 13.0, 19.3, 18.0, 17.8, 13.1, 12.5]
+
+
+def test_collective_sizes_from_the_traces_own_arguments(shared_data):
+    # nccl_data: 15 AllReduce + 6 Broadcast kernels (SOURCES.md), sizes from the kernels' args;
+    # its record_param_comms broadcast has 'In msg nelems' 53120, dtype Float -> 212,480 bytes
+    calls = _analysis("nccl_data", str(shared_data)).calls
+    counts = dict(calls.group_by("collective").len().iter_rows())
+    assert counts == {"all_reduce": 15, "broadcast": 6}
+    assert (calls["size_source"] == "kernel args").all()
+    assert 53120 * 4 in calls.filter(pl.col("collective") == "broadcast")["size_bytes"].to_list()
+    # negative_queue: SendRecv kernels under nccl:all_to_all annotations are all-to-all; the
+    # annotation records Input Dims [[3145728]] float -> 12,582,912 bytes
+    nq = _analysis("negative_queue", str(shared_data)).calls
+    a2a = nq.filter(pl.col("collective") == "all_to_all")
+    assert a2a.height > 0 and 3145728 * 4 in a2a["size_bytes"].to_list()
+    assert set(nq["collective"].unique()) >= {"all_to_all", "all_reduce", "reduce_scatter", "all_gather"}
+    # _all_gather_base records the local shard [[8192, 64]] float; S = shard x 16 ranks
+    assert 8192 * 64 * 4 * 16 in nq.filter(pl.col("collective") == "all_gather")["size_bytes"].to_list()
+    # df_index_resolver has no comm args and no shapes: sizes unknown, said so
+    df = _analysis("df_index_resolver", str(shared_data))
+    assert df.calls["size_bytes"].null_count() == df.calls.height == 2020
+    assert any("no message size" in n for n in df.notes)
+
+
+def test_inferred_iterations_and_whole_trace(shared_data):
+    resnet = _analysis("resnet", str(shared_data))
+    assert "inferred" in resnet.ranks["marker"][0]
+    # 30 DataLoader __next__ annotations (SOURCES.md) -> 30 iterations, numbered 0..29
+    assert resnet.breakdown["iteration"].to_list() == list(range(30))
+    whole = analyze_traces([f"{shared_data}/{TRACES['resnet'][0]}"], whole_trace=True)
+    assert whole.ranks["marker"][0] == WHOLE_TRACE and whole.breakdown.height == 1
+
+
+def test_rank_skew_on_dlrm(shared_data):
+    a = _analysis("dlrm", str(shared_data))
+    s = a.skew.sort("rank")
+    own = s["step_us"] - s["comm_exposed_us"]
+    assert (own - s["own_us"]).abs().max() < 1e-9
+    assert a.skew_summary["straggler_rank"] == s.sort("own_us", descending=True)["rank"][0]
+    assert a.skew_summary["slow_component"] in ("compute_bound", "memory_bound", "unclassified", "device_copy",
+                                                 "data_io", "idle")
+
+
+def test_no_device_properties_skips_the_model(shared_data):
+    a = _analysis("trace_filter", str(shared_data))
+    assert a.hardware.system is None and a.model_check is None
+    assert any("--gpu" in n for n in a.notes)
+    with_gpu = analyze_traces([f"{shared_data}/{p}" for p in TRACES["trace_filter"]], gpu="A100-SXM4-80GB")
+    assert with_gpu.model_check is not None
