@@ -118,3 +118,24 @@ def test_duplicate_scenario_names_rejected(toy_system):
     s = Scenario(name="x", overlap="full")
     with pytest.raises(ValueError, match="unique"):
         predict_whatif(w, Architecture(kind="1w1g"), toy_system, [s, s])
+
+
+def test_upgrade_only_never_downgrades():
+    """add-nvlink on an A100 server (NVLink 3, 300 GB/s) and ethernet-100g on 200 Gb/s HDR do not apply;
+    on the PAI PCIe server (no NVLink, 25 Gb/s) both do."""
+    from ddlscope.specs.catalog import builtin_catalog
+
+    cat = builtin_catalog()
+    w = Workload(batch_size=8, compute_bound_flops=1e12, memory_bound_bytes=1e9, dense_param_bytes=100e6,
+                 num_gradient_tensors=10)
+    jobs = jobs_frame([
+        job_row(w, Architecture(kind="allreduce_cluster", num_workers=16), cat.system("dgx-a100"), job_id=0),
+        job_row(w, Architecture(kind="allreduce_cluster", num_workers=16), cat.system("pai-v100-pcie-8"), job_id=1),
+    ])
+    out = whatif(jobs, [BUILTIN_SCENARIOS["add-nvlink"], BUILTIN_SCENARIOS["ethernet-100g"],
+                        BUILTIN_SCENARIOS["gpu-a100"]], cat).filter(pl.col("scenario") != "baseline")
+    applied = {(r["scenario"], r["job_id"]): r["scenario_applied"] for r in out.iter_rows(named=True)}
+    assert applied == {("add-nvlink", 0): False, ("add-nvlink", 1): True,
+                       ("ethernet-100g", 0): False, ("ethernet-100g", 1): True,
+                       ("gpu-a100", 0): False, ("gpu-a100", 1): True}  # A100 80 GB -> 40 GB: less bandwidth
+    assert out.filter(pl.col("job_id") == 0)["speedup"].to_list() == [1.0, 1.0, 1.0]

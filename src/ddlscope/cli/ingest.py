@@ -12,8 +12,49 @@ from rich.markup import escape
 
 from ddlscope.cli.common import CatalogFiles, FormatOpt, err_console, user_errors
 from ddlscope.ingest import FORMATS, parse_map_pairs, read_population
+from ddlscope.ingest.report import IngestReport
 from ddlscope.report.console import emit
-from ddlscope.specs.catalog import load_catalog
+from ddlscope.specs.catalog import Catalog, load_catalog
+
+TraceFormatOpt = Annotated[
+    str | None, typer.Option("--trace-format", "-t", help=f"one of {', '.join(FORMATS)} (default: detect)")
+]
+MapOpt = Annotated[list[str] | None, typer.Option("--map", help="field=column of a generic table (repeatable)")]
+MappingOpt = Annotated[Path | None, typer.Option("--mapping", help="column-mapping file (TOML/JSON)")]
+ModelMapOpt = Annotated[
+    Path | None, typer.Option("--model-map", help="extra label -> zoo model entries (TOML, a models table)")
+]
+ModelMixOpt = Annotated[
+    str | None,
+    typer.Option("--model-mix", help="models for jobs the trace names none, e.g. resnet50=0.7,bert_base=0.3"),
+]
+FractionalOpt = Annotated[
+    str, typer.Option("--fractional-gpus", help="attribute (flag shared_gpu) or exclude fractional requests")
+]
+MultiGpuOpt = Annotated[
+    str, typer.Option("--multi-gpu-instance", help="one worker, several GPUs: allreduce_local or 1wng")
+]
+ServerGpusOpt = Annotated[
+    int | None, typer.Option("--server-gpus", help="GPUs per server for traces giving only a GPU count")
+]
+
+
+def read_trace(
+    trace: list[Path], trace_format: str | None, map_pairs: list[str] | None, mapping: Path | None,
+    model_map: Path | None, model_mix: str | None, fractional_gpus: str, multi_gpu_instance: str,
+    server_gpus: int | None, catalog: Catalog,
+) -> tuple[pl.DataFrame, IngestReport]:
+    """:func:`ddlscope.ingest.read_population` with the CLI's options (shared by ``ingest`` and
+    ``characterize``)."""
+    if mapping is not None and map_pairs:
+        raise ValueError("--map and --mapping: give one (put the pairs in the mapping file's [mapping.fields])")
+    table_mapping = mapping if mapping is not None else (parse_map_pairs(map_pairs) if map_pairs else None)
+    return read_population(
+        trace, trace_format, table_mapping, model_map=model_map, model_mix=model_mix,
+        fractional_gpus=fractional_gpus,  # type: ignore[arg-type]
+        multi_gpu_instance=multi_gpu_instance,  # type: ignore[arg-type]
+        server_gpus=server_gpus, catalog=catalog,
+    )
 
 
 def write_population(population: pl.DataFrame, out: Path) -> None:
@@ -39,29 +80,14 @@ def register(app: typer.Typer) -> None:
     @user_errors
     def ingest(
         trace: Annotated[list[Path], typer.Argument(help="trace files or directories (PAI 2020 tables, .trace, CSV)")],
-        trace_format: Annotated[
-            str | None, typer.Option("--trace-format", "-t", help=f"one of {', '.join(FORMATS)} (default: detect)")
-        ] = None,
-        map_pairs: Annotated[
-            list[str] | None, typer.Option("--map", help="field=column of a generic table (repeatable)")
-        ] = None,
-        mapping: Annotated[Path | None, typer.Option("--mapping", help="column-mapping file (TOML/JSON)")] = None,
-        model_map: Annotated[
-            Path | None, typer.Option("--model-map", help="extra label -> zoo model entries (TOML, a models table)")
-        ] = None,
-        model_mix: Annotated[
-            str | None,
-            typer.Option("--model-mix", help="models for jobs the trace names none, e.g. resnet50=0.7,bert_base=0.3"),
-        ] = None,
-        fractional_gpus: Annotated[
-            str, typer.Option("--fractional-gpus", help="attribute (flag shared_gpu) or exclude fractional requests")
-        ] = "attribute",
-        multi_gpu_instance: Annotated[
-            str, typer.Option("--multi-gpu-instance", help="one worker, several GPUs: allreduce_local or 1wng")
-        ] = "allreduce_local",
-        server_gpus: Annotated[
-            int | None, typer.Option("--server-gpus", help="GPUs per server for traces giving only a GPU count")
-        ] = None,
+        trace_format: TraceFormatOpt = None,
+        map_pairs: MapOpt = None,
+        mapping: MappingOpt = None,
+        model_map: ModelMapOpt = None,
+        model_mix: ModelMixOpt = None,
+        fractional_gpus: FractionalOpt = "attribute",
+        multi_gpu_instance: MultiGpuOpt = "allreduce_local",
+        server_gpus: ServerGpusOpt = None,
         catalog: CatalogFiles = None,
         out: Annotated[Path | None, typer.Option("--out", "-o", help="write the population (.parquet or .csv)")] = None,
         examples: Annotated[int, typer.Option("--examples", help="malformed-row examples per problem")] = 3,
@@ -73,15 +99,9 @@ def register(app: typer.Typer) -> None:
         Formats: pai-v2020 (directory of the PAI 2020 tables), gavel (.trace files), philly-pollux, openb-v2023, csv
         (any CSV/TSV/Parquet job table with --map field=column or --mapping FILE). See docs/ingest.md.
         """
-        if mapping is not None and map_pairs:
-            raise ValueError("--map and --mapping: give one (put the pairs in the mapping file's [mapping.fields])")
-        table_mapping = mapping if mapping is not None else (parse_map_pairs(map_pairs) if map_pairs else None)
-        population, report = read_population(
-            trace, trace_format, table_mapping, model_map=model_map, model_mix=model_mix,
-            fractional_gpus=fractional_gpus,  # type: ignore[arg-type]
-            multi_gpu_instance=multi_gpu_instance,  # type: ignore[arg-type]
-            server_gpus=server_gpus, catalog=load_catalog(*(catalog or [])),
-        )
+        population, report = read_trace(trace, trace_format, map_pairs, mapping, model_map, model_mix,
+                                        fractional_gpus, multi_gpu_instance, server_gpus,
+                                        load_catalog(*(catalog or [])))
         if out is not None:
             write_population(population, out)
         warning = report.no_jobs_message()

@@ -19,6 +19,7 @@ app = typer.Typer(
 )
 
 COMMAND_MODULES: tuple[str, ...] = (
+    "ddlscope.cli.characterize",
     "ddlscope.cli.model",
     "ddlscope.cli.catalog",
     "ddlscope.cli.ingest",

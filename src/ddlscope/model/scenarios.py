@@ -63,6 +63,27 @@ def _hardware_changes(sc: Scenario, catalog: Catalog) -> dict[str, object]:
     return out
 
 
+def _is_upgrade(hw: dict[str, object]) -> pl.Expr:
+    """Rows where every swapped part of ``hw`` is an upgrade: a link of more bandwidth than the
+    current one (no NVLink counts 0), a GPU with at least the current peak at the row's precision
+    and at least the current memory bandwidth, and more of one of them."""
+    cond = pl.lit(True)
+    for slot in ("pcie", "nvlink", "nic"):
+        col = f"{slot}_bandwidth_bytes_per_s"
+        if col in hw:
+            cond = cond & (pl.lit(hw[col]) > c(col))
+    if "gpu_peak_fp32_flop_per_s" in hw:
+        prec = {p: f"gpu_peak_{p}_flop_per_s" for p in ("fp32", "tf32", "fp16", "bf16")}
+        new_peak = pl.lit(None, pl.Float64)
+        old_peak = pl.lit(None, pl.Float64)
+        for p, col in prec.items():
+            new_peak = pl.when(c("precision") == p).then(pl.lit(hw[col])).otherwise(new_peak)
+            old_peak = pl.when(c("precision") == p).then(c(col)).otherwise(old_peak)
+        new_bw, old_bw = pl.lit(hw["gpu_memory_bandwidth_bytes_per_s"]), c("gpu_memory_bandwidth_bytes_per_s")
+        cond = cond & (new_peak >= old_peak) & (new_bw >= old_bw) & ((new_peak > old_peak) | (new_bw > old_bw))
+    return cond
+
+
 def _port(sc: Scenario, G: pl.Expr) -> tuple[dict[str, pl.Expr], pl.Expr]:
     """Architecture columns after the port to ``sc.architecture`` on servers of ``G`` GPUs, and
     where the port applies (expressions)."""
@@ -119,6 +140,8 @@ def apply_scenario(
     # port conditions use the swapped server's GPU count
     lf = lf.with_columns(_G_new=new.get("server_gpus", c("server_gpus")))
     applies = selected
+    if scenario.upgrade_only:
+        applies = applies & _is_upgrade(hw)
     if scenario.architecture:
         port_cols, ok = _port(scenario, c("_G_new"))
         applies = applies & ok

@@ -40,6 +40,8 @@ class Characterization:
         headline: the study's three headline figures measured on this population (see
             :func:`headline_figures`), plus counts.
         notes: caveats to print with the report (reconstructions, assumptions).
+        excluded: jobs left out because their model does not fit the GPU's memory in the baseline
+            (``job_id``, ``reason``); empty when none.
     """
 
     results: pl.DataFrame
@@ -48,6 +50,8 @@ class Characterization:
     speedups: pl.DataFrame
     headline: dict[str, float | int | None]
     notes: list[str] = field(default_factory=list)
+    excluded: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema={"job_id": pl.Int64,
+                                                                                "reason": pl.String}))
 
     @property
     def baseline(self) -> pl.DataFrame:
@@ -71,7 +75,10 @@ def headline_figures(results: pl.DataFrame, speedups: pl.DataFrame) -> dict[str,
         "jobs": base.height,
         "gpus": int(base["num_gpus"].sum()),
         "mean_comm_share": base["share_comm"].mean(),
-        "mean_comm_share_gpu_time": (base["share_comm"] * base["gpu_time_s"]).sum() / base["gpu_time_s"].sum(),
+        "mean_comm_share_gpu_time": (
+            (base["share_comm"] * base["gpu_time_s"]).sum() / base["gpu_time_s"].sum()
+            if base["gpu_time_s"].sum() > 0 else None
+        ),
     }
 
     def pick(scenario: str, arch: str, column: str) -> float | None:
@@ -90,11 +97,30 @@ def headline_figures(results: pl.DataFrame, speedups: pl.DataFrame) -> dict[str,
     return out
 
 
+def _fill_gpu_time(results: pl.DataFrame) -> pl.DataFrame:
+    """``gpu_time_s`` where the trace gives none: ``num_steps x baseline step_s x num_gpus`` when the
+    trace gives the job's steps (Gavel), else 0 (no weight in GPU-time aggregates). Adds
+    ``gpu_time_source``: ``trace``, ``steps x predicted step time`` or ``unknown``."""
+    known = c("gpu_time_s").fill_null(0) > 0
+    if "num_steps" in results.columns:
+        est = results.filter(c("scenario") == "baseline").select(
+            "job_id", (c("num_steps") * c("step_s") * c("num_gpus")).alias("_est"))
+        results = results.join(est, on="job_id", how="left")
+    else:
+        results = results.with_columns(_est=pl.lit(None, pl.Float64))
+    return results.with_columns(
+        gpu_time_source=pl.when(known).then(pl.lit("trace"))
+        .when(c("_est").is_not_null()).then(pl.lit("steps x predicted step time")).otherwise(pl.lit("unknown")),
+        gpu_time_s=pl.when(known).then(c("gpu_time_s")).otherwise(c("_est").fill_null(0.0)),
+    ).drop("_est")
+
+
 def characterize(
     jobs: pl.DataFrame,
     scenarios: Sequence[Scenario],
     catalog: Catalog | None = None,
     notes: Sequence[str] = (),
+    require_gpu_memory: bool = True,
 ) -> Characterization:
     """Run every job of ``jobs`` under the baseline and every scenario and aggregate.
 
@@ -105,6 +131,8 @@ def characterize(
         scenarios: the what-ifs.
         catalog: the catalog scenarios resolve names in (default: built-in).
         notes: caveats to carry into the report.
+        require_gpu_memory: leave out (and list in ``excluded``) jobs whose baseline replica does
+            not fit the GPU's memory (``fits_gpu_memory`` false; jobs of unknown peak memory stay).
 
     Raises:
         ValueError: an empty population, missing columns, duplicate job ids or scenario names.
@@ -116,7 +144,17 @@ def characterize(
         raise ValueError("jobs: the population is empty; nothing to characterize")
     if jobs["job_id"].n_unique() != jobs.height:
         raise ValueError("jobs: job_id must be unique")
-    results = whatif(jobs, scenarios, catalog)
+    results = _fill_gpu_time(whatif(jobs, scenarios, catalog))
+    excluded = pl.DataFrame(schema={"job_id": pl.Int64, "reason": pl.String})
+    if require_gpu_memory:
+        unfit = results.filter((c("scenario") == "baseline") & (c("fits_gpu_memory") == False))  # noqa: E712
+        excluded = unfit.select("job_id", pl.format(
+            "exceeds GPU memory: a replica needs {} GB, the {} has {} GB",
+            (c("peak_memory_bytes") / 1e9).round(1), c("gpu"), (c("gpu_memory_bytes") / 1e9).round(0),
+        ).alias("reason"))
+        results = results.join(excluded, on="job_id", how="anti")
+        if results.height == 0:
+            raise ValueError("jobs: no job fits its GPU's memory; nothing to characterize")
     base = results.filter(c("scenario") == "baseline")
     speedups = scenario_speedups(results)
     return Characterization(
@@ -126,4 +164,5 @@ def characterize(
         speedups=speedups,
         headline=headline_figures(results, speedups),
         notes=list(notes),
+        excluded=excluded,
     )

@@ -78,7 +78,7 @@ def speedup_figure(results: pl.DataFrame):
         data.append(v if len(v) else np.array([1.0]))
         labels.append(f"{s} (n={len(v)})")
     fig, ax = new_figure(8.0, 0.45 * len(scen) + 1.6)
-    ax.boxplot(data, vert=False, tick_labels=labels, showmeans=True, whis=(5, 95), showfliers=False,
+    ax.boxplot(data, orientation="horizontal", tick_labels=labels, showmeans=True, whis=(5, 95), showfliers=False,
                meanprops={"marker": "D", "markerfacecolor": "white", "markeredgecolor": "black", "markersize": 5})
     ax.axvline(1.0, color="grey", lw=1, ls="--")
     ax.set_xscale("log")

@@ -53,6 +53,11 @@ class Scenario(BaseModel):
       (:data:`MIXED_PRECISION_BYTES_FACTOR` from 32 to 16 bit, its inverse back).
     - ``memory_bound_scale``: factor on memory-bound bytes (op fusion), in (0, 1].
     - ``overlap``: overlap policy (``none``, ``full``) or fraction.
+    - ``upgrade_only``: apply the GPU and link swaps only to jobs for which they are upgrades (a
+      link of more bandwidth than the job's, a GPU at least as fast in peak FLOP/s at the job's
+      precision and in memory bandwidth); other jobs keep their hardware and count as not applied.
+      The built-in hardware scenarios set it, so ``add-nvlink`` never replaces NVLink 3 by NVLink 2
+      and ``ethernet-100g`` never slows a 200 Gb/s network.
 
     Raises:
         pydantic.ValidationError: unknown fields, a scale outside (0, 1], a bad overlap.
@@ -74,6 +79,7 @@ class Scenario(BaseModel):
     precision: Precision | None = None
     memory_bound_scale: float = Field(1.0, gt=0, le=1)
     overlap: str | float | None = None
+    upgrade_only: bool = False
 
     @field_validator("overlap")
     @classmethod
@@ -102,10 +108,14 @@ BUILTIN_SCENARIOS: dict[str, Scenario] = {
             architecture="allreduce_local",
             nvlink="nvlink2",
         ),
-        Scenario(name="ethernet-100g", description="NIC from its speed to 100 Gb/s Ethernet", nic="eth-100g"),
-        Scenario(name="add-nvlink", description="NVLink 2 between the GPUs of a server", nvlink="nvlink2"),
-        Scenario(name="gpu-a100", description="GPU replaced by an A100 SXM4 40 GB", gpu="A100-SXM4-40GB"),
-        Scenario(name="gpu-h100", description="GPU replaced by an H100 SXM5 80 GB", gpu="H100-SXM5-80GB"),
+        Scenario(name="ethernet-100g", description="NIC upgraded to 100 Gb/s Ethernet (where slower)",
+                 nic="eth-100g", upgrade_only=True),
+        Scenario(name="add-nvlink", description="NVLink 2 between the GPUs of servers without NVLink",
+                 nvlink="nvlink2", upgrade_only=True),
+        Scenario(name="gpu-a100", description="GPU upgraded to an A100 SXM4 40 GB (where slower)",
+                 gpu="A100-SXM4-40GB", upgrade_only=True),
+        Scenario(name="gpu-h100", description="GPU upgraded to an H100 SXM5 80 GB (where slower)",
+                 gpu="H100-SXM5-80GB", upgrade_only=True),
         Scenario(name="mixed-precision", description="FP16 automatic mixed precision", precision="fp16"),
         Scenario(
             name="op-fusion",

@@ -1,0 +1,228 @@
+"""``ddlscope characterize``: a whole job population under every scenario, with a report.
+
+The main job of ddlscope: read a cluster trace (or take the built-in population), account for
+every job, evaluate every job under the baseline and every what-if scenario with the vectorised
+step-time model, aggregate by job count and by GPU-time, and write an HTML report with its figures
+and tables.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import polars as pl
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from ddlscope.cli.common import CatalogFiles, FormatOpt, OverlapOpt, err_console, parse_scenarios, user_errors
+from ddlscope.cli.ingest import (
+    FractionalOpt,
+    MapOpt,
+    MappingOpt,
+    ModelMapOpt,
+    ModelMixOpt,
+    MultiGpuOpt,
+    ServerGpusOpt,
+    TraceFormatOpt,
+    read_trace,
+)
+from ddlscope.ingest.report import reason_summary
+from ddlscope.population.builtin import NOTE as BUILTIN_NOTE
+from ddlscope.population.builtin import builtin_population
+from ddlscope.population.characterize import characterize as run_characterization
+from ddlscope.population.jobs import assemble_jobs
+from ddlscope.population.workloads import WorkloadLibrary
+from ddlscope.report.characterize import ARCH_ORDER, write_characterization_report
+from ddlscope.report.console import emit
+from ddlscope.specs.catalog import load_catalog
+from ddlscope.specs.examples import EXAMPLE_SERVER
+
+c = pl.col
+MODEL_NOTE = (
+    "Every formula of the step-time model is a reconstruction of the PAI study's analytical framework (IISWC 2019) "
+    "from standard costs (alpha-beta links, ring collectives, roofline); latencies and efficiencies are stated "
+    "assumptions until calibrated (ddlscope calibrate)."
+)
+
+
+def _parse_server_for(pairs: list[str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs or []:
+        gpu, sep, server = pair.partition("=")
+        if not sep or not gpu or not server:
+            raise ValueError(f"--server-for {pair!r}: expected GPU=SERVER, e.g. T4=t4-pcie-8")
+        out[gpu.strip()] = server.strip()
+    return out
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``characterize`` to ``app``."""
+
+    @app.command()
+    @user_errors
+    def characterize(
+        trace: Annotated[
+            list[Path] | None,
+            typer.Argument(help="cluster trace files or directories; none: the built-in population"),
+        ] = None,
+        out: Annotated[Path, typer.Option("--out", "-o", help="report folder")] = Path("ddlscope-report"),
+        scenario: Annotated[
+            list[str] | None,
+            typer.Option("--scenario", help="built-in name, scenario file, or inline 'name:key=value,...' "
+                         "(repeatable; default: every built-in scenario)"),
+        ] = None,
+        system: Annotated[
+            str, typer.Option("--system", "-s", help="server type jobs run on (catalog)")
+        ] = EXAMPLE_SERVER,
+        server_for: Annotated[
+            list[str] | None,
+            typer.Option("--server-for", help="GPU=SERVER: jobs on that GPU run on that server type (repeatable)"),
+        ] = None,
+        precision: Annotated[str, typer.Option("--precision", help="precision of the profiled workloads")] = "fp32",
+        overlap: OverlapOpt = "none",
+        keep_unfit: Annotated[
+            bool, typer.Option("--keep-unfit", help="keep jobs whose replica exceeds the GPU memory")
+        ] = False,
+        figures: Annotated[bool, typer.Option("--figures/--no-figures", help="draw the report's figures")] = True,
+        trace_format: TraceFormatOpt = None,
+        map_pairs: MapOpt = None,
+        mapping: MappingOpt = None,
+        model_map: ModelMapOpt = None,
+        model_mix: ModelMixOpt = None,
+        fractional_gpus: FractionalOpt = "attribute",
+        multi_gpu_instance: MultiGpuOpt = "allreduce_local",
+        server_gpus: ServerGpusOpt = None,
+        catalog: CatalogFiles = None,
+        fmt: FormatOpt = "table",
+    ) -> None:
+        """Characterize a whole job population: where every job's step time goes, and what each what-if scenario
+        buys, for every job and on average; writes an HTML report (figures as PNG/SVG, tables as CSV/Parquet,
+        summary.json) into --out.
+
+        Without a trace: the built-in population (every zoo model under each architecture and GPU count the PAI
+        study considers, on 8 x V100 NVLink and PCIe-only servers with 25 Gb/s Ethernet; a reconstruction).
+        """
+        started = time.perf_counter()
+        cat = load_catalog(*(catalog or []))
+        scenarios = parse_scenarios(scenario)
+        servers = _parse_server_for(server_for)
+        cat.server(system)
+        for srv in servers.values():
+            cat.server(srv)
+        notes = [MODEL_NOTE]
+        console = Console(stderr=True)
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
+                      transient=True, disable=fmt != "table") as progress:
+            step = progress.add_task("reading the population", total=None)
+            report = None
+            if trace:
+                population, report = read_trace(trace, trace_format, map_pairs, mapping, model_map, model_mix,
+                                                fractional_gpus, multi_gpu_instance, server_gpus, cat)
+                notes.extend(report.notes)
+                source = ", ".join(str(t) for t in trace)
+            else:
+                population = builtin_population()
+                notes.insert(0, BUILTIN_NOTE)
+                source = "built-in population (reconstruction)"
+            for col, dtype in (("reason", pl.String), ("batch_size", pl.Int64), ("num_servers", pl.Int64)):
+                if col not in population.columns:
+                    population = population.with_columns(pl.lit(None, dtype).alias(col))
+
+            def on_profile(model: str, batch: int | None, prec: str) -> None:
+                progress.update(step, description=f"profiling {model} (batch {batch or 'default'}, {prec})")
+
+            progress.update(step, description="attaching workloads and systems")
+            jobs, population = assemble_jobs(population, WorkloadLibrary(on_profile=on_profile), cat,
+                                             default_server=system, server_for=servers, precision=precision,
+                                             overlap=overlap)
+            if jobs.height == 0:
+                accounting = reason_summary(population)
+                emit(accounting, "table", title="no attributable job: every job of the population is accounted "
+                     "for below", stream=None)
+                raise ValueError("the population has no job the model can evaluate (see the accounting above; "
+                                 + (report.no_jobs_message() if report and report.no_jobs_message() else
+                                    "e.g. give --model-mix for traces without model labels") + ")")
+            progress.update(step, description=f"evaluating {jobs.height:,} jobs x {len(scenarios) + 1} scenarios")
+            ch = run_characterization(jobs, scenarios, cat, notes=notes, require_gpu_memory=not keep_unfit)
+            if ch.excluded.height:
+                population = population.join(ch.excluded.rename({"reason": "_unfit"}), on="job_id", how="left")
+                population = population.with_columns(reason=pl.coalesce("reason", "_unfit")).with_columns(
+                    attributed=c("reason").is_null()).drop("_unfit")
+            accounting = reason_summary(population)
+            sources = ch.baseline["gpu_time_source"].value_counts()
+            for src, n in sources.iter_rows():
+                if src == "steps x predicted step time":
+                    ch.notes.append(f"{n:,} jobs have no duration in the trace: their GPU-time weight is their steps x "
+                                    "the predicted baseline step time x GPUs.")
+                elif src == "unknown":
+                    ch.notes.append(f"{n:,} jobs have neither duration nor steps in the trace: they count in "
+                                    "job-weighted aggregates and weigh 0 in GPU-time-weighted ones.")
+            progress.update(step, description="writing the report")
+            summary = {"source": source, "population_jobs": population.height,
+                       "evaluated_jobs": ch.baseline.height, "scenarios": [s.name for s in scenarios],
+                       "system": system, "precision": precision, "overlap": overlap,
+                       "model_wall_time_s": round(time.perf_counter() - started, 2)}
+            index = None
+            if figures:
+                index = write_characterization_report(
+                    ch, out, title="ddlscope characterization", subtitle=source, accounting=accounting,
+                    extra_summary=summary)
+            else:
+                out.mkdir(parents=True, exist_ok=True)
+                ch.results.write_parquet(out / "jobs.parquet")
+                accounting.write_csv(out / "accounting.csv")
+        summary["wall_time_s"] = round(time.perf_counter() - started, 2)
+        _print(ch, accounting, summary, index, out, fmt)
+
+
+def _print(ch, accounting: pl.DataFrame, summary: dict, index: Path | None, out: Path, fmt: str) -> None:
+    """Headline figures and where the report went."""
+    h = ch.headline
+    if fmt == "json":
+        emit(accounting, "json", extra={"headline": h, **summary, "report": str(index or out), "notes": ch.notes})
+        return
+    if fmt == "csv":
+        emit(ch.speedups, "csv")
+        return
+    emit(accounting, "table", title=f"{summary['source']}: every job accounted for")
+    order = {a: i for i, a in enumerate(ARCH_ORDER)}
+    shares = ch.shares.filter(c("weight") == "jobs").sort(c("architecture").replace_strict(order)).select(
+        "architecture", "jobs", *(c(f"mean_share_{k}") for k in ("data_io", "compute_bound", "memory_bound", "pcie",
+                                                                  "nvlink", "network")), "mean_share_comm")
+    emit(shares, "table", title="mean share of step time per component (job-weighted, baseline)")
+    sp = ch.speedups.filter((c("weight") == "jobs") & (c("architecture") == "all")).select(
+        "scenario", "jobs", "applied_share", "sped_up_share", "mean_speedup", "median_speedup")
+    emit(sp, "table", title="what each scenario buys (all jobs; speedup = baseline / scenario step time)")
+
+    def pct(x: float | None) -> str:
+        return "n/a" if x is None else f"{100 * x:.1f} %"
+
+    def times(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:.2f}x"
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)
+    console.print("[bold]Headline figures (the PAI study's, measured on this population)[/bold]")
+    lines = (
+        f"  average communication share of step time: {pct(h['mean_comm_share'])} job-weighted, "
+        f"{pct(h['mean_comm_share_gpu_time'])} GPU-time-weighted   (study: 62 %)",
+        f"  PS/Worker jobs sped up by porting to all-reduce over NVLink: "
+        f"{pct(h['ps_worker_sped_up_by_allreduce_port'])} of {h['ps_worker_jobs']:,}   (study: 60 %)",
+        f"  mean speedup of 25 -> 100 Gb/s Ethernet: {times(h['mean_speedup_ethernet_25_to_100'])} over the "
+        f"{h['network_jobs']:,} jobs using the network, {times(h['mean_speedup_ethernet_25_to_100_all_jobs'])} "
+        "over all   (study: 1.7x)",
+    )
+    for line in lines:
+        console.print(escape(line))
+    for note in ch.notes:
+        console.print(f"note: {escape(note)}")
+    where = index if index is not None else out
+    console.print(f"report: {escape(str(where))}  ({summary['wall_time_s']} s)")
+    if ch.excluded.height:
+        err_console.print(f"[yellow]note:[/yellow] {ch.excluded.height:,} jobs left out: their replica exceeds the "
+                          "GPU memory (see the accounting; --keep-unfit keeps them)")

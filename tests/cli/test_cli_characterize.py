@@ -1,0 +1,56 @@
+"""`ddlscope characterize` end to end: built-in population, real traces, nothing attributable."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from ddlscope.cli.main import app
+
+runner = CliRunner()
+
+
+def test_builtin_population_report(tmp_path):
+    out = tmp_path / "rep"
+    res = runner.invoke(app, ["characterize", "--out", str(out), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    payload = json.loads(res.output)
+    # 336 grid jobs; the 2 servers x 16 placements of gcn_reddit need 121 GB per replica > 16 GB
+    assert payload["population_jobs"] == 336 and payload["evaluated_jobs"] == 304
+    h = payload["headline"]
+    assert h["jobs"] == 304 and h["ps_worker_jobs"] == 2 * 9 * 6
+    assert 0 < h["mean_comm_share"] < 1 and 0 <= h["ps_worker_sped_up_by_allreduce_port"] <= 1
+    assert h["mean_speedup_ethernet_25_to_100"] > 1
+    rows = {r["reason"]: r["jobs"] for r in payload["rows"]}
+    assert rows["attributed"] == 304 and sum(rows.values()) == 336
+    for name in ("breakdown", "comm_share_cdf", "speedups", "bottlenecks"):
+        assert (out / "figures" / f"{name}.png").stat().st_size > 10_000
+        assert (out / "figures" / f"{name}.svg").exists()
+    for name in ("component_shares", "scenario_speedups", "jobs", "accounting"):
+        assert (out / "tables" / f"{name}.csv").exists() and (out / "tables" / f"{name}.parquet").exists()
+    html = (out / "index.html").read_text()
+    assert "reconstruction" in html and "data:image/png;base64" in html
+    assert json.loads((out / "summary.json").read_text())["evaluated_jobs"] == 304
+
+
+def test_gavel_traces_end_to_end(shared_data, tmp_path):
+    """The 15 Gavel Philly-VC files (15,264 jobs; SOURCES.md): 8,337 map to zoo models (ResNet-18 3,268,
+    Transformer 3,013, ResNet-50 2,056); Recommendation, LM, CycleGAN and A3C have no zoo model."""
+    res = runner.invoke(app, ["characterize", str(shared_data / "gavel_traces" / "msr" / "seed=0"), "--out",
+                              str(tmp_path / "g"), "--no-figures", "--format", "json",
+                              "--scenario", "ethernet-100g"])
+    assert res.exit_code == 0, res.output
+    payload = json.loads(res.output)
+    rows = {r["reason"]: r["jobs"] for r in payload["rows"]}
+    assert payload["population_jobs"] == 15_264
+    assert rows == {"attributed": 8_337, "label not mapped to a zoo model": 6_927}
+    assert payload["evaluated_jobs"] == 8_337
+
+
+def test_trace_with_nothing_attributable_is_a_clear_message(shared_data, tmp_path):
+    res = runner.invoke(app, ["characterize", str(shared_data / "pollux" / "philly.csv"), "--out", str(tmp_path / "p")])
+    assert res.exit_code == 2
+    assert "no job the model can evaluate" in res.output and "--model-mix" in res.output
+    assert "no model label" in res.output  # the accounting is printed
+    assert not (tmp_path / "p" / "index.html").exists()
