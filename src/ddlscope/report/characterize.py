@@ -56,7 +56,7 @@ def breakdown_figure(shares: pl.DataFrame):
 
 def comm_cdf_figure(baseline: pl.DataFrame):
     """CDF over jobs of the exposed communication share, one line per architecture."""
-    fig, ax = new_figure(7.0, 4.2)
+    fig, ax = new_figure(7.0, 4.8)
     for arch in _archs(baseline):
         x = np.sort(baseline.filter(c("architecture") == arch)["share_comm"].to_numpy() * 100)
         y = np.arange(1, len(x) + 1) / len(x)
@@ -65,7 +65,7 @@ def comm_cdf_figure(baseline: pl.DataFrame):
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("exposed weight/gradient communication (% of step time)")
     ax.set_ylabel("fraction of jobs")
-    ax.legend(loc="lower right")
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=3, frameon=False)
     return fig
 
 
@@ -84,7 +84,8 @@ def speedup_figure(results: pl.DataFrame):
     ax.set_xscale("log")
     lo = min(float(np.min(d)) for d in data)
     hi = max(float(np.max(d)) for d in data)
-    ticks = [t for t in (0.25, 0.5, 0.75, 1, 1.25, 1.5, 2, 3, 4, 6, 8, 12, 16, 32, 64) if lo / 1.3 <= t <= hi * 1.3]
+    candidates = (0.5, 0.75, 1, 1.25, 1.5, 2, 3, 4) if hi < 4.5 else (0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128)
+    ticks = [t for t in candidates if lo / 1.3 <= t <= hi * 1.3]
     ax.set_xticks(ticks, [f"{t:g}x" for t in ticks])
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.invert_yaxis()
