@@ -29,6 +29,8 @@ def test_builtin_population_report(tmp_path):
         assert (out / "figures" / f"{name}.svg").exists()
     for name in ("component_shares", "scenario_speedups", "jobs", "accounting"):
         assert (out / "tables" / f"{name}.csv").exists() and (out / "tables" / f"{name}.parquet").exists()
+    per_job = (out / "tables" / "jobs.csv").read_text().splitlines()
+    assert len(per_job) == 1 + 304 and "speedup_ethernet-100g" in per_job[0] and "applied_gpu-h100" in per_job[0]
     html = (out / "index.html").read_text()
     assert "reconstruction" in html and "data:image/png;base64" in html
     assert json.loads((out / "summary.json").read_text())["evaluated_jobs"] == 304

@@ -88,6 +88,9 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--keep-unfit", help="keep jobs whose replica exceeds the GPU memory")
         ] = False,
         figures: Annotated[bool, typer.Option("--figures/--no-figures", help="draw the report's figures")] = True,
+        all_rows: Annotated[
+            bool, typer.Option("--all-rows", help="also write every job x scenario row (tables/job_scenarios.parquet)")
+        ] = False,
         trace_format: TraceFormatOpt = None,
         map_pairs: MapOpt = None,
         mapping: MappingOpt = None,
@@ -167,13 +170,16 @@ def register(app: typer.Typer) -> None:
                        "system": system, "precision": precision, "overlap": overlap,
                        "model_wall_time_s": round(time.perf_counter() - started, 2)}
             index = None
+            if all_rows:
+                (out / "tables").mkdir(parents=True, exist_ok=True)
+                ch.results.write_parquet(out / "tables" / "job_scenarios.parquet", compression="lz4")
             if figures:
                 index = write_characterization_report(
                     ch, out, title="ddlscope characterization", subtitle=source, accounting=accounting,
                     extra_summary=summary)
             else:
                 out.mkdir(parents=True, exist_ok=True)
-                ch.results.write_parquet(out / "jobs.parquet")
+                ch.per_job().write_parquet(out / "jobs.parquet", compression="lz4")
                 accounting.write_csv(out / "accounting.csv")
         summary["wall_time_s"] = round(time.perf_counter() - started, 2)
         _print(ch, accounting, summary, index, out, fmt)

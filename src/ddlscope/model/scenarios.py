@@ -8,7 +8,7 @@ own baseline.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import polars as pl
 
@@ -174,6 +174,44 @@ def apply_scenario(
     return lf.drop("_G_new", "_applies")
 
 
+def whatif_blocks(
+    jobs: pl.DataFrame | pl.LazyFrame,
+    scenarios: Sequence[Scenario],
+    catalog: Catalog | None = None,
+    columns: Sequence[str] | None = None,
+) -> Iterator[pl.DataFrame]:
+    """The rows of :func:`whatif`, one block per scenario (baseline first), each computed when
+    asked for: a population of millions of jobs never holds more than one scenario's breakdown
+    beside the results kept.
+
+    Args:
+        jobs, scenarios, catalog: as :func:`whatif`.
+        columns: keep only these columns of each block (the model computes only what they need).
+
+    Raises:
+        ValueError: duplicate scenario names, a missing column, a duplicate ``job_id``.
+    """
+    names = [s.name for s in scenarios]
+    if len(set(names)) != len(names):
+        raise ValueError(f"scenarios: names must be unique, got {names}")
+    order = pl.Enum(["baseline", *names])
+    jobs = jobs.lazy().with_columns(baseline_architecture=c("architecture")).collect()
+    if jobs["job_id"].n_unique() != jobs.height:
+        raise ValueError("jobs: job_id must be unique")
+    keep = list(columns) if columns is not None else None
+    base = breakdown_lazy(jobs.lazy().with_columns(scenario=pl.lit("baseline").cast(order),
+                                                   scenario_applied=pl.lit(False))).collect()
+    base_step = base["step_s"]
+    base = base.with_columns(speedup=pl.lit(1.0))
+    yield base.select(keep) if keep else base
+    # apply_scenario keeps the jobs' row order, so each scenario's rows align with the baseline's
+    # by position: the speedup is a plain division, no grouping by job_id
+    for s in scenarios:
+        block = breakdown_lazy(apply_scenario(jobs, s, catalog).with_columns(c("scenario").cast(order)))
+        block = block.with_columns(speedup=pl.lit(base_step) / c("step_s"))
+        yield (block.select(keep) if keep else block).collect()
+
+
 def whatif(
     jobs: pl.DataFrame | pl.LazyFrame,
     scenarios: Sequence[Scenario],
@@ -186,24 +224,14 @@ def whatif(
         scenarios: the what-ifs; names must be unique.
 
     Returns:
-        One row per job x (baseline + scenarios): the Jobs columns (as changed),
-        ``baseline_architecture`` (the job's architecture before any port), ``scenario`` (an Enum in
-        the order baseline, then ``scenarios``), ``scenario_applied``, the step-time model's
-        output columns, and ``speedup`` = baseline ``step_s`` / this row's ``step_s`` (1.0 for the
-        baseline and unapplied rows).
+        One row per job x (baseline + scenarios), baseline rows first, then each scenario's in the
+        jobs' order: the Jobs columns (as changed), ``baseline_architecture`` (the job's
+        architecture before any port), ``scenario`` (an Enum in the order baseline, then
+        ``scenarios``), ``scenario_applied``, the step-time model's output columns, and
+        ``speedup`` = baseline ``step_s`` / this row's ``step_s`` (1.0 for the baseline and
+        unapplied rows).
 
     Raises:
         ValueError: duplicate scenario names, a missing column, a duplicate ``job_id``.
     """
-    names = [s.name for s in scenarios]
-    if len(set(names)) != len(names):
-        raise ValueError(f"scenarios: names must be unique, got {names}")
-    jobs = jobs.lazy().with_columns(baseline_architecture=c("architecture"))
-    base = jobs.with_columns(scenario=pl.lit("baseline"), scenario_applied=pl.lit(False))
-    stacked = pl.concat([base, *(apply_scenario(jobs, s, catalog) for s in scenarios)], how="vertical_relaxed")
-    order = pl.Enum(["baseline", *names])
-    out = breakdown_lazy(stacked.with_columns(c("scenario").cast(order))).with_columns(
-        speedup=c("step_s").first().over("job_id") / c("step_s")
-    )
-    return out.collect()
-
+    return pl.concat(list(whatif_blocks(jobs, scenarios, catalog)), how="vertical_relaxed")

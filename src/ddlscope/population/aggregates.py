@@ -17,7 +17,7 @@ import polars as pl
 from ddlscope.model.step_time import COMPONENTS
 
 c = pl.col
-WEIGHTS: dict[str, pl.Expr] = {"jobs": pl.lit(1.0), "gpu_time": c("gpu_time_s")}
+WEIGHTS: dict[str, pl.Expr] = {"jobs": c("_one"), "gpu_time": c("gpu_time_s")}
 """The two weightings of every aggregate."""
 SPEEDUP_EPS = 1e-9
 """A job counts as sped up when its speedup exceeds 1 + SPEEDUP_EPS."""
@@ -36,10 +36,22 @@ def weighted_quantile(x: pl.Expr, w: pl.Expr, q: float) -> pl.Expr:
     return x.sort().filter(cum >= q - 1e-12).first()
 
 
-def _weighted(frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` twice, once per weighting, with columns ``weight`` (name) and ``_w`` (value)."""
-    return pl.concat([frame.with_columns(weight=pl.lit(name), _w=expr.cast(pl.Float64))
-                      for name, expr in WEIGHTS.items()])
+def _per_weight(frame: pl.DataFrame, by: list[str], make_aggs) -> pl.DataFrame:
+    """Aggregate ``frame`` per ``by`` + ``architecture`` and per ``by`` alone (``architecture`` =
+    ``all``), once for each weighting; long format with a ``weight`` column.
+
+    ``make_aggs(w)`` returns the aggregation expressions for weight expression ``w``. Both
+    weightings and both levels are four group-bys over the same frame (no copies of it).
+    """
+    lf = frame.lazy().with_columns(_one=pl.lit(1.0))  # the job-count weight, as a column
+    parts = []
+    for name, w in WEIGHTS.items():
+        w = w.cast(pl.Float64).fill_null(0.0)
+        aggs = [pl.len().alias("jobs"), *make_aggs(w)]
+        parts.append(lf.group_by([*by, "architecture"]).agg(aggs).with_columns(weight=pl.lit(name)))
+        parts.append(lf.group_by(by).agg(aggs).with_columns(weight=pl.lit(name), architecture=pl.lit("all")))
+    out = pl.concat(pl.collect_all(parts), how="diagonal")
+    return out.select("weight", *by, "architecture", pl.exclude("weight", *by, "architecture"))
 
 
 def component_shares(baseline: pl.DataFrame) -> pl.DataFrame:
@@ -54,17 +66,16 @@ def component_shares(baseline: pl.DataFrame) -> pl.DataFrame:
         (row count), ``gpu_time_s`` (sum), ``mean_share_<component>`` for the six components,
         ``mean_share_comm`` and the weighted ``p10/p50/p90_share_comm``.
     """
-    df = _weighted(baseline.with_columns(c("architecture").cast(pl.String)))
-    aggs = [
-        pl.len().alias("jobs"),
-        c("gpu_time_s").sum(),
-        *(weighted_mean(c(f"share_{k}"), c("_w")).alias(f"mean_share_{k}") for k in COMPONENTS),
-        weighted_mean(c("share_comm"), c("_w")).alias("mean_share_comm"),
-        *(weighted_quantile(c("share_comm"), c("_w"), q).alias(f"p{int(q * 100)}_share_comm") for q in (0.1, 0.5, 0.9)),
-    ]
-    per_arch = df.group_by("weight", "architecture").agg(aggs)
-    overall = df.group_by("weight").agg(aggs).with_columns(architecture=pl.lit("all"))
-    return pl.concat([per_arch, overall.select(per_arch.columns)]).sort("weight", "architecture")
+    def aggs(w: pl.Expr) -> list[pl.Expr]:
+        return [
+            c("gpu_time_s").sum(),
+            *(weighted_mean(c(f"share_{k}"), w).alias(f"mean_share_{k}") for k in COMPONENTS),
+            weighted_mean(c("share_comm"), w).alias("mean_share_comm"),
+            *(weighted_quantile(c("share_comm"), w, q).alias(f"p{int(q * 100)}_share_comm") for q in (0.1, 0.5, 0.9)),
+        ]
+
+    df = baseline.select("architecture", "gpu_time_s", *(f"share_{k}" for k in COMPONENTS), "share_comm")
+    return _per_weight(df.with_columns(c("architecture").cast(pl.String)), [], aggs).sort("weight", "architecture")
 
 
 def bottleneck_mix(baseline: pl.DataFrame) -> pl.DataFrame:
@@ -74,12 +85,11 @@ def bottleneck_mix(baseline: pl.DataFrame) -> pl.DataFrame:
         Columns ``weight``, ``architecture`` (``all`` included), ``bottleneck``, ``share`` (the
         weighted fraction of the architecture's jobs; sums to 1 per weight and architecture).
     """
-    df = _weighted(baseline.with_columns(c("architecture").cast(pl.String), c("bottleneck").cast(pl.String)))
-    both = pl.concat([df, df.with_columns(architecture=pl.lit("all"))])
+    df = baseline.select(c("architecture").cast(pl.String), c("bottleneck").cast(pl.String), "gpu_time_s")
+    out = _per_weight(df, ["bottleneck"], lambda w: [w.sum().alias("_sum")])
     return (
-        both.group_by("weight", "architecture", "bottleneck").agg(c("_w").sum().alias("_sum"))
-        .with_columns(share=c("_sum") / c("_sum").sum().over("weight", "architecture"))
-        .drop("_sum").sort("weight", "architecture", "bottleneck")
+        out.with_columns(share=c("_sum") / c("_sum").sum().over("weight", "architecture"))
+        .select("weight", "architecture", "bottleneck", "share").sort("weight", "architecture", "bottleneck")
     )
 
 
@@ -96,20 +106,24 @@ def scenario_speedups(results: pl.DataFrame) -> pl.DataFrame:
         1.05), ``slowed_share`` (speedup < 1), ``mean_speedup``, ``median_speedup`` (weighted,
         unapplied jobs count with speedup 1), ``mean_speedup_applied`` (over applied jobs only).
     """
-    df = _weighted(results.filter(c("scenario") != "baseline").with_columns(
-        c("scenario").cast(pl.String), architecture=c("baseline_architecture").cast(pl.String)))
-    both = pl.concat([df, df.with_columns(architecture=pl.lit("all"))])
-    w, s = c("_w"), c("speedup")
-    out = both.group_by("weight", "scenario", "architecture").agg(
-        pl.len().alias("jobs"),
-        (w * c("scenario_applied")).sum().truediv(w.sum()).alias("applied_share"),
-        (w * (s > 1 + SPEEDUP_EPS)).sum().truediv(w.sum()).alias("sped_up_share"),
-        (w * (s >= MATERIAL_SPEEDUP)).sum().truediv(w.sum()).alias("materially_sped_up_share"),
-        (w * (s < 1 - SPEEDUP_EPS)).sum().truediv(w.sum()).alias("slowed_share"),
-        weighted_mean(s, w).alias("mean_speedup"),
-        weighted_quantile(s, w, 0.5).alias("median_speedup"),
-        weighted_mean(s.filter(c("scenario_applied")), w.filter(c("scenario_applied"))).alias("mean_speedup_applied"),
-    )
+    s = c("speedup")
+
+    def aggs(w: pl.Expr) -> list[pl.Expr]:
+        applied = c("scenario_applied")
+        return [
+            (w * applied).sum().truediv(w.sum()).alias("applied_share"),
+            (w * (s > 1 + SPEEDUP_EPS)).sum().truediv(w.sum()).alias("sped_up_share"),
+            (w * (s >= MATERIAL_SPEEDUP)).sum().truediv(w.sum()).alias("materially_sped_up_share"),
+            (w * (s < 1 - SPEEDUP_EPS)).sum().truediv(w.sum()).alias("slowed_share"),
+            weighted_mean(s, w).alias("mean_speedup"),
+            weighted_quantile(s, w, 0.5).alias("median_speedup"),
+            ((w * s * applied).sum() / (w * applied).sum()).alias("mean_speedup_applied"),
+        ]
+
+    df = results.filter(c("scenario") != "baseline").select(
+        c("scenario").cast(pl.String), c("baseline_architecture").cast(pl.String).alias("architecture"),
+        "gpu_time_s", "speedup", "scenario_applied")
+    out = _per_weight(df, ["scenario"], aggs)
     dtype = results.schema["scenario"]
     names = list(dtype.categories) if isinstance(dtype, pl.Enum) else results["scenario"].unique(maintain_order=True)
     order = {name: i for i, name in enumerate(names)}

@@ -16,12 +16,23 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from ddlscope.model.jobs import check_jobs_frame
-from ddlscope.model.scenarios import whatif
+from ddlscope.model.scenarios import whatif_blocks
+from ddlscope.model.step_time import OUTPUT_COLUMNS, breakdown
 from ddlscope.population.aggregates import bottleneck_mix, component_shares, scenario_speedups
 from ddlscope.specs.catalog import Catalog
 from ddlscope.specs.scenario import Scenario
 
 c = pl.col
+
+RESULT_COLUMNS: tuple[str, ...] = (
+    "job_id", "scenario", "scenario_applied", "baseline_architecture", "architecture", "num_workers",
+    "gpus_per_worker", "num_ps", "num_servers", "workload", "batch_size", "precision", "system", "gpu", "nic",
+    "nvlink", "gpu_time_s", "gpu_time_source", *OUTPUT_COLUMNS, "speedup",
+)
+"""Columns kept per job x scenario (with the input's identifying columns, e.g. ``trace_job_id``,
+``model``, ``source``): what the report and the aggregates need, not every model input."""
+ID_COLUMNS: tuple[str, ...] = ("trace_job_id", "source", "model", "trace_model", "num_steps", "duration_s",
+                               "shared_gpu", "status")
 
 PORT_SCENARIO = "ps-to-allreduce-nvlink"
 NIC_SCENARIO = "ethernet-100g"
@@ -55,8 +66,23 @@ class Characterization:
 
     @property
     def baseline(self) -> pl.DataFrame:
-        """The baseline rows of :attr:`results`."""
-        return self.results.filter(c("scenario") == "baseline")
+        """The baseline rows of :attr:`results` (the first block: results hold one block of rows per
+        scenario, each in the jobs' order)."""
+        n = self.results.filter(c("scenario") == "baseline").height if self.results.height else 0
+        return self.results.head(n)
+
+    def per_job(self) -> pl.DataFrame:
+        """One row per job: the baseline breakdown plus, per scenario, ``speedup_<scenario>`` and
+        ``applied_<scenario>`` (the results' blocks are aligned by position, so no pivot is needed)."""
+        base = self.baseline
+        n = base.height
+        names = [str(x) for x in self.results["scenario"].cast(pl.String).unique(maintain_order=True)][1:]
+        cols = {}
+        for i, name in enumerate(names, start=1):
+            block = self.results.slice(i * n, n)
+            cols[f"speedup_{name}"] = block["speedup"]
+            cols[f"applied_{name}"] = block["scenario_applied"]
+        return base.drop("scenario", "scenario_applied", "speedup").with_columns(**cols)
 
 
 def headline_figures(results: pl.DataFrame, speedups: pl.DataFrame) -> dict[str, float | int | None]:
@@ -71,6 +97,12 @@ def headline_figures(results: pl.DataFrame, speedups: pl.DataFrame) -> dict[str,
       that use the network (PAI study: about 1.7x), and over all jobs; null without that scenario.
     """
     base = results.filter(c("scenario") == "baseline")
+    return _headline(base, results.filter(c("scenario") == NIC_SCENARIO), speedups)
+
+
+def _headline(base: pl.DataFrame, nic: pl.DataFrame, speedups: pl.DataFrame) -> dict[str, float | int | None]:
+    """:func:`headline_figures` from the baseline rows and the NIC scenario's rows (either may be
+    aligned with the baseline by position or not: the NIC rows are matched by ``job_id``)."""
     out: dict[str, float | int | None] = {
         "jobs": base.height,
         "gpus": int(base["num_gpus"].sum()),
@@ -87,32 +119,33 @@ def headline_figures(results: pl.DataFrame, speedups: pl.DataFrame) -> dict[str,
 
     out["ps_worker_jobs"] = base.filter(c("architecture") == "ps_worker").height
     out["ps_worker_sped_up_by_allreduce_port"] = pick(PORT_SCENARIO, "ps_worker", "sped_up_share")
-    network_jobs = base.filter(c("network_s") > 0).select("job_id")
-    nic = results.filter(c("scenario") == NIC_SCENARIO)
-    out["network_jobs"] = network_jobs.height
-    out["mean_speedup_ethernet_25_to_100"] = (
-        nic.join(network_jobs, on="job_id")["speedup"].mean() if nic.height and network_jobs.height else None
-    )
+    uses_network = base["network_s"] > 0
+    out["network_jobs"] = int(uses_network.sum())
+    if nic.height and out["network_jobs"]:
+        aligned = nic.height == base.height and (nic["job_id"] == base["job_id"]).all()
+        speedup = (nic["speedup"].filter(uses_network) if aligned else
+                   nic.join(base.filter(uses_network).select("job_id"), on="job_id")["speedup"])
+        out["mean_speedup_ethernet_25_to_100"] = speedup.mean()
+    else:
+        out["mean_speedup_ethernet_25_to_100"] = None
     out["mean_speedup_ethernet_25_to_100_all_jobs"] = pick(NIC_SCENARIO, "all", "mean_speedup")
     return out
 
 
-def _fill_gpu_time(results: pl.DataFrame) -> pl.DataFrame:
+def _fill_gpu_time(jobs: pl.DataFrame, baseline: pl.DataFrame) -> pl.DataFrame:
     """``gpu_time_s`` where the trace gives none: ``num_steps x baseline step_s x num_gpus`` when the
     trace gives the job's steps (Gavel), else 0 (no weight in GPU-time aggregates). Adds
-    ``gpu_time_source``: ``trace``, ``steps x predicted step time`` or ``unknown``."""
+    ``gpu_time_source``: ``trace``, ``steps x predicted step time`` or ``unknown``.
+
+    ``baseline`` is the model's breakdown of ``jobs``, row for row."""
     known = c("gpu_time_s").fill_null(0) > 0
-    if "num_steps" in results.columns:
-        est = results.filter(c("scenario") == "baseline").select(
-            "job_id", (c("num_steps") * c("step_s") * c("num_gpus")).alias("_est"))
-        results = results.join(est, on="job_id", how="left")
-    else:
-        results = results.with_columns(_est=pl.lit(None, pl.Float64))
-    return results.with_columns(
+    steps = c("num_steps") if "num_steps" in jobs.columns else pl.lit(None, pl.Float64)
+    est = steps * pl.lit(baseline["step_s"]) * pl.lit(baseline["num_gpus"])
+    return jobs.with_columns(
         gpu_time_source=pl.when(known).then(pl.lit("trace"))
-        .when(c("_est").is_not_null()).then(pl.lit("steps x predicted step time")).otherwise(pl.lit("unknown")),
-        gpu_time_s=pl.when(known).then(c("gpu_time_s")).otherwise(c("_est").fill_null(0.0)),
-    ).drop("_est")
+        .when(est.is_not_null()).then(pl.lit("steps x predicted step time")).otherwise(pl.lit("unknown")),
+        gpu_time_s=pl.when(known).then(c("gpu_time_s")).otherwise(est.fill_null(0.0)),
+    )
 
 
 def characterize(
@@ -144,25 +177,31 @@ def characterize(
         raise ValueError("jobs: the population is empty; nothing to characterize")
     if jobs["job_id"].n_unique() != jobs.height:
         raise ValueError("jobs: job_id must be unique")
-    results = _fill_gpu_time(whatif(jobs, scenarios, catalog))
+    baseline = breakdown(jobs)
+    jobs = _fill_gpu_time(jobs, baseline)
     excluded = pl.DataFrame(schema={"job_id": pl.Int64, "reason": pl.String})
     if require_gpu_memory:
-        unfit = results.filter((c("scenario") == "baseline") & (c("fits_gpu_memory") == False))  # noqa: E712
-        excluded = unfit.select("job_id", pl.format(
+        unfit = baseline["fits_gpu_memory"].fill_null(True).not_()
+        excluded = baseline.filter(unfit).select("job_id", pl.format(
             "exceeds GPU memory: a replica needs {} GB, the {} has {} GB",
             (c("peak_memory_bytes") / 1e9).round(1), c("gpu"), (c("gpu_memory_bytes") / 1e9).round(0),
         ).alias("reason"))
-        results = results.join(excluded, on="job_id", how="anti")
-        if results.height == 0:
+        jobs = jobs.filter(unfit.not_())
+        if jobs.height == 0:
             raise ValueError("jobs: no job fits its GPU's memory; nothing to characterize")
-    base = results.filter(c("scenario") == "baseline")
-    speedups = scenario_speedups(results)
+    columns = [*RESULT_COLUMNS[:2], *(k for k in ID_COLUMNS if k in jobs.columns), *RESULT_COLUMNS[2:]]
+    blocks = list(whatif_blocks(jobs, scenarios, catalog, columns=columns))
+    speedups = scenario_speedups(blocks[0]) if len(blocks) == 1 else pl.concat(
+        [scenario_speedups(pl.concat([blocks[0].head(0), b])) for b in blocks[1:]])
+    results = pl.concat(blocks, how="vertical_relaxed")
+    base = blocks[0]
     return Characterization(
         results=results,
         shares=component_shares(base),
         bottlenecks=bottleneck_mix(base),
         speedups=speedups,
-        headline=headline_figures(results, speedups),
+        headline=_headline(base, next((b for b in blocks[1:] if b["scenario"][0] == NIC_SCENARIO), base.head(0)),
+                           speedups),
         notes=list(notes),
         excluded=excluded,
     )

@@ -128,7 +128,7 @@ class HtmlReport:
                              f"(<code>figures/{html.escape(name)}.svg</code>)</figcaption></figure>")
             elif b.kind == "table":
                 name, frame, max_rows = b.payload
-                frame.write_parquet(out / "tables" / f"{name}.parquet")
+                frame.write_parquet(out / "tables" / f"{name}.parquet", compression="lz4")
                 flat = frame.with_columns(pl.selectors.enum().cast(pl.String),
                                           pl.selectors.categorical().cast(pl.String))
                 flat.select(pl.exclude(pl.List, pl.Struct, pl.Array)).write_csv(out / "tables" / f"{name}.csv")
