@@ -30,8 +30,6 @@ Rules (also in docs/ingest.md):
 
 from __future__ import annotations
 
-import json
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -52,6 +50,7 @@ from ddlscope.ingest.population import (
 from ddlscope.ingest.report import IngestReport
 from ddlscope.ingest.table import ColumnKind, TableRead, parse_columns, read_delimited, read_parquet_table
 from ddlscope.specs.architecture import ARCHITECTURES
+from ddlscope.specs.files import read_toml_or_json
 from ddlscope.specs.workload import PRECISIONS
 
 #: population field -> kind its source column is parsed as.
@@ -231,16 +230,9 @@ def load_mapping(path: str | Path, base: TableMapping | None = None) -> TableMap
             file and the entry).
     """
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    try:
-        data = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: does not parse: {exc}") from exc
-    if isinstance(data, dict) and isinstance(data.get("mapping"), dict):
-        data = data["mapping"]
+    data = read_toml_or_json(path, section="mapping")
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a [mapping] table of column-mapping entries")
     merged = {**(base.model_dump() if base else {}), **data}
     if base is not None:
         for key in ("fields", "extract", "scale", "constants", "models"):

@@ -12,7 +12,6 @@ zoo's names so that a typo in a user map is caught early. A name outside it is a
 
 from __future__ import annotations
 
-import json
 import math
 import tomllib
 from collections.abc import Mapping
@@ -21,6 +20,8 @@ from importlib import resources
 from pathlib import Path
 
 import polars as pl
+
+from ddlscope.specs.files import read_toml_or_json
 
 #: Model names of the model zoo (issue 3); workloads are attached to jobs by these names later.
 ZOO_MODELS: tuple[str, ...] = (
@@ -42,16 +43,7 @@ def _norm(label: str) -> str:
 
 
 def _read(path: Path) -> Mapping[str, object]:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    try:
-        data = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: does not parse: {exc}") from exc
-    if isinstance(data, dict) and isinstance(data.get("models"), dict):
-        data = data["models"]
+    data = read_toml_or_json(path, section="models")
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a [models] table of label = \"zoo_name\" entries")
     return data

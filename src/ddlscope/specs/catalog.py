@@ -36,7 +36,6 @@ entries plus a ``[system]`` table naming a server and overrides::
 
 from __future__ import annotations
 
-import json
 import tomllib
 from collections.abc import Mapping
 from functools import cache
@@ -46,6 +45,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ddlscope.specs.files import read_toml_or_json
 from ddlscope.specs.system import Efficiency, GPUSpec, LinkSpec, ServerSpec, System
 
 SECTIONS = ("gpu", "link", "server")
@@ -62,13 +62,9 @@ def _norm(name: str) -> str:
 
 def _read_mapping(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise CatalogError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    try:
-        data = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-        raise CatalogError(f"{path}: not valid {'JSON' if path.suffix.lower() == '.json' else 'TOML'}: {exc}") from exc
+        data = read_toml_or_json(path)
+    except ValueError as exc:
+        raise CatalogError(str(exc)) from exc
     if not isinstance(data, dict):
         raise CatalogError(f"{path}: expected a table/object at the top level")
     return data

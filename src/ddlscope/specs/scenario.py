@@ -18,13 +18,12 @@ Scenario files are TOML (``[[scenario]]`` tables) or JSON (a list of objects) wi
 
 from __future__ import annotations
 
-import json
-import tomllib
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ddlscope.specs.architecture import ArchitectureKind
+from ddlscope.specs.files import read_toml_or_json
 from ddlscope.specs.overlap import overlap_fraction
 from ddlscope.specs.workload import Precision
 
@@ -135,14 +134,8 @@ def load_scenarios(path: str | Path) -> list[Scenario]:
             and field).
     """
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    try:
-        entries = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text).get("scenario")
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: does not parse: {exc}") from exc
+    data = read_toml_or_json(path)
+    entries = data.get("scenario") if isinstance(data, dict) else data
     if not isinstance(entries, list) or not entries:
         raise ValueError(f"{path}: expected a non-empty list of scenarios ([[scenario]] tables in TOML)")
     out = []

@@ -8,12 +8,12 @@ It holds totals only; the per-op table it may come from is produced by ``ddlscop
 
 from __future__ import annotations
 
-import json
-import tomllib
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ddlscope.specs.files import read_toml_or_json
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16"]
 """Arithmetic precision of a step: ``fp32`` plain FP32; ``tf32`` FP32 storage with TF32 tensor-core
@@ -104,16 +104,7 @@ def load_workload(path: str | Path) -> Workload:
             and the field).
     """
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    try:
-        data = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: does not parse: {exc}") from exc
-    if isinstance(data, dict) and isinstance(data.get("workload"), dict):
-        data = data["workload"]
+    data = read_toml_or_json(path, section="workload")
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a table of workload fields")
     try:
