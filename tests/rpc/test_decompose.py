@@ -84,7 +84,7 @@ def test_decompose_refuses_a_negative_stage():
 
 
 def test_decompose_names_missing_timestamps():
-    with pytest.raises(ValueError, match="missing timestamp column.*client_done_ns"):
+    with pytest.raises(ValueError, match=r"missing timestamp column.*client_done_ns"):
         decompose(_log().drop("client_done_ns"))
 
 
