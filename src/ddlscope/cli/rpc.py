@@ -9,7 +9,7 @@ import importlib
 
 import typer
 
-RPC_COMMAND_MODULES: tuple[str, ...] = ()
+RPC_COMMAND_MODULES: tuple[str, ...] = ("ddlscope.cli.rpc_dissect",)
 
 
 def register(app: typer.Typer) -> None:
