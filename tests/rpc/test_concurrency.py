@@ -69,12 +69,13 @@ def test_sweep_equals_brute_force(items):
     bf_r, bf_w = brute_force(group, start, end, is_read)
     assert reads.tolist() == bf_r.tolist()
     assert writes.tolist() == bf_w.tolist()
-    # the fallbacks give the same counts: more groups than the radix path takes, and times ranked when
-    # group * time-span would overflow int64
+    # the other paths give the same counts: 16-bit group codes, more groups than the radix sort takes,
+    # and times ranked when group * time-span would overflow int64
+    r1, w1 = in_flight_at_start(codes, 1_000, start, end, is_read)  # 16-bit radix sort on the group
     r2, w2 = in_flight_at_start(codes, 1 << 20, start, end, is_read)
     r3, w3 = in_flight_at_start(codes, 1 << 61, start, end, is_read)
-    assert r2.tolist() == r3.tolist() == bf_r.tolist()
-    assert w2.tolist() == w3.tolist() == bf_w.tolist()
+    assert r1.tolist() == r2.tolist() == r3.tolist() == bf_r.tolist()
+    assert w1.tolist() == w2.tolist() == w3.tolist() == bf_w.tolist()
 
 
 def test_dense_codes_of_tuples():

@@ -62,16 +62,26 @@ def dense_codes(*keys: np.ndarray) -> tuple[np.ndarray, int]:
     n = len(keys[0])
     if n == 0:
         return np.zeros(0, np.int64), 0
+    keys = tuple(np.asarray(k, dtype=np.int64) for k in keys)
+    if len(keys) == 1:
+        return _dense_one(keys[0])
+    lows = [int(k.min()) for k in keys]
+    ranges = [int(k.max()) - lo + 1 for k, lo in zip(keys, lows, strict=True)]
+    if int(np.prod(np.asarray(ranges, dtype=np.float64))) < (1 << 27):
+        # small value ranges: pack the raw offsets, then one lookup-table pass
+        combined = keys[0] - lows[0]
+        for k, lo, r in zip(keys[1:], lows[1:], ranges[1:], strict=True):
+            combined = combined * r + (k - lo)
+        return _dense_one(combined)
     combined = np.zeros(n, np.int64)
     size = 1
     for k in keys:
-        k = np.asarray(k, dtype=np.int64)
         codes, g = _dense_one(k)
         if size * g >= _PACK_LIMIT:  # too many combinations to pack: densify what we have first
             combined, size = _dense_one(combined)
         combined = combined * g + codes
         size *= g
-    return (combined, size) if len(keys) == 1 else _dense_one(combined)
+    return _dense_one(combined)
 
 
 def _dense_one(k: np.ndarray) -> tuple[np.ndarray, int]:
@@ -87,6 +97,7 @@ def _dense_one(k: np.ndarray) -> tuple[np.ndarray, int]:
 
 def in_flight_at_start(
     codes: np.ndarray, n_groups: int, start: np.ndarray, end: np.ndarray, is_read: np.ndarray,
+    start_order: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """For each interval ``i``: other intervals ``j`` of its group with ``start_j <= start_i < end_j``.
 
@@ -96,15 +107,18 @@ def in_flight_at_start(
         start, end: interval bounds (int64, one clock per group; ``start <= end``).
         is_read: whether each interval is a read (bool); the counts are split by the *other*
             interval's kind.
+        start_order: ``np.argsort(start, kind="stable")`` if the caller already has it (shared by
+            the measures on one clock).
 
     Returns:
         ``(reads, writes)``: int32 counts of other reads and writes in flight at each start.
 
     Method: the (group, time) pairs are packed into one int64 key ``group * span + (t - t0)``
     (times replaced by their dense rank when that would overflow); starts are ordered by key
-    (a stable time sort then a stable radix sort on the group, or one sort), ends sorted, and
-    ``#starts <= key - #ends <= key`` is read off by binary search. Groups before this one cancel
-    (each contributes as many starts as ends), so no per-group loop is needed.
+    (the time order, then a stable radix sort on the group, or one sort when there are more than
+    65 536 groups), ends sorted, and ``#starts <= key - #ends <= key`` is read off by binary
+    search. Groups before this one cancel (each contributes as many starts as ends), so no
+    per-group loop is needed.
     """
     n = len(start)
     if n == 0:
@@ -120,29 +134,39 @@ def in_flight_at_start(
     else:  # dense ranks of the times keep the order within every group and fit any group count
         uniq, inv = np.unique(np.concatenate([start, end]), return_inverse=True)
         ts, te, span = inv[:n].astype(np.int64), inv[n:].astype(np.int64), len(uniq)
+        start_order = None
     if n_groups <= (1 << 16):
-        by_time = np.argsort(ts, kind="stable")
-        order = by_time[np.argsort(codes[by_time].astype(np.uint16), kind="stable")]
-        ks = codes[order] * span + ts[order]
+        by_time = np.argsort(ts, kind="stable") if start_order is None else start_order
+        small = codes.astype(np.uint8 if n_groups <= 256 else np.uint16)
+        order = by_time[np.argsort(small[by_time], kind="stable")]  # radix sort: (group, start)
+        # the group codes in that order are 0,0,..,1,1,..: no gather needed
+        g_sorted = np.repeat(np.arange(n_groups, dtype=np.int64) * span, np.bincount(codes, minlength=n_groups))
+        ks = g_sorted + ts[order]
+        ke = g_sorted + te[order]
     else:
         key = codes * span + ts
         order = np.argsort(key, kind="stable")
         ks = key[order]
-    ke = codes[order] * span + te[order]
+        ke = codes[order] * span + te[order]
     rd = is_read[order]
     # starts <= ks[p]: the last position of p's run of equal keys, plus one
     change = np.empty(n, np.bool_)
     change[-1] = True
     np.not_equal(ks[1:], ks[:-1], out=change[:-1])
-    last = np.where(change, np.arange(n), n)
-    last = np.minimum.accumulate(last[::-1])[::-1]
+    if change.all():  # no two starts at the same instant in a group (the usual case with ns clocks)
+        last = np.arange(n)
+    else:
+        last = np.where(change, np.arange(n), n)
+        last = np.minimum.accumulate(last[::-1])[::-1]
     cum_r = np.cumsum(rd, dtype=np.int64)
     starts_le = last + 1
     starts_r = cum_r[last]
-    # ends <= ks[p], by binary search in the sorted ends (nearly sorted already: a stable sort is cheap)
+    # ends <= ks[p], by binary search in the sorted ends (in start order they are nearly sorted
+    # already, so the stable sort -- a merge sort that finds runs -- is cheap)
     eorder = np.argsort(ke, kind="stable")
     ends = ke[eorder]
-    cum_er = np.concatenate([[0], np.cumsum(rd[eorder], dtype=np.int64)])
+    cum_er = np.zeros(n + 1, np.int64)
+    np.cumsum(rd[eorder], out=cum_er[1:])
     ends_le = np.searchsorted(ends, ks, side="right")
     ends_r = cum_er[ends_le]
     self_in = ke > ks  # this interval counts itself unless it is empty
@@ -177,14 +201,17 @@ def add_concurrency(frame: pl.DataFrame, threads: int = 2) -> pl.DataFrame:
     conn = dense_codes(col["worker_id"], col["server_id"], col["connection_id"])
     s_times = (col["server_recv_start_ns"], col["server_send_end_ns"])
     c_times = (col["client_issue_ns"], col["client_done_ns"])
-    jobs = {
-        "server": (server, s_times),
-        "server_conn": (conn, s_times),
-        "connection": (conn, c_times),
-        "worker": (worker, c_times),
-    }
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        futures = {k: pool.submit(in_flight_at_start, g[0], g[1], t[0], t[1], is_read) for k, (g, t) in jobs.items()}
+        # one time order per clock, shared by the two measures on that clock
+        s_order, c_order = pool.map(lambda t: np.argsort(t, kind="stable"), (s_times[0], c_times[0]))
+        jobs = {
+            "server": (server, s_times, s_order),
+            "server_conn": (conn, s_times, s_order),
+            "connection": (conn, c_times, c_order),
+            "worker": (worker, c_times, c_order),
+        }
+        futures = {k: pool.submit(in_flight_at_start, g[0], g[1], t[0], t[1], is_read, o)
+                   for k, (g, t, o) in jobs.items()}
         res = {k: f.result() for k, f in futures.items()}
     out = {
         "server": res["server"],

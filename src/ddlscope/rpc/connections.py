@@ -93,17 +93,22 @@ def connection_summary(frame: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, flo
                 "client_queue_p50_us", "connect_p50_us", "connect_p99_us", "added_p50_us")
     )
     setup = pl.col("connection_event") != "reuse"
-    base = reuse.rename({"__b": "__base_us"})
-    t = (
-        frame.select("op", "connection_event", LATENCY_COLUMN, "connect_in_queue_ns")
-        .join(base, on="op", how="left")
-        .select(setup.sum().cast(pl.Int64).alias("setup_rpcs"),
-                (pl.col("connection_event") == "reconnect").sum().cast(pl.Int64).alias("reconnect_rpcs"),
-                pl.when(setup).then(lat - pl.col("__base_us")).otherwise(0.0).sum().truediv(1e6).alias("added_s"),
-                lat.sum().truediv(1e6).alias("__total_s"),
-                pl.col("connect_in_queue_ns").sum().truediv(1e9).alias("connect_s"))
-        .row(0, named=True)
+    per_op = (
+        frame.group_by("op")
+        .agg(setup.sum().cast(pl.Int64).alias("n_setup"),
+             (pl.col("connection_event") == "reconnect").sum().cast(pl.Int64).alias("n_reconnect"),
+             lat.filter(setup).sum().alias("setup_lat_us"), lat.sum().alias("lat_us"),
+             pl.col("connect_in_queue_ns").sum().alias("connect_ns"))
+        .join(reuse, on="op", how="left")
     )
+    # added = sum over set-up RPCs of (latency - the op's reuse median), per op then summed
+    t = per_op.select(
+        pl.col("n_setup").sum().alias("setup_rpcs"), pl.col("n_reconnect").sum().alias("reconnect_rpcs"),
+        pl.when(pl.col("n_setup") > 0).then(pl.col("setup_lat_us") - pl.col("n_setup") * pl.col("__b"))
+        .otherwise(0.0).sum().truediv(1e6).alias("added_s"),
+        pl.col("lat_us").sum().truediv(1e6).alias("__total_s"),
+        pl.col("connect_ns").sum().truediv(1e9).alias("connect_s"),
+    ).row(0, named=True)
     has_base = reuse.height > 0
     totals = {
         "setup_rpcs": t["setup_rpcs"], "reconnect_rpcs": t["reconnect_rpcs"],

@@ -22,7 +22,14 @@ from ddlscope.rpc.decompose import decompose, stage_percentiles, stage_summary
 from ddlscope.rpc.readers import RpcLog, read_rpc_log
 from ddlscope.rpc.schema import LATENCY_COLUMN, STAGES
 from ddlscope.rpc.size_phase import add_iteration_phase, add_message_bytes, phase_profile, size_fits, size_profile
-from ddlscope.rpc.tail import TAIL_LEVELS, tail_attribution, tail_contributors, tail_label, tail_servers
+from ddlscope.rpc.tail import (
+    TAIL_LEVELS,
+    tail_attribution,
+    tail_contributors,
+    tail_flags,
+    tail_label,
+    tail_servers,
+)
 from ddlscope.rpc.validate import ColumnMapping, check_rows, empty_rejected, rejected_counts
 
 PERCENTILE_GROUPS: dict[str, str | None] = {
@@ -45,8 +52,8 @@ class Dissection:
             :data:`PERCENTILE_GROUPS`, long, with ``grouping`` and ``group`` (String) columns.
         stage_summary: mean stage times and shares per op (:func:`~ddlscope.rpc.decompose.stage_summary`).
         concurrency_fit: :func:`~ddlscope.rpc.concurrency.concurrency_fit`.
-        concurrency_profile: :func:`~ddlscope.rpc.concurrency.concurrency_profile` for each
-            measure's ``reads``, ``writes`` and ``total``, with ``measure`` and ``counted`` columns.
+        concurrency_profile: :func:`~ddlscope.rpc.concurrency.concurrency_profile` for the
+            (measure, counted) pairs of :data:`PROFILES`, with ``measure`` and ``counted`` columns.
         connections: :func:`~ddlscope.rpc.connections.connection_summary`'s table.
         connection_totals: its totals.
         connections_per_server / connections_per_thread: :func:`~ddlscope.rpc.connections.connections_per_server`.
@@ -119,13 +126,21 @@ def _percentiles(rpcs: pl.DataFrame) -> pl.DataFrame:
     return pl.concat(parts)
 
 
+PROFILES: tuple[tuple[str, str], ...] = (
+    ("server_other_conn", "reads"), ("server_other_conn", "writes"), ("server_other_conn", "total"),
+    ("server", "total"), ("connection", "total"), ("worker", "total"),
+)
+"""(measure, counted) pairs of :attr:`Dissection.concurrency_profile`: reads and writes apart for the
+IMC question (other connections at the server), reads + writes for every measure."""
+
+
 def _profiles(rpcs: pl.DataFrame) -> pl.DataFrame:
     parts = []
-    for m in ("server", "server_other_conn", "connection", "worker"):
+    for m, counted in PROFILES:
         rc, wc = in_flight_columns(m)
         f = rpcs.select(LATENCY_COLUMN, *(f"{s}_ns" for s in STAGES), rc, wc,
                         (pl.col(rc) + pl.col(wc)).alias("__total"))
-        for counted, col in (("reads", rc), ("writes", wc), ("total", "__total")):
+        for col in ({"reads": rc, "writes": wc, "total": "__total"}[counted],):
             p = concurrency_profile(f, col)
             parts.append(p.select(pl.lit(m).alias("measure"), pl.lit(counted).alias("counted"), pl.all()))
     return pl.concat(parts, how="diagonal_relaxed")
@@ -170,6 +185,7 @@ def dissect(
     rpcs, notes = annotate(log.frame, threads=threads)
     conn_table, conn_totals = connection_summary(rpcs)
     per_server, per_thread = connections_per_server(rpcs)
+    flagged = tail_flags(rpcs, levels, by_op=True)  # one selection pass shared by the tail analyzers
     d = Dissection(
         rpcs=rpcs,
         percentiles=_percentiles(rpcs),
@@ -183,9 +199,9 @@ def dissect(
         size_profile=size_profile(rpcs),
         size_fits=size_fits(rpcs),
         phase_profile=phase_profile(rpcs),
-        tail=tail_attribution(rpcs, levels),
-        tail_servers=tail_servers(rpcs, levels),
-        tail_contributors=tail_contributors(rpcs, levels),
+        tail=tail_attribution(flagged, levels),
+        tail_servers=tail_servers(flagged, levels),
+        tail_contributors=tail_contributors(flagged, levels),
         rejected=log.rejected,
         files=list(log.files),
         notes=[*log.notes, *notes],

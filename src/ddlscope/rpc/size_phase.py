@@ -13,8 +13,10 @@ burst at a step's start sits near 0 and the push burst after the computation lat
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
+from ddlscope.rpc.concurrency import dense_codes
 from ddlscope.rpc.schema import LATENCY_COLUMN, STAGES, stage_column
 
 PHASE_BINS: tuple[str, ...] = ("0-25%", "25-50%", "50-75%", "75-100%")
@@ -110,25 +112,32 @@ def add_iteration_phase(frame: pl.DataFrame) -> pl.DataFrame:
     issue of its next iteration (the step boundary), or, for its last logged iteration or when the
     next one is missing from the log, the last completion of this iteration. 0 when ``t1 <= t0``.
     """
-    key = ["worker_id", "iteration"]
+    if frame.height == 0:
+        return frame.with_columns(pl.lit(None, pl.Float64).alias("iteration_phase"),
+                                  pl.lit(None, PhaseEnum).alias("iteration_phase_bin"))
+    worker = frame.get_column("worker_id").to_numpy()
+    iteration = frame.get_column("iteration").to_numpy()
+    codes, _ = dense_codes(worker, iteration)  # codes follow (worker, iteration) order
     steps = (
-        frame.group_by(key)
-        .agg(pl.col("client_issue_ns").min().alias("__t0"), pl.col("client_done_ns").max().alias("__last"))
-        .sort(key)
-        .with_columns(pl.col("iteration").shift(-1).over("worker_id").alias("__next_it"),
-                      pl.col("__t0").shift(-1).over("worker_id").alias("__next_t0"))
-        .with_columns(pl.when((pl.col("__next_it") == pl.col("iteration") + 1) & (pl.col("__next_t0") > pl.col("__t0")))
-                      .then(pl.col("__next_t0")).otherwise(pl.col("__last")).alias("__t1"))
-        .select(*key, "__t0", "__t1")
+        pl.DataFrame({"c": codes, "issue": frame.get_column("client_issue_ns"),
+                      "done": frame.get_column("client_done_ns"), "w": worker, "it": iteration})
+        .group_by("c").agg(pl.col("issue").min(), pl.col("done").max(), pl.col("w").first(), pl.col("it").first())
+        .sort("c")
     )
-    f = frame.join(steps, on=key, how="left", maintain_order="left")
-    span = (pl.col("__t1") - pl.col("__t0")).cast(pl.Float64)
-    phase = pl.when(span > 0).then(((pl.col("client_issue_ns") - pl.col("__t0")).cast(pl.Float64) / span)
-                                   .clip(0.0, 1.0)).otherwise(0.0)
-    f = f.with_columns(phase.alias("iteration_phase")).drop("__t0", "__t1")
-    idx = (pl.col("iteration_phase") * 4).floor().clip(0, 3).cast(pl.Int64)
-    labels = pl.Series(list(PHASE_BINS), dtype=PhaseEnum)
-    return f.with_columns(pl.lit(labels).gather(idx).alias("iteration_phase_bin"))
+    t0 = steps.get_column("issue").to_numpy()
+    last = steps.get_column("done").to_numpy()
+    w, it = steps.get_column("w").to_numpy(), steps.get_column("it").to_numpy()
+    t1 = last.copy()
+    nxt = (w[1:] == w[:-1]) & (it[1:] == it[:-1] + 1) & (t0[1:] > t0[:-1])
+    t1[:-1][nxt] = t0[1:][nxt]
+    span = (t1 - t0).astype(np.float64)[codes]
+    rel = (frame.get_column("client_issue_ns").to_numpy() - t0[codes]).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        phase = np.where(span > 0, np.clip(rel / span, 0.0, 1.0), 0.0)
+    idx = pl.Series(np.clip(np.floor(phase * 4).astype(np.int64), 0, 3))
+    labels = pl.select(pl.lit(pl.Series(list(PHASE_BINS), dtype=PhaseEnum)).gather(idx)).to_series()
+    return frame.with_columns(pl.Series("iteration_phase", phase, dtype=pl.Float64),
+                              labels.alias("iteration_phase_bin"))
 
 
 def phase_profile(frame: pl.DataFrame, bins: int = 10) -> pl.DataFrame:

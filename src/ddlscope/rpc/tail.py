@@ -31,22 +31,36 @@ def tail_label(level: float) -> str:
 
 
 def tail_flags(frame: pl.DataFrame, levels: Sequence[float], by_op: bool = False) -> pl.DataFrame:
-    """Boolean columns marking the tails: ``__tail_all_<i>`` for ``levels[i]`` over the whole log
-    and, with ``by_op``, ``__tail_op_<i>`` within each op (the ``ceil((1 - level) n)`` slowest;
-    ties broken by row order). Latency is ranked once per scope."""
-    lat = pl.col(LATENCY_COLUMN)
-    cols = [lat.rank("ordinal", descending=True).alias("__rank_all")]
+    """``frame`` plus Boolean columns marking the tails: ``__tail_all_<i>`` for ``levels[i]`` over
+    the whole log and, with ``by_op``, ``__tail_op_<i>`` within each op: the ``ceil((1 - level) n)``
+    slowest RPCs, found by selection (``numpy.argpartition``, linear time; RPCs tied at the
+    threshold are taken in an arbitrary but fixed order). Columns already present are kept, so the
+    analyzers of this module can share one pass (:func:`~ddlscope.rpc.dissect.dissect` does)."""
+    lat = frame.get_column(LATENCY_COLUMN).to_numpy()
+    n = len(lat)
+
+    def top(values: np.ndarray, level: float) -> np.ndarray:
+        k = math.ceil(round(len(values) * (1 - level), 6))
+        if k <= 0:
+            return np.zeros(0, np.int64)
+        return np.argpartition(values, len(values) - k)[len(values) - k:]
+
+    new = []
+    groups: list[np.ndarray] = []
     if by_op:
-        cols.append(lat.rank("ordinal", descending=True).over("op").alias("__rank_op"))
-        cols.append(pl.len().over("op").alias("__n_op"))
-    f = frame.with_columns(cols)
-    n = frame.height
-    flags = [(pl.col("__rank_all") <= math.ceil(round(n * (1 - lv), 6))).alias(f"__tail_all_{i}")
-             for i, lv in enumerate(levels)]
-    if by_op:
-        flags += [(pl.col("__rank_op") <= (pl.col("__n_op").cast(pl.Float64) * (1 - lv)).round(6).ceil())
-                  .alias(f"__tail_op_{i}") for i, lv in enumerate(levels)]
-    return f.with_columns(flags).drop("__rank_all", *(["__rank_op", "__n_op"] if by_op else []))
+        op_codes = frame.get_column("op").to_physical().to_numpy()
+        groups = [np.flatnonzero(op_codes == c) for c in np.unique(op_codes)]
+    for i, level in enumerate(levels):
+        if f"__tail_all_{i}" not in frame.columns:
+            flag = np.zeros(n, np.bool_)
+            flag[top(lat, level)] = True
+            new.append(pl.Series(f"__tail_all_{i}", flag))
+        if by_op and f"__tail_op_{i}" not in frame.columns:
+            flag = np.zeros(n, np.bool_)
+            for rows in groups:
+                flag[rows[top(lat[rows], level)]] = True
+            new.append(pl.Series(f"__tail_op_{i}", flag))
+    return frame.with_columns(new) if new else frame
 
 
 def dominant_stage(frame: pl.DataFrame) -> np.ndarray:
@@ -72,7 +86,7 @@ def tail_attribution(frame: pl.DataFrame, levels: Sequence[float] = TAIL_LEVELS,
     """
     rows: list[dict] = []
     scopes = ["all"] + (["op"] if by_op else [])
-    flagged_all = tail_flags(frame.select(LATENCY_COLUMN, *STAGE_COLUMNS, "op"), levels, by_op=by_op)
+    flagged_all = tail_flags(frame, levels, by_op=by_op)
     for li, level in enumerate(levels):
         for kind in scopes:
             flagged = flagged_all.select(LATENCY_COLUMN, *STAGE_COLUMNS, "op",
@@ -113,7 +127,7 @@ def tail_servers(frame: pl.DataFrame, levels: Sequence[float] = TAIL_LEVELS) -> 
         RPCs; null when it has none) and ``dominant_share``.
     """
     parts = []
-    flagged_all = tail_flags(frame.select("server_id", LATENCY_COLUMN, *STAGE_COLUMNS), levels)
+    flagged_all = tail_flags(frame, levels)
     for i, level in enumerate(levels):
         flagged = flagged_all.select("server_id", *STAGE_COLUMNS, pl.col(f"__tail_all_{i}").alias("__t"))
         tail = flagged.filter(pl.col("__t"))
