@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from rpclog_builders import rpc_frame, rpc_row
 
 from ddlscope.rpc import add_concurrency, concurrency_fit, decompose
-from ddlscope.rpc.concurrency import concurrency_profile, dense_codes, in_flight_at_start
+from ddlscope.rpc.concurrency import concurrency_profile, dense_codes, in_flight_at_start, stable_argsort
 
 
 def brute_force(group, start, end, is_read):
@@ -76,6 +76,13 @@ def test_sweep_equals_brute_force(items):
     r3, w3 = in_flight_at_start(codes, 1 << 61, start, end, is_read)
     assert r1.tolist() == r2.tolist() == r3.tolist() == bf_r.tolist()
     assert w1.tolist() == w2.tolist() == w3.tolist() == bf_w.tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(-(2**40), 2**40), max_size=50), st.booleans())
+def test_stable_argsort_equals_numpy(values, wide):
+    x = np.array(values, dtype=np.int64) * (2**20 if wide else 1)  # wide: the packed keys do not fit
+    assert stable_argsort(x).tolist() == np.argsort(x, kind="stable").tolist()
 
 
 def test_dense_codes_of_tuples():

@@ -84,6 +84,28 @@ def dense_codes(*keys: np.ndarray) -> tuple[np.ndarray, int]:
     return _dense_one(combined)
 
 
+def stable_argsort(x: np.ndarray) -> np.ndarray:
+    """``np.argsort(x, kind="stable")`` for int64 ``x``, faster where it fits.
+
+    When ``(x - min)`` and the row index fit together in 63 bits, the index is packed into the low
+    bits of the value and the packed keys are sorted as plain integers (NumPy's vectorised sort is
+    several times faster than an argsort); ties keep their row order, as in a stable sort.
+    """
+    x = np.asarray(x, np.int64)
+    n = len(x)
+    if n < 2:
+        return np.arange(n)
+    lo = int(x.min())
+    ib = (n - 1).bit_length()
+    if (int(x.max()) - lo).bit_length() + ib > 62:
+        return np.argsort(x, kind="stable")
+    key = (x - lo) << ib
+    key |= np.arange(n, dtype=np.int64)
+    key.sort()
+    key &= (1 << ib) - 1
+    return key
+
+
 def _dense_one(k: np.ndarray) -> tuple[np.ndarray, int]:
     lo, hi = int(k.min()), int(k.max())
     if hi - lo < (1 << 27):  # a lookup table of the value range
@@ -136,46 +158,52 @@ def in_flight_at_start(
         ts, te, span = inv[:n].astype(np.int64), inv[n:].astype(np.int64), len(uniq)
         start_order = None
     if n_groups <= (1 << 16):
-        by_time = np.argsort(ts, kind="stable") if start_order is None else start_order
+        by_time = stable_argsort(ts) if start_order is None else start_order
         small = codes.astype(np.uint8 if n_groups <= 256 else np.uint16)
         order = by_time[np.argsort(small[by_time], kind="stable")]  # radix sort: (group, start)
-        # the group codes in that order are 0,0,..,1,1,..: no gather needed
-        g_sorted = np.repeat(np.arange(n_groups, dtype=np.int64) * span, np.bincount(codes, minlength=n_groups))
-        ks = g_sorted + ts[order]
-        ke = g_sorted + te[order]
+        ks, ke = ts[order], te[order]
+        # in that order the groups are contiguous blocks: add each block's offset (a loop over groups)
+        bounds = np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=n_groups))])
+        for g in np.flatnonzero(np.diff(bounds)):
+            if g:
+                ks[bounds[g]:bounds[g + 1]] += g * span
+                ke[bounds[g]:bounds[g + 1]] += g * span
     else:
         key = codes * span + ts
-        order = np.argsort(key, kind="stable")
+        order = stable_argsort(key)
         ks = key[order]
         ke = codes[order] * span + te[order]
     rd = is_read[order]
+    count = np.int32 if n < (1 << 31) else np.int64
     # starts <= ks[p]: the last position of p's run of equal keys, plus one
     change = np.empty(n, np.bool_)
     change[-1] = True
     np.not_equal(ks[1:], ks[:-1], out=change[:-1])
+    cum_r = np.cumsum(rd, dtype=count)
     if change.all():  # no two starts at the same instant in a group (the usual case with ns clocks)
-        last = np.arange(n)
+        starts_le = np.arange(1, n + 1, dtype=np.int64)
+        starts_r = cum_r
     else:
         last = np.where(change, np.arange(n), n)
         last = np.minimum.accumulate(last[::-1])[::-1]
-    cum_r = np.cumsum(rd, dtype=np.int64)
-    starts_le = last + 1
-    starts_r = cum_r[last]
-    # ends <= ks[p], by binary search in the sorted ends (in start order they are nearly sorted
-    # already, so the stable sort -- a merge sort that finds runs -- is cheap)
-    eorder = np.argsort(ke, kind="stable")
+        starts_le = last + 1
+        starts_r = cum_r[last]
+    # ends <= ks[p], by binary search in the sorted ends (in start order they are nearly sorted)
+    eorder = stable_argsort(ke)
     ends = ke[eorder]
-    cum_er = np.zeros(n + 1, np.int64)
+    cum_er = np.zeros(n + 1, count)
     np.cumsum(rd[eorder], out=cum_er[1:])
     ends_le = np.searchsorted(ends, ks, side="right")
-    ends_r = cum_er[ends_le]
     self_in = ke > ks  # this interval counts itself unless it is empty
-    reads_sorted = starts_r - ends_r - (self_in & rd)
-    writes_sorted = (starts_le - starts_r) - (ends_le - ends_r) - (self_in & ~rd)
+    total = (starts_le - ends_le).astype(count)
+    total -= self_in
+    reads_sorted = starts_r - cum_er[ends_le]
+    reads_sorted -= self_in & rd
+    total -= reads_sorted  # now the writes
     reads = np.empty(n, np.int32)
     writes = np.empty(n, np.int32)
     reads[order] = reads_sorted
-    writes[order] = writes_sorted
+    writes[order] = total
     return reads, writes
 
 
@@ -203,7 +231,7 @@ def add_concurrency(frame: pl.DataFrame, threads: int = 2) -> pl.DataFrame:
     c_times = (col["client_issue_ns"], col["client_done_ns"])
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
         # one time order per clock, shared by the two measures on that clock
-        s_order, c_order = pool.map(lambda t: np.argsort(t, kind="stable"), (s_times[0], c_times[0]))
+        s_order, c_order = pool.map(stable_argsort, (s_times[0], c_times[0]))
         jobs = {
             "server": (server, s_times, s_order),
             "server_conn": (conn, s_times, s_order),
