@@ -62,7 +62,7 @@ class Dissection:
         rejected: rejected input rows (``log_file``, ``log_line``, ``reason``, ``detail``).
         files: input files; notes: what the reader or analyzers inferred.
         findings: headline findings, one sentence each.
-        summary: the headline numbers (JSON-ready).
+        summary: the headline numbers (JSON-ready; see :func:`findings`).
     """
 
     rpcs: pl.DataFrame
@@ -228,7 +228,8 @@ def findings(d: Dissection, levels: Sequence[float] = TAIL_LEVELS) -> tuple[list
     """Headline findings (sentences) and the summary numbers of a dissection.
 
     Returns:
-        ``(findings, summary)``; ``summary`` keys: ``rpcs``, ``rejected_rows``, ``rejected_by_reason``,
+        ``(findings, summary)``; ``summary`` keys: ``files``, ``rpcs``, ``synthetic`` (the log's
+        ``synthetic`` column is set), ``rejected_rows``, ``rejected_by_reason``,
         ``workers``, ``servers``, ``connections``, ``latency_us`` (p50/p90/p99/p99_9/mean),
         ``mean_stage_share``, ``dominant_stage``, ``tail`` (per level: threshold, top stage, its
         dominant and excess share, top server), ``concurrency`` (latency slopes per measure),
@@ -246,8 +247,10 @@ def findings(d: Dissection, levels: Sequence[float] = TAIL_LEVELS) -> tuple[list
     overall = d.percentiles.filter(pl.col("grouping") == "all")
     lat = overall.filter(pl.col("stage") == "latency").row(0, named=True)
     s["latency_us"] = {k: lat[f"{k}_us"] for k in ("mean", "p50", "p90", "p99", "p99_9")}
+    s["synthetic"] = bool("synthetic" in r.columns and r.get_column("synthetic").any())
     out.append(
-        f"{r.height:,} RPCs from {s['workers']} worker(s) to {s['servers']} server(s) over {s['connections']} "
+        ("SYNTHETIC log (generated, not measured): " if s["synthetic"] else "")
+        + f"{r.height:,} RPCs from {s['workers']} worker(s) to {s['servers']} server(s) over {s['connections']} "
         f"connection(s): latency p50 {_us(lat['p50_us'])}, p99 {_us(lat['p99_us'])} "
         f"({lat['p99_us'] / lat['p50_us']:.3g}x p50), p99.9 {_us(lat['p99_9_us'])}."
         if lat["p50_us"] else f"{r.height:,} RPCs: latency p50 0.")
@@ -327,8 +330,8 @@ def findings(d: Dissection, levels: Sequence[float] = TAIL_LEVELS) -> tuple[list
             text += (f"; they add {ct['added_s']:.3g} s over reused connections, "
                      f"{_pct(ct['added_share'])} of all RPC time")
         if example is not None and example["added_p50_us"] is not None:
-            text += (f"; median +{_us(example['added_p50_us'])} for {example['op']} on a "
-                     f"{example['connection_event']} connection")
+            where = "on a new connection" if example["connection_event"] == "new" else "after a reconnect"
+            text += f"; median +{_us(example['added_p50_us'])} for {example['op']} {where}"
         out.append(text + ".")
     # size
     net = d.size_fits.filter(pl.col("stage") == "network")
