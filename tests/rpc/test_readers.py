@@ -168,3 +168,17 @@ def test_text_ids_are_encoded_and_kept(tmp_path):
     assert log.frame.get_column("worker_id").to_list() == [1, 0, 1]  # sorted text: host-a:3 -> 0
     assert log.frame.get_column("worker_id_label").to_list() == ["host-b:7", "host-a:3", "host-b:7"]
     assert any("worker_id given as text" in n for n in log.notes)
+
+
+def test_a_text_value_after_the_inferred_json_lines_is_a_bad_value(tmp_path):
+    # the first 1,000 lines fix the schema; line 1,100 has text in a number field
+    frame = synthetic_rpc_log(1_200, seed=9)
+    lines = [json.dumps(r) for r in frame.with_columns(pl.col("op").cast(pl.String),
+                                                        pl.col("connection_event").cast(pl.String)).to_dicts()]
+    row = json.loads(lines[1_099])
+    row["request_bytes"] = "12x"
+    lines[1_099] = json.dumps(row)
+    (tmp_path / "log.jsonl").write_text("\n".join(lines) + "\n")
+    log = read_rpc_log(tmp_path / "log.jsonl")
+    assert log.frame.height == 1_199
+    assert log.rejected.rows() == [(str(tmp_path / "log.jsonl"), 1_100, "bad_value", "request_bytes=12x")]

@@ -217,7 +217,7 @@ def size_figure(d: Dissection) -> Figure:
     fig, ax = new_figure(7.5, 4.0)
     sp = d.size_profile
     for op in _ops(d.rpcs):
-        p = sp.filter((pl.col("op") == op) & (pl.col("rpcs") >= 5))
+        p = sp.filter((pl.col("op") == op) & (pl.col("rpcs") >= MIN_BIN_RPCS))
         if p.height == 0:
             continue
         x = np.sqrt(np.maximum(p.get_column("size_lo_bytes").to_numpy(), 1)

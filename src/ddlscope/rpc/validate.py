@@ -204,6 +204,12 @@ def _cast_int(col: str, dtype: pl.DataType) -> pl.Expr:
     return pl.lit(None, pl.Int64)
 
 
+def _quick_int(col: str, dtype: pl.DataType, scale: int) -> pl.Expr:
+    """A plain integer parse of a text column, times ``scale`` (null where the text is not a bare integer)."""
+    out = pl.col(col).cast(pl.Int64, strict=False)
+    return out * scale if scale != 1 else out
+
+
 def _cast_timestamp(col: str, dtype: pl.DataType, scale: int) -> pl.Expr:
     """``col`` in ns as Int64: integers are multiplied exactly; floats and decimal text rounded."""
     if dtype.is_integer():
@@ -273,16 +279,24 @@ def normalize(raw: pl.DataFrame, mapping: ColumnMapping | None = None, what: str
             casts[name] = _as_string(name)
         elif isinstance(dtype, pl.List) and isinstance(src, pl.List):
             casts[name] = pl.col(name).cast(dtype, strict=False)
+    # text columns: a plain integer parse first; the lenient parse (spaces, decimals) only for the
+    # columns where it leaves values unread
+    quick = {c: _quick_int(c, schema[c], scale if c.endswith("_ns") else 1) for c in casts
+             if schema[c] == pl.String and RPC_SCHEMA[c][0] == pl.Int64 and f"{c}_label" not in frame.columns}
+    if quick:
+        failures = frame.select(
+            (pl.col(c).is_not_null() & e.is_null()).sum().alias(c) for c, e in quick.items()).row(0, named=True)
+        casts.update({c: e for c, e in quick.items() if not failures[c]})
+    frame = frame.with_columns(e.alias(f"__cast_{c}") for c, e in casts.items())
     bad_parts = [
-        pl.when(pl.col(c).is_not_null() & expr.is_null()).then(pl.format(f"{c}={{}}", _as_string(c)))
-        for c, expr in casts.items() if c != "op"
+        pl.when(pl.col(c).is_not_null() & pl.col(f"__cast_{c}").is_null()).then(pl.format(f"{c}={{}}", _as_string(c)))
+        for c in casts if c != "op"
     ]
     frame = frame.with_columns(
         (pl.concat_str(bad_parts, separator="; ", ignore_nulls=True) if bad_parts else pl.lit(None, pl.String))
         .alias("__bad_value"),
         _as_string("op").alias("__op_text"),
-        *(e.alias(c) for c, e in casts.items()),
-    )
+    ).with_columns(pl.col(f"__cast_{c}").alias(c) for c in casts).drop([f"__cast_{c}" for c in casts])
     rows, rejected = check_rows(frame, extra_checks=True)
     rows = rows.drop("__bad_value", "__op_text")
     return rows, rejected, notes
