@@ -108,6 +108,8 @@ def stable_argsort(x: np.ndarray) -> np.ndarray:
 
 def _dense_one(k: np.ndarray) -> tuple[np.ndarray, int]:
     lo, hi = int(k.min()), int(k.max())
+    if lo == 0 and hi < (1 << 27) and np.bincount(k, minlength=hi + 1).all():
+        return k, hi + 1  # already 0..G-1 with every value present (the usual worker/server ids)
     if hi - lo < (1 << 27):  # a lookup table of the value range
         present = np.zeros(hi - lo + 1, np.bool_)
         present[k - lo] = True
