@@ -36,7 +36,7 @@ def register(rpc_app: typer.Typer) -> None:
         column_map: Annotated[list[str] | None, typer.Option(
             "--map", help="rename a log column (or OTLP attribute) to a schema column: OLD=NEW (repeatable)")] = None,
         mapping_file: Annotated[Path | None, typer.Option(
-            "--mapping", help="mapping file (TOML/JSON) with [columns], [ops] and time_unit")] = None,
+            "--mapping", help="mapping file (TOML/JSON): columns and ops tables, time_unit (docs/rpc.md)")] = None,
         op_map: Annotated[list[str] | None, typer.Option(
             "--op-map", help="map an op value to pull_sparse|pull_dense|push_sparse|push_dense: VALUE=OP "
             "(repeatable)")] = None,
