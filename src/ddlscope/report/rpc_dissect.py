@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from ddlscope.report.figures import new_figure
 from ddlscope.report.html import HtmlReport
@@ -36,6 +37,11 @@ STAGE_LABELS: dict[str, str] = {s: s.replace("_", " ") for s in STAGES}
 
 MIN_BIN_RPCS = 20
 """Bins with fewer RPCs get no p99 point in the profile figures (a p99 of a handful is noise)."""
+
+
+def _duration(us: float) -> str:
+    """``12.3 µs`` or ``1.57 ms`` (3 significant digits)."""
+    return f"{us / 1000:.3g} ms" if us >= 1000 else f"{us:.3g} µs"
 
 
 def _ops(frame: pl.DataFrame) -> list[str]:
@@ -91,7 +97,7 @@ def latency_ccdf_figure(d: Dissection) -> Figure:
     ax.set_title("Latency distribution per op (complementary CDF)")
     for q, lab in ((1e-2, "p99"), (1e-3, "p99.9")):
         ax.axhline(q, color="#999", lw=0.8, ls=":")
-        ax.annotate(lab, (1.0, q), xycoords=("axes fraction", "data"), ha="right", va="bottom", fontsize=8,
+        ax.annotate(lab, (0.01, q), xycoords=("axes fraction", "data"), ha="left", va="bottom", fontsize=8,
                     color="#666")
     ax.legend(frameon=False)
     return fig
@@ -106,7 +112,7 @@ def tail_stages_figure(d: Dissection) -> Figure:
     y = np.arange(len(STAGES))
     h = 0.8 / max(len(tails), 1)
     shades = ["#444444", "#bbbbbb", "#888888"]
-    for ax, col, title in ((axes[0], "dominant_share", "share of tail RPCs in which it is the longest stage"),
+    for ax, col, title in ((axes[0], "dominant_share", "longest stage: share of the tail RPCs"),
                            (axes[1], "excess_share", "share of the tail's excess latency")):
         for j, tl in enumerate(tails):
             vals = [t.filter((pl.col("tail") == tl) & (pl.col("stage") == s)).get_column(col).fill_null(0.0).sum()
@@ -149,7 +155,9 @@ def concurrency_figure(d: Dissection, measure: str = "server_other_conn") -> Fig
         if p.height == 0:
             continue
         x = (p.get_column("in_flight_lo").to_numpy() + p.get_column("in_flight_hi").to_numpy()) / 2
-        ax.plot(x, p.get_column("latency_p99_us"), "o-", color="#d62728", ms=3, label="p99")
+        enough = p.get_column("rpcs").to_numpy() >= MIN_BIN_RPCS
+        ax.plot(x[enough], p.get_column("latency_p99_us").to_numpy()[enough], "o-", color="#d62728", ms=3,
+                label=f"p99 (bins of >= {MIN_BIN_RPCS} RPCs)")
         ax.plot(x, p.get_column("latency_p50_us"), "o-", color="#1f77b4", ms=3, label="p50")
         ax.plot(x, p.get_column("latency_mean_us"), "o", color="#333", ms=3, label="mean")
         slope = fit.get_column(f"us_per_{counted[:-1]}").to_list()[0] if fit.height else None
@@ -158,7 +166,8 @@ def concurrency_figure(d: Dissection, measure: str = "server_other_conn") -> Fig
             xm = float(np.average(x, weights=w))
             ym = float(np.average(p.get_column("latency_mean_us").to_numpy(), weights=w))
             ax.plot(x, ym + slope * (x - xm), "--", color="#333", lw=1,
-                    label=f"linear fit: {slope:+.3g} µs per {counted[:-1]}")
+                    label=f"linear fit: {'+' if slope >= 0 else '-'}{_duration(abs(slope))} per {counted[:-1]}")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel(f"other {counted} in flight {where}")
         ax.set_title(f"Latency vs {counted} in flight")
         ax.legend(frameon=False, fontsize=8)
@@ -194,7 +203,7 @@ def connection_figure(d: Dissection) -> Figure:
     ops = [o for o in OPS if o in set(c.get_column("op").cast(pl.String).to_list())]
     events = [e for e in ("reuse", "new", "reconnect") if e in set(c.get_column("connection_event")
                                                                  .cast(pl.String).to_list())]
-    fig, axes = new_figure(10.0, 3.6, ncols=2, sharey=True)
+    fig, axes = new_figure(11.0, 3.8, ncols=2, sharey=True)
     colors = {"reuse": "#bbbbbb", "new": "#ff7f0e", "reconnect": "#d62728"}
     w = 0.8 / max(len(events), 1)
     for ax, col, title in ((axes[0], "latency_p50_us", "median latency"), (axes[1], "latency_p99_us", "p99 latency")):

@@ -32,6 +32,9 @@ from ddlscope.rpc.tail import (
 )
 from ddlscope.rpc.validate import ColumnMapping, check_rows, empty_rejected, rejected_counts
 
+MIN_FIT_R2 = 0.5
+"""Size fits explaining less of the stage's variance than this are not quoted as a bandwidth."""
+
 PERCENTILE_GROUPS: dict[str, str | None] = {
     "all": None, "op": "op", "server": "server_id", "connection": "connection_id",
     "iteration_phase": "iteration_phase_bin",
@@ -338,9 +341,15 @@ def findings(d: Dissection, levels: Sequence[float] = TAIL_LEVELS) -> tuple[list
     s["network_fit"] = {row["op"]: {"alpha_us": row["alpha_us"], "effective_gb_s": row["effective_gb_s"],
                                     "r2": row["r2"]} for row in net.iter_rows(named=True)}
     fits = [f"{row['op']} {_us(row['alpha_us'])} + bytes / {row['effective_gb_s']:.3g} GB/s (R² {row['r2']:.2f})"
-            for row in net.iter_rows(named=True) if row["effective_gb_s"] and row["r2"] is not None]
+            for row in net.iter_rows(named=True)
+            if row["effective_gb_s"] and row["r2"] is not None and row["r2"] >= MIN_FIT_R2]
+    r2s = [row["r2"] for row in net.iter_rows(named=True) if row["r2"] is not None]
     if fits:
         out.append("Message size, network stage fit (alpha-beta): " + "; ".join(fits) + ".")
+    elif r2s:
+        net_p50 = overall.filter(pl.col("stage") == "network").get_column("p50_us").item()
+        out.append(f"Message size explains little of the network stage (R² {max(r2s):.2f} at most per op; median "
+                   f"network stage {_us(net_p50)}): its cost is per-message latency, not bandwidth.")
     # phase
     phase: dict[str, Any] = {}
     texts = []
