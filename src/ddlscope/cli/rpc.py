@@ -9,7 +9,7 @@ import importlib
 
 import typer
 
-RPC_COMMAND_MODULES: tuple[str, ...] = ("ddlscope.cli.rpc_skew",)
+RPC_COMMAND_MODULES: tuple[str, ...] = ("ddlscope.cli.rpc_dissect", "ddlscope.cli.rpc_skew")
 
 
 def register(app: typer.Typer) -> None:

@@ -23,7 +23,17 @@ client_completion     client_done - client_recv_end                          cli
 ====================  ======================================================  =======
 
 with server residence = ``server_send_end - server_recv_start``. The stages add up to the
-client-observed latency ``client_done - client_issue`` exactly.
+client-observed latency ``client_done - client_issue`` exactly: the client-clock stages and the
+network stage telescope to ``client_done - client_issue`` and the server stages to the server
+residence, which the network stage subtracts again. A constant offset between the two clocks cancels
+inside every difference, so the decomposition does not change with clock skew (clock *drift*, a
+rate error, scales each duration by ``1 + drift``: 10 ppm on a 1 ms stage is 10 ns).
+
+This decomposition (client/server timestamps, round trip minus server residence) is the
+standard one of RPC tracing (Sigelman et al., "Dapper", Google TR 2010, section 2: client send/recv
+and server recv/send annotations, and the round trip minus server time as network time); the
+stage list follows the IMC 2020 study's question of which part of an RPC dominates
+(reconstruction: the study's exact stage definitions are not available to us).
 """
 
 from __future__ import annotations
@@ -33,6 +43,10 @@ import polars as pl
 OPS: tuple[str, ...] = ("pull_sparse", "pull_dense", "push_sparse", "push_dense")
 """RPC operations: pulls read parameters from the server, pushes write gradients to it."""
 OpEnum = pl.Enum(list(OPS))
+READ_OPS: tuple[str, ...] = ("pull_sparse", "pull_dense")
+"""Reads: the ops that fetch parameters (pulls)."""
+WRITE_OPS: tuple[str, ...] = ("push_sparse", "push_dense")
+"""Writes: the ops that send gradients (pushes)."""
 
 CONNECTION_EVENTS: tuple[str, ...] = ("reuse", "new", "reconnect")
 """How the RPC got its connection: an open one reused, a new one, or a reconnect after a drop."""
@@ -79,3 +93,34 @@ STAGES: tuple[str, ...] = (
     "server_processing", "server_send", "client_completion",
 )
 """The stages of an RPC, in time order (definitions in the module docstring)."""
+
+STAGE_BOUNDS: dict[str, tuple[str, str]] = {
+    "client_queue": ("client_issue_ns", "client_send_start_ns"),
+    "client_send": ("client_send_start_ns", "client_send_end_ns"),
+    "server_receive": ("server_recv_start_ns", "server_recv_end_ns"),
+    "server_queue": ("server_recv_end_ns", "server_proc_start_ns"),
+    "server_processing": ("server_proc_start_ns", "server_proc_end_ns"),
+    "server_send": ("server_proc_end_ns", "server_send_end_ns"),
+    "client_completion": ("client_recv_end_ns", "client_done_ns"),
+}
+"""Single-clock stages as ``stage -> (start column, end column)``: duration = end - start.
+``network`` is not here: it is ``(client_recv_end - client_send_end) - (server_send_end -
+server_recv_start)``, two durations each on one clock."""
+
+LATENCY_COLUMN = "latency_ns"
+"""The client-observed latency ``client_done_ns - client_issue_ns`` (ns), added by the decomposition."""
+
+
+def stage_column(stage: str) -> str:
+    """The column holding ``stage``'s duration in the decomposed table: ``<stage>_ns`` (int64 ns).
+
+    Raises:
+        ValueError: ``stage`` is not one of :data:`STAGES`.
+    """
+    if stage not in STAGES:
+        raise ValueError(f"stage: expected one of {', '.join(STAGES)}, got {stage!r}")
+    return f"{stage}_ns"
+
+
+STAGE_COLUMNS: tuple[str, ...] = tuple(f"{s}_ns" for s in STAGES)
+"""``<stage>_ns`` for every stage, in :data:`STAGES` order."""

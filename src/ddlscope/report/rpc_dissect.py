@@ -1,0 +1,378 @@
+"""Figures and the HTML report of an RPC latency dissection (:class:`ddlscope.rpc.dissect.Dissection`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from ddlscope.report.figures import new_figure
+from ddlscope.report.html import HtmlReport
+from ddlscope.rpc.dissect import Dissection
+from ddlscope.rpc.schema import LATENCY_COLUMN, OPS, STAGES
+from ddlscope.rpc.tail import tail_label
+from ddlscope.rpc.validate import REJECT_REASONS
+
+STAGE_COLORS: dict[str, str] = {
+    "client_queue": "#9467bd",
+    "client_send": "#c5b0d5",
+    "network": "#d62728",
+    "server_receive": "#aec7e8",
+    "server_queue": "#ff7f0e",
+    "server_processing": "#1f77b4",
+    "server_send": "#17becf",
+    "client_completion": "#8c8c8c",
+}
+"""One colour per RPC stage, the same in every figure (network as in the step-time figures)."""
+
+OP_COLORS: dict[str, str] = {
+    "pull_sparse": "#1f77b4", "pull_dense": "#6baed6", "push_sparse": "#d62728", "push_dense": "#fc9272",
+}
+"""One colour per op: pulls blue, pushes red, dense lighter."""
+
+STAGE_LABELS: dict[str, str] = {s: s.replace("_", " ") for s in STAGES}
+
+MIN_BIN_RPCS = 20
+"""Bins with fewer RPCs get no p99 point in the profile figures (a p99 of a handful is noise)."""
+
+
+def _duration(us: float) -> str:
+    """``12.3 µs`` or ``1.57 ms`` (3 significant digits)."""
+    return f"{us / 1000:.3g} ms" if us >= 1000 else f"{us:.3g} µs"
+
+
+def _ops(frame: pl.DataFrame) -> list[str]:
+    present = set(frame.get_column("op").cast(pl.String).unique().to_list())
+    return [o for o in OPS if o in present]
+
+
+def stage_breakdown_figure(d: Dissection) -> Figure:
+    """Mean time per stage, stacked, per op: all RPCs (left) and the op's slowest 1 % (right)."""
+    fig, axes = new_figure(10.0, 3.6, ncols=2)
+    ops = _ops(d.rpcs)
+    tail = d.tail.filter(pl.col("tail") == tail_label(0.99))
+    panels = [
+        ("all RPCs", {row["op"]: [row[f"{s}_mean_us"] for s in STAGES]
+                      for row in d.stage_summary.iter_rows(named=True)}),
+        ("slowest 1% of each op", {
+            op: [tail.filter((pl.col("scope") == op) & (pl.col("stage") == s)).get_column("mean_tail_us").sum()
+                 for s in STAGES] for op in ops}),
+    ]
+    for ax, (title, data) in zip(axes, panels, strict=True):
+        y = np.arange(len(ops))
+        left = np.zeros(len(ops))
+        for i, s in enumerate(STAGES):
+            vals = np.array([data.get(op, [0.0] * len(STAGES))[i] for op in ops], dtype=float)
+            ax.barh(y, vals, left=left, color=STAGE_COLORS[s], label=STAGE_LABELS[s], height=0.6)
+            left += vals
+        ax.set_yticks(y, ops)
+        ax.invert_yaxis()
+        ax.set_xlabel("mean time per RPC (µs)")
+        ax.set_title(f"Stages, {title}")
+        ax.grid(axis="y", visible=False)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=4, frameon=False)
+    return fig
+
+
+def latency_ccdf_figure(d: Dissection) -> Figure:
+    """Complementary CDF of latency per op on log-log axes: the tail's shape."""
+    fig, ax = new_figure(7.0, 4.0)
+    for op in _ops(d.rpcs):
+        lat = np.sort(d.rpcs.filter(pl.col("op") == op).get_column(LATENCY_COLUMN).to_numpy()) / 1e3
+        n = len(lat)
+        if n < 2:
+            continue
+        # points evenly spaced in log(tail probability), down to 1/n
+        p = np.unique(np.concatenate([np.logspace(0, -np.log10(n), 300), [1.0 / n]]))[::-1]
+        idx = np.clip(np.ceil((1 - p) * n).astype(int), 0, n - 1)
+        ax.plot(lat[idx], p, color=OP_COLORS.get(op), label=op, lw=1.6)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("latency (µs, log scale)")
+    ax.set_ylabel("fraction of RPCs slower (log scale)")
+    ax.set_title("Latency distribution per op (complementary CDF)")
+    for q, lab in ((1e-2, "p99"), (1e-3, "p99.9")):
+        ax.axhline(q, color="#999", lw=0.8, ls=":")
+        ax.annotate(lab, (0.01, q), xycoords=("axes fraction", "data"), ha="left", va="bottom", fontsize=8,
+                    color="#666")
+    ax.legend(frameon=False)
+    return fig
+
+
+def tail_stages_figure(d: Dissection) -> Figure:
+    """For the slowest 1 % and 0.1 % of all RPCs: how often each stage is the longest, and its share
+    of the tail's excess latency."""
+    fig, axes = new_figure(10.0, 3.8, ncols=2, sharey=True)
+    t = d.tail.filter(pl.col("scope") == "all")
+    tails = t.get_column("tail").unique(maintain_order=True).to_list()
+    y = np.arange(len(STAGES))
+    h = 0.8 / max(len(tails), 1)
+    shades = ["#444444", "#bbbbbb", "#888888"]
+    for ax, col, title in ((axes[0], "dominant_share", "longest stage: share of the tail RPCs"),
+                           (axes[1], "excess_share", "share of the tail's excess latency")):
+        for j, tl in enumerate(tails):
+            vals = [t.filter((pl.col("tail") == tl) & (pl.col("stage") == s)).get_column(col).fill_null(0.0).sum()
+                    for s in STAGES]
+            ax.barh(y + (j - (len(tails) - 1) / 2) * h, vals, height=h, color=shades[j % 3], label=tl)
+        ax.set_title(title)
+        ax.set_xlabel("share")
+        ax.axvline(0, color="#333", lw=0.8)
+        ax.grid(axis="y", visible=False)
+    axes[0].set_yticks(y, [STAGE_LABELS[s] for s in STAGES])
+    axes[0].invert_yaxis()
+    axes[0].legend(frameon=False, loc="lower right")
+    return fig
+
+
+def tail_servers_figure(d: Dissection, top: int = 16) -> Figure:
+    """Share of all RPCs against share of the slowest 1 %, per server (the servers holding most of the tail)."""
+    t = d.tail_servers.filter(pl.col("tail") == tail_label(0.99)).head(top)
+    fig, ax = new_figure(max(6.0, 0.45 * t.height + 3), 3.6)
+    x = np.arange(t.height)
+    ax.bar(x - 0.2, t.get_column("share_of_rpcs").to_numpy(), 0.4, color="#bbbbbb", label="share of all RPCs")
+    ax.bar(x + 0.2, t.get_column("share_of_tail").to_numpy(), 0.4, color="#d62728", label="share of the slowest 1%")
+    ax.set_xticks(x, [str(s) for s in t.get_column("server_id").to_list()])
+    ax.set_xlabel("server id (most tail RPCs first)")
+    ax.set_ylabel("share")
+    ax.set_title("Which servers hold the tail")
+    ax.legend(frameon=False)
+    return fig
+
+
+def concurrency_figure(d: Dissection, measure: str = "server_other_conn") -> Figure:
+    """Latency against reads and against writes in flight (profile and linear fit)."""
+    fig, axes = new_figure(10.0, 3.8, ncols=2, sharey=True)
+    prof = d.concurrency_profile.filter(pl.col("measure") == measure)
+    fit = d.concurrency_fit.filter((pl.col("measure") == measure) & (pl.col("stage") == "latency"))
+    where = {"server_other_conn": "at the same server on other connections", "server": "at the same server",
+             "connection": "on the same connection", "worker": "from the same worker"}[measure]
+    for ax, counted in zip(axes, ("reads", "writes"), strict=True):
+        p = prof.filter(pl.col("counted") == counted)
+        if p.height == 0:
+            continue
+        x = (p.get_column("in_flight_lo").to_numpy() + p.get_column("in_flight_hi").to_numpy()) / 2
+        enough = p.get_column("rpcs").to_numpy() >= MIN_BIN_RPCS
+        ax.plot(x[enough], p.get_column("latency_p99_us").to_numpy()[enough], "o-", color="#d62728", ms=3,
+                label=f"p99 (bins of >= {MIN_BIN_RPCS} RPCs)")
+        ax.plot(x, p.get_column("latency_p50_us"), "o-", color="#1f77b4", ms=3, label="p50")
+        ax.plot(x, p.get_column("latency_mean_us"), "o", color="#333", ms=3, label="mean")
+        slope = fit.get_column(f"us_per_{counted[:-1]}").to_list()[0] if fit.height else None
+        if slope is not None:
+            w = p.get_column("rpcs").to_numpy()
+            xm = float(np.average(x, weights=w))
+            ym = float(np.average(p.get_column("latency_mean_us").to_numpy(), weights=w))
+            ax.plot(x, ym + slope * (x - xm), "--", color="#333", lw=1,
+                    label=f"linear fit: {'+' if slope >= 0 else '-'}{_duration(abs(slope))} per {counted[:-1]}")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel(f"other {counted} in flight {where}")
+        ax.set_title(f"Latency vs {counted} in flight")
+        ax.legend(frameon=False, fontsize=8)
+    axes[0].set_ylabel("latency (µs)")
+    return fig
+
+
+def concurrency_stages_figure(d: Dissection, measure: str = "server") -> Figure:
+    """Mean time per stage, stacked, against all RPCs in flight at the same server."""
+    p = d.concurrency_profile.filter((pl.col("measure") == measure) & (pl.col("counted") == "total"))
+    fig, ax = new_figure(8.0, 4.0)
+    labels = [f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in
+              zip(p.get_column("in_flight_lo").to_list(), p.get_column("in_flight_hi").to_list(), strict=True)]
+    x = np.arange(p.height)
+    bottom = np.zeros(p.height)
+    for s in STAGES:
+        vals = p.get_column(f"{s}_mean_us").to_numpy()
+        ax.bar(x, vals, bottom=bottom, color=STAGE_COLORS[s], label=STAGE_LABELS[s], width=0.8)
+        bottom += vals
+    step = max(1, len(labels) // 12)
+    ax.set_xticks(x[::step], labels[::step])
+    ax.set_xlabel("other RPCs (reads + writes) in flight at the same server when the RPC arrives")
+    ax.set_ylabel("mean time per RPC (µs)")
+    ax.set_title("Where the time goes as server concurrency grows")
+    ax.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.grid(axis="x", visible=False)
+    return fig
+
+
+def connection_figure(d: Dissection) -> Figure:
+    """Median and p99 latency per op on reused, new and reconnected connections."""
+    c = d.connections
+    ops = [o for o in OPS if o in set(c.get_column("op").cast(pl.String).to_list())]
+    events = [e for e in ("reuse", "new", "reconnect") if e in set(c.get_column("connection_event")
+                                                                 .cast(pl.String).to_list())]
+    fig, axes = new_figure(11.0, 3.8, ncols=2, sharey=True)
+    colors = {"reuse": "#bbbbbb", "new": "#ff7f0e", "reconnect": "#d62728"}
+    w = 0.8 / max(len(events), 1)
+    for ax, col, title in ((axes[0], "latency_p50_us", "median latency"), (axes[1], "latency_p99_us", "p99 latency")):
+        for j, e in enumerate(events):
+            vals = []
+            for op in ops:
+                v = c.filter((pl.col("op") == op) & (pl.col("connection_event") == e)).get_column(col).to_list()
+                vals.append(v[0] if v and v[0] is not None else np.nan)
+            ax.bar(np.arange(len(ops)) + (j - (len(events) - 1) / 2) * w, vals, w, color=colors[e], label=e)
+        ax.set_xticks(np.arange(len(ops)), ops)
+        ax.set_title(f"{title} by connection event")
+        ax.grid(axis="x", visible=False)
+    axes[0].set_ylabel("latency (µs)")
+    axes[0].legend(frameon=False, title="connection")
+    return fig
+
+
+def size_figure(d: Dissection) -> Figure:
+    """Median and p99 latency per message-size bin (bytes moved), per op, log-log."""
+    fig, ax = new_figure(7.5, 4.0)
+    sp = d.size_profile
+    for op in _ops(d.rpcs):
+        p = sp.filter((pl.col("op") == op) & (pl.col("rpcs") >= MIN_BIN_RPCS))
+        if p.height == 0:
+            continue
+        x = np.sqrt(np.maximum(p.get_column("size_lo_bytes").to_numpy(), 1)
+                    * np.maximum(p.get_column("size_hi_bytes").to_numpy(), 1))
+        ax.plot(x, p.get_column("latency_p50_us"), "o-", color=OP_COLORS.get(op), ms=3, label=f"{op} p50")
+        ax.plot(x, p.get_column("latency_p99_us"), "o--", color=OP_COLORS.get(op), ms=3, label=f"{op} p99", alpha=0.7)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("message bytes, request + response (log scale)")
+    ax.set_ylabel("latency (µs, log scale)")
+    ax.set_title("Latency against message size (bins of powers of two)")
+    ax.legend(frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return fig
+
+
+def phase_figure(d: Dissection) -> Figure:
+    """When in an iteration each op is issued (share per tenth) and its p99 latency there."""
+    fig, axes = new_figure(8.0, 5.2, nrows=2, sharex=True)
+    ph = d.phase_profile
+    ops = _ops(d.rpcs)
+    n = max(len(ops), 1)
+    width = 0.1 / n * 0.9
+    for j, op in enumerate(ops):
+        p = ph.filter(pl.col("op") == op)
+        mid = (p.get_column("phase_lo").to_numpy() + p.get_column("phase_hi").to_numpy()) / 2
+        axes[0].bar(mid + (j - (n - 1) / 2) * width, p.get_column("share_of_op"), width, color=OP_COLORS.get(op),
+                    label=op)
+        enough = p.filter(pl.col("rpcs") >= MIN_BIN_RPCS)
+        emid = (enough.get_column("phase_lo").to_numpy() + enough.get_column("phase_hi").to_numpy()) / 2
+        axes[1].plot(emid, enough.get_column("latency_p99_us"), "o-", color=OP_COLORS.get(op), ms=3, label=op)
+    axes[0].set_ylabel("share of the op's RPCs")
+    axes[0].set_title("When RPCs are issued within their worker's iteration")
+    axes[0].legend(frameon=False, ncols=4, fontsize=8)
+    axes[1].set_ylabel(f"p99 latency (µs)\n(bins of >= {MIN_BIN_RPCS} RPCs)")
+    axes[1].set_xlabel("iteration phase at issue (0 = the iteration's first RPC, 1 = the next iteration's first RPC)")
+    axes[1].set_xlim(0, 1)
+    return fig
+
+
+def threads_figure(d: Dissection) -> Figure | None:
+    """p99 server queue against connections served, per server thread (None without thread ids)."""
+    t = d.connections_per_thread
+    if t is None or t.height == 0 or t.get_column("connections").n_unique() < 2:
+        return None
+    fig, ax = new_figure(6.5, 4.0)
+    sc = ax.scatter(t.get_column("connections"), t.get_column("server_queue_p99_us"), c=t.get_column("server_id"),
+                    cmap="tab10", s=22)
+    ax.set_xlabel("connections served by the thread")
+    ax.set_ylabel("p99 server queue (µs)")
+    ax.set_title("Server queueing against connections per thread")
+    if t.get_column("server_id").n_unique() <= 10:
+        ax.legend(*sc.legend_elements(), title="server", frameon=False, fontsize=8)
+    return fig
+
+
+def dissection_report(d: Dissection, title: str = "RPC latency dissection") -> HtmlReport:
+    """The HTML report of a dissection: findings, figures and every table.
+
+    Returns:
+        An :class:`~ddlscope.report.html.HtmlReport`; call ``.write(out_dir)``.
+    """
+    s = d.summary
+    rep = HtmlReport(title, subtitle=f"{', '.join(d.files)}: {s['rpcs']:,} RPCs analysed, "
+                     f"{s['rejected_rows']:,} rows rejected")
+    rep.add_heading("Findings")
+    rep.add_text("\n\n".join(d.findings))
+    lat = s["latency_us"]
+    rep.add_key_values({
+        "RPCs": s["rpcs"], "workers": s["workers"], "servers": s["servers"], "connections": s["connections"],
+        "latency p50 (µs)": lat["p50"], "latency p99 (µs)": lat["p99"], "latency p99.9 (µs)": lat["p99_9"],
+        "dominant stage (mean)": s["dominant_stage"], "rows rejected": s["rejected_rows"],
+    }, "Headline numbers")
+    if s.get("synthetic"):
+        rep.add_note("This log is SYNTHETIC (its 'synthetic' column is set): generated by "
+                     "ddlscope.rpc.synthetic for tests and demos, not measured.")
+    if d.notes:
+        rep.add_note("Inferred by the reader or the analyzers: " + " | ".join(d.notes))
+    rep.add_note("Stages are single-clock differences (client or server), the network stage the client's "
+                 "round trip minus the server's residence, so clock offsets between hosts cancel. The stage "
+                 "list and the contributors reconstruct the IMC 2020 study's analysis; its exact definitions "
+                 "are not available to us. Fits are ordinary least squares; see docs/rpc.md.")
+
+    rep.add_heading("Where an RPC's time goes")
+    rep.add_figure("stage_breakdown", stage_breakdown_figure(d), "Mean time per stage, per op: all RPCs and the "
+                   "slowest 1% of each op.")
+    rep.add_figure("latency_ccdf", latency_ccdf_figure(d), "Latency complementary CDF per op (log-log).")
+    rep.add_table("stage_percentiles", d.percentiles,
+                  "Percentiles of every stage and of the whole latency (µs) per grouping: all, op, server, connection "
+                  "and iteration phase", max_rows=45)
+    rep.add_table("stage_summary", d.stage_summary, "Mean stage time and share of the mean latency, per op")
+
+    rep.add_heading("Tail attribution")
+    rep.add_figure("tail_stages", tail_stages_figure(d), "Slowest 1% and 0.1% of all RPCs: how often each stage is "
+                   "the longest, and its share of the tail's excess latency over the rest.")
+    rep.add_table("tail_attribution", d.tail, "Per scope (all, each op), tail and stage", max_rows=32)
+    rep.add_figure("tail_servers", tail_servers_figure(d), "Share of all RPCs and of the slowest 1% per server.")
+    rep.add_table("tail_servers", d.tail_servers, "Servers in the tail", max_rows=20)
+    rep.add_table("tail_contributors", d.tail_contributors, "Mean contributors in the tail against the rest")
+
+    rep.add_heading("Concurrency")
+    rep.add_figure("concurrency", concurrency_figure(d), "Latency against other reads (left) and writes (right) in "
+                   "flight at the same server on other connections when the RPC arrives, with the linear fit "
+                   "(through the weighted mean).")
+    rep.add_figure("concurrency_stages", concurrency_stages_figure(d), "Mean stage times per bin of RPCs in flight "
+                   "at the same server.")
+    rep.add_table("concurrency_fit", d.concurrency_fit, "stage = a_op + b_read * reads + b_write * writes per "
+                  "in-flight measure (µs per RPC in flight)", max_rows=36)
+    rep.add_table("concurrency_profile", d.concurrency_profile, "Latency and stages per bin of in-flight RPCs",
+                  max_rows=24)
+
+    rep.add_heading("Connection management")
+    rep.add_figure("connection_events", connection_figure(d), "Latency per op on reused, new and reconnected "
+                   "connections.")
+    ct = d.connection_totals
+    rep.add_key_values({"RPCs that opened a connection": ct["setup_rpcs"], "of which reconnects": ct["reconnect_rpcs"],
+                        "latency added over reuse (s)": ct["added_s"], "share of all RPC time": ct["added_share"],
+                        "connection set-up inside client queues (s)": ct["connect_s"]}, "What set-ups add")
+    rep.add_table("connections", d.connections, "Latency by op and connection event")
+    rep.add_table("connections_per_server", d.connections_per_server, "Connections per server (and per thread)")
+    tf = threads_figure(d)
+    if tf is not None:
+        rep.add_figure("threads", tf, "p99 server queue against connections per server thread.")
+        rep.add_table("connections_per_thread", d.connections_per_thread, "Connections per server thread")
+
+    rep.add_heading("Message size")
+    rep.add_figure("message_size", size_figure(d), "Latency per message-size bin, per op.")
+    rep.add_table("size_fits", d.size_fits, "Per op: stage = alpha + slope * regressor (alpha-beta model)",
+                  max_rows=24)
+    rep.add_table("size_profile", d.size_profile, "Latency and stages per op and size bin", max_rows=30)
+
+    rep.add_heading("Iteration phase")
+    rep.add_figure("iteration_phase", phase_figure(d), "Share of each op's RPCs and p99 latency per tenth of the "
+                   "worker's iteration.")
+    rep.add_table("phase_profile", d.phase_profile, "Per op and tenth of the iteration", max_rows=40)
+
+    rep.add_heading("Rejected rows")
+    counts = d.rejected_counts()
+    if counts.height:
+        rep.add_table("rejected_counts", counts, "Rows not analysed, per reason (first occurrence as file:line)")
+        rep.add_table("rejected_rows", d.rejected, "Every rejected row", max_rows=20)
+    else:
+        rep.add_text("No row was rejected. Checks: " + "; ".join(REJECT_REASONS) + ".")
+    rep.set_summary(s)
+    return rep
+
+
+def write_dissection_report(d: Dissection, out_dir: str | Path) -> Path:
+    """Write the report folder (``index.html``, ``figures/``, ``tables/``, ``summary.json``); returns index.html."""
+    return dissection_report(d).write(out_dir)

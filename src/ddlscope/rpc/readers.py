@@ -1,0 +1,253 @@
+"""Read RPC logs (CSV, Parquet, JSON lines, OpenTelemetry OTLP JSON) into one checked RPC table.
+
+:func:`read_rpc_log` is the one entry point: it reads every file into a *raw* table (the file's own
+columns plus ``log_file``/``log_line``), concatenates them, renames columns through a
+:class:`~ddlscope.rpc.validate.ColumnMapping`, types them to
+:data:`~ddlscope.rpc.schema.RPC_SCHEMA` and moves every row that fails a check to
+:attr:`RpcLog.rejected` with its reason and ``file:line``.
+
+Formats (by file suffix; ``.json`` is sniffed):
+
+=================  ==========================================================================
+``.csv``, ``.tsv``  a header line, then one RPC per line (``log_line`` = line in the file)
+``.parquet``       one RPC per row (``log_line`` = 1-based row number)
+``.jsonl``         one JSON object per line (``.ndjson`` too); blank lines are skipped
+``.json``          OTLP JSON (``resourceSpans``, see :mod:`ddlscope.rpc.otlp`) if it contains
+                   ``resourceSpans``, else JSON lines
+=================  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from ddlscope.rpc.schema import RPC_SCHEMA
+from ddlscope.rpc.validate import (
+    REJECTED_SCHEMA,
+    ColumnMapping,
+    apply_column_mapping,
+    empty_rejected,
+    normalize,
+    rejected_counts,
+)
+
+INPUT_FORMATS: tuple[str, ...] = ("auto", "csv", "parquet", "jsonl", "otlp")
+"""Values of ``input_format``: ``auto`` picks by suffix (see the module docstring)."""
+
+
+@dataclass
+class RpcLog:
+    """A parsed RPC log.
+
+    Attributes:
+        frame: the rows that passed every check, one per RPC, with the schema's columns and dtypes
+            (:data:`~ddlscope.rpc.schema.RPC_SCHEMA`), any extra columns of the input, and
+            ``log_file`` (String) / ``log_line`` (Int64, 1-based; row number for Parquet).
+        rejected: one row per rejected input row: ``log_file``, ``log_line``, ``reason``, ``detail``
+            (:data:`~ddlscope.rpc.validate.REJECTED_SCHEMA`).
+        files: the files read, as given.
+        notes: what the reader inferred or encoded (e.g. OTLP fallbacks), for the report.
+    """
+
+    frame: pl.DataFrame
+    rejected: pl.DataFrame = field(default_factory=empty_rejected)
+    files: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def rows_read(self) -> int:
+        """Input rows (RPCs) seen: kept plus rejected."""
+        return self.frame.height + self.rejected.height
+
+    def rejected_counts(self) -> pl.DataFrame:
+        """Rejected rows per reason (see :func:`~ddlscope.rpc.validate.rejected_counts`)."""
+        return rejected_counts(self.rejected)
+
+
+def detect_format(path: Path) -> str:
+    """``csv``, ``parquet``, ``jsonl`` or ``otlp`` from the suffix (``.json`` sniffed for ``resourceSpans``).
+
+    Raises:
+        ValueError: an unknown suffix.
+    """
+    suffix = path.suffix.lower()
+    if suffix in (".csv", ".tsv"):
+        return "csv"
+    if suffix in (".parquet", ".pq"):
+        return "parquet"
+    if suffix in (".jsonl", ".ndjson"):
+        return "jsonl"
+    if suffix == ".json":
+        with path.open("rb") as fh:
+            head = fh.read(1 << 16)
+        return "otlp" if b"resourceSpans" in head or b"resource_spans" in head else "jsonl"
+    raise ValueError(f"{path}: unknown log format {suffix!r}; expected .csv, .tsv, .parquet, .jsonl, .ndjson or "
+                     ".json (OTLP), or give the format explicitly (--input-format)")
+
+
+def _source_columns(frame: pl.DataFrame, path: str, first_line: int) -> pl.DataFrame:
+    return frame.with_row_index("log_line", offset=first_line).with_columns(
+        pl.col("log_line").cast(pl.Int64), pl.lit(path).alias("log_file"))
+
+
+def _schema_sources(mapping: ColumnMapping) -> set[str]:
+    """Source names of the schema columns (to read them as text and check every value)."""
+    inverse = {new: old for old, new in mapping.columns.items()}
+    return {inverse.get(name, name) for name in RPC_SCHEMA}
+
+
+def read_csv_raw(path: Path, mapping: ColumnMapping) -> pl.DataFrame:
+    """A CSV/TSV log as a raw table: schema columns as text (checked later), others inferred.
+
+    ``log_line`` is the line in the file (the header is line 1), assuming one record per line.
+
+    Raises:
+        ValueError: the file cannot be parsed as CSV.
+    """
+    sep = "\t" if path.suffix.lower() == ".tsv" else ","
+    try:
+        header = pl.read_csv(path, separator=sep, n_rows=0).columns
+    except pl.exceptions.PolarsError as exc:
+        raise ValueError(f"{path}: cannot read the CSV header: {exc}") from exc
+    text_cols = {c: pl.String for c in header if c in _schema_sources(mapping)}
+    try:
+        frame = pl.read_csv(path, separator=sep, schema_overrides=text_cols, infer_schema_length=10_000)
+    except pl.exceptions.PolarsError:
+        try:  # an extra column changes type after the inferred rows: read everything as text
+            frame = pl.read_csv(path, separator=sep, infer_schema=False)
+        except pl.exceptions.PolarsError as exc:
+            raise ValueError(f"{path}: cannot parse as CSV: {exc}") from exc
+    return _source_columns(frame, str(path), 2)
+
+
+def read_parquet_raw(path: Path) -> pl.DataFrame:
+    """A Parquet log as a raw table (``log_line`` = 1-based row number).
+
+    Raises:
+        ValueError: the file is not Parquet.
+    """
+    try:
+        frame = pl.read_parquet(path)
+    except pl.exceptions.PolarsError as exc:
+        raise ValueError(f"{path}: cannot read as Parquet: {exc}") from exc
+    return _source_columns(frame, str(path), 1)
+
+
+def read_jsonl_raw(path: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A JSON-lines log as a raw table, and the lines that are not JSON objects (rejected).
+
+    Blank lines are skipped; ``log_line`` is the line in the file.
+    """
+    data = path.read_bytes()
+    if data and not data[:1].isspace() and b"\n\n" not in data and b"\n\r\n" not in data \
+            and not data.rstrip(b"\r\n").endswith((b"\n", b" ")):
+        # no blank lines: the rows are the lines, read in one pass
+        try:  # the schema from the first lines; a later line that does not fit takes the slow path
+            frame = pl.read_ndjson(io.BytesIO(data), infer_schema_length=1_000)
+            return _source_columns(frame, str(path), 1), empty_rejected()
+        except (pl.exceptions.PolarsError, ValueError):
+            pass  # a bad line: find it below
+    lines = data.splitlines()
+    numbers = [i + 1 for i, ln in enumerate(lines) if ln.strip()]
+    body = [lines[i - 1] for i in numbers]
+    bad: list[tuple[int, str]] = []
+    try:
+        frame = pl.read_ndjson(io.BytesIO(b"\n".join(body)), infer_schema_length=None) if body else pl.DataFrame()
+    except (pl.exceptions.PolarsError, ValueError):
+        good_numbers, good_body = [], []
+        for n, ln in zip(numbers, body, strict=True):
+            try:
+                obj = json.loads(ln)
+            except json.JSONDecodeError as exc:
+                bad.append((n, f"not JSON: {exc.msg} at column {exc.colno}"))
+                continue
+            if not isinstance(obj, dict):
+                bad.append((n, f"expected a JSON object, got {type(obj).__name__}"))
+                continue
+            good_numbers.append(n)
+            good_body.append(ln)
+        numbers, body = good_numbers, good_body
+        try:
+            frame = (pl.read_ndjson(io.BytesIO(b"\n".join(body)), infer_schema_length=None) if body
+                     else pl.DataFrame())
+        except (pl.exceptions.PolarsError, ValueError):
+            # values of one key with clashing types across lines: read every value as text
+            frame = pl.DataFrame([{k: None if v is None else (v if isinstance(v, str) else json.dumps(v))
+                                   for k, v in json.loads(ln).items()} for ln in body], infer_schema_length=None)
+    frame = frame.with_columns(pl.Series("log_line", numbers, dtype=pl.Int64), pl.lit(str(path)).alias("log_file"))
+    rejected = pl.DataFrame(
+        {"log_file": [str(path)] * len(bad), "log_line": [n for n, _ in bad],
+         "reason": ["unparseable_line"] * len(bad), "detail": [d for _, d in bad]},
+        schema=REJECTED_SCHEMA,
+    )
+    return frame, rejected
+
+
+def read_rpc_log(
+    paths: str | Path | Sequence[str | Path],
+    *,
+    mapping: ColumnMapping | None = None,
+    input_format: str = "auto",
+) -> RpcLog:
+    """Read one or more RPC log files into one checked RPC table.
+
+    Args:
+        paths: log file(s); all are read into one table (e.g. one file per worker).
+        mapping: column names, op names and the time unit of the input (default: the schema's names,
+            ns). For OTLP the column mapping applies to span attributes (see :mod:`ddlscope.rpc.otlp`).
+        input_format: one of :data:`INPUT_FORMATS`.
+
+    Returns:
+        An :class:`RpcLog` (good rows, rejected rows with reasons, notes).
+
+    Raises:
+        FileNotFoundError: a path does not exist.
+        ValueError: unknown format, unreadable file, mapped/required columns missing (the message
+            names the file and columns), or a time unit other than ns with OTLP input.
+    """
+    from ddlscope.rpc.otlp import read_otlp_raw  # the OTLP reader imports this module's helpers
+
+    if isinstance(paths, str | Path):
+        paths = [paths]
+    if not paths:
+        raise ValueError("no log files given")
+    if input_format not in INPUT_FORMATS:
+        raise ValueError(f"input format: expected one of {', '.join(INPUT_FORMATS)}, got {input_format!r}")
+    mapping = mapping or ColumnMapping()
+    raws: list[pl.DataFrame] = []
+    rejected: list[pl.DataFrame] = []
+    notes: list[str] = []
+    files = [str(p) for p in paths]
+    for p in map(Path, paths):
+        if not p.exists():
+            raise FileNotFoundError(f"{p}: no such file")
+        fmt = detect_format(p) if input_format == "auto" else input_format
+        if fmt == "csv":
+            raws.append(read_csv_raw(p, mapping))
+        elif fmt == "parquet":
+            raws.append(read_parquet_raw(p))
+        elif fmt == "jsonl":
+            raw, bad = read_jsonl_raw(p)
+            raws.append(raw)
+            rejected.append(bad)
+        else:
+            if mapping.time_unit != "ns":
+                raise ValueError(f"{p}: OTLP timestamps are always ns; drop --time-unit for OTLP input")
+            raw, bad, otlp_notes = read_otlp_raw(p, mapping)
+            raws.append(raw)
+            rejected.append(bad)
+            notes.extend(f"{p}: {n}" for n in otlp_notes)
+        # mapped names must exist in each file (a clear error naming the file)
+        apply_column_mapping(raws[-1].head(0), mapping, str(p))
+    what = files[0] if len(files) == 1 else f"{len(files)} log files"
+    raw_all = pl.concat(raws, how="diagonal_relaxed") if len(raws) > 1 else raws[0]
+    rows, bad_rows, norm_notes = normalize(raw_all, mapping, what)
+    rejected.append(bad_rows)
+    all_rejected = pl.concat(rejected, how="vertical_relaxed") if rejected else empty_rejected()
+    return RpcLog(frame=rows, rejected=all_rejected, files=files, notes=notes + norm_notes)

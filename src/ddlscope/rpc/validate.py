@@ -1,0 +1,432 @@
+"""Normalise a raw RPC log table to :data:`~ddlscope.rpc.schema.RPC_SCHEMA` and sort out bad rows.
+
+Every reader (CSV, Parquet, JSON lines, OTLP) produces a *raw* table: the file's own columns plus
+``log_file`` and ``log_line`` (where the row came from). :func:`normalize` renames columns through a
+:class:`ColumnMapping`, casts them to the schema's types and checks every row; rows that fail are
+moved to a *rejected* table with the first failing reason (in the order of :data:`REJECT_REASONS`),
+a detail naming the column(s) and value(s), and the row's ``log_file``/``log_line``. Nothing is
+dropped silently.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from ddlscope.rpc.schema import (
+    CLIENT_TIMESTAMPS,
+    CONNECTION_EVENTS,
+    OPS,
+    REQUIRED_COLUMNS,
+    RPC_SCHEMA,
+    SERVER_TIMESTAMPS,
+    ConnectionEventEnum,
+    OpEnum,
+)
+
+TIME_UNITS: dict[str, int] = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+"""Nanoseconds per unit of the input timestamps (``--time-unit``)."""
+
+REJECT_REASONS: dict[str, str] = {
+    "unparseable_line": "the line is not valid JSON (JSON lines / OTLP)",
+    "unmatched_client_span": "OTLP client span without a server span (same traceId, parentSpanId = its spanId)",
+    "unmatched_server_span": "OTLP server span without its client span",
+    "duplicate_server_span": "OTLP: a second server span under the same client span (retry/hedge); first kept",
+    "bad_value": "a value that cannot be read as the column's type (e.g. text in a number column)",
+    "missing_field": "a required id, op or size field is empty",
+    "missing_timestamp": "a required timestamp is empty",
+    "unknown_op": f"op is not one of {', '.join(OPS)} (map other names with an op mapping)",
+    "negative_size": "request_bytes, response_bytes or num_keys < 0",
+    "reversed_client_order": "client timestamps out of order: need issue <= send_start <= send_end <= recv_end <= done",
+    "reversed_server_order": "server timestamps out of order: need recv_start <= recv_end <= proc_start <= proc_end "
+    "<= send_end",
+    "reversed_connect_order": "client_connect_end_ns < client_connect_start_ns",
+    "negative_network": "negative network stage: the server residence (send_end - recv_start) is longer than the "
+    "client's round trip (recv_end - send_end)",
+    "duplicate_rpc": "the same (worker_id, rpc_id) as an earlier row; the first is kept",
+}
+"""Why a row is rejected, in the order the checks apply (a row gets the first that fails)."""
+
+REJECTED_SCHEMA: dict[str, pl.DataType] = {
+    "log_file": pl.String, "log_line": pl.Int64, "reason": pl.String, "detail": pl.String,
+}
+"""Columns of a rejected-rows table: the source file, its line (1-based; the row number for
+Parquet), the reason (a key of :data:`REJECT_REASONS`) and a detail naming columns and values."""
+
+ID_COLUMNS: tuple[str, ...] = ("worker_id", "server_id", "connection_id")
+"""Id columns that may also be given as text (host names, addresses): they are then encoded as
+0-based integer codes in sorted order of the text and the text is kept in ``<column>_label``."""
+
+SOURCE_COLUMNS: tuple[str, ...] = ("log_file", "log_line")
+"""Columns every reader adds: the file (path as given) and the 1-based line (row for Parquet)."""
+
+
+def empty_rejected() -> pl.DataFrame:
+    """An empty rejected-rows table (:data:`REJECTED_SCHEMA`)."""
+    return pl.DataFrame(schema=REJECTED_SCHEMA)
+
+
+@dataclass(frozen=True)
+class ColumnMapping:
+    """How a log's own names map onto the schema.
+
+    Attributes:
+        columns: source column (or OTLP attribute) name -> schema column name.
+        ops: source op value -> one of :data:`~ddlscope.rpc.schema.OPS` (e.g. ``Pull -> pull_dense``).
+        time_unit: unit of the source's timestamps, a key of :data:`TIME_UNITS` (OTLP is always ns).
+    """
+
+    columns: Mapping[str, str] = field(default_factory=dict)
+    ops: Mapping[str, str] = field(default_factory=dict)
+    time_unit: str = "ns"
+
+    def __post_init__(self) -> None:
+        if self.time_unit not in TIME_UNITS:
+            raise ValueError(f"time unit: expected one of {', '.join(TIME_UNITS)}, got {self.time_unit!r}")
+        bad = {k: v for k, v in self.ops.items() if v not in OPS}
+        if bad:
+            raise ValueError(f"op mapping: targets must be one of {', '.join(OPS)}; got {bad}")
+        targets = list(self.columns.values())
+        dup = sorted({t for t in targets if targets.count(t) > 1})
+        if dup:
+            raise ValueError(f"column mapping: several source columns map to {', '.join(dup)}")
+
+    @classmethod
+    def from_pairs(
+        cls, columns: Iterable[str] = (), ops: Iterable[str] = (), time_unit: str = "ns",
+        base: ColumnMapping | None = None,
+    ) -> ColumnMapping:
+        """A mapping from ``old=new`` strings (``--map``, ``--op-map``) on top of ``base``.
+
+        Raises:
+            ValueError: a pair without ``=`` or with an empty side.
+        """
+        def parse(items: Iterable[str], what: str) -> dict[str, str]:
+            out: dict[str, str] = {}
+            for item in items:
+                old, sep, new = item.partition("=")
+                if not sep or not old.strip() or not new.strip():
+                    raise ValueError(f"{what} {item!r}: expected OLD=NEW")
+                out[old.strip()] = new.strip()
+            return out
+
+        b = base or cls()
+        return cls(
+            columns={**b.columns, **parse(columns, "--map")},
+            ops={**b.ops, **parse(ops, "--op-map")},
+            time_unit=time_unit if time_unit != "ns" or base is None else b.time_unit,
+        )
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ColumnMapping:
+        """Read a mapping file (TOML or JSON)::
+
+            time_unit = "us"            # optional
+            [columns]                   # source name = schema name
+            ts_issue = "client_issue_ns"
+            [ops]                       # source op value = schema op
+            Pull = "pull_dense"
+
+        A file with only top-level ``name = "schema name"`` string pairs is a column mapping.
+
+        Raises:
+            ValueError: the file cannot be parsed, or a value is not a string.
+        """
+        p = Path(path)
+        try:
+            data = json.loads(p.read_text()) if p.suffix == ".json" else tomllib.loads(p.read_text())
+        except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise ValueError(f"{p}: cannot parse the mapping file: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ValueError(f"{p}: expected a table of names")
+        columns = data.get("columns", {k: v for k, v in data.items() if k not in ("ops", "time_unit")})
+        ops = data.get("ops", {})
+        for what, table in (("columns", columns), ("ops", ops)):
+            if not isinstance(table, dict) or not all(isinstance(v, str) for v in table.values()):
+                raise ValueError(f"{p}: [{what}] must map names to strings")
+        return cls(columns=columns, ops=ops, time_unit=str(data.get("time_unit", "ns")))
+
+
+def apply_column_mapping(raw: pl.DataFrame, mapping: ColumnMapping, what: str) -> pl.DataFrame:
+    """Rename ``raw``'s columns through ``mapping.columns``.
+
+    Raises:
+        ValueError: a mapped source column is absent, or its target already exists in ``raw``.
+    """
+    missing = [c for c in mapping.columns if c not in raw.columns]
+    if missing:
+        raise ValueError(f"{what}: mapped column(s) {', '.join(missing)} not in the log; "
+                         f"its columns are: {', '.join(c for c in raw.columns if c not in SOURCE_COLUMNS)}")
+    clash = [t for s, t in mapping.columns.items() if t in raw.columns and t not in mapping.columns and t != s]
+    if clash:
+        raise ValueError(f"{what}: the log already has column(s) {', '.join(clash)}; map them away too or "
+                         "drop the mapping")
+    return raw.rename(dict(mapping.columns))
+
+
+def require_columns(raw: pl.DataFrame, what: str) -> None:
+    """Check that every required schema column is present.
+
+    Raises:
+        ValueError: names the missing columns, the log's columns, and how to map names.
+    """
+    missing = [c for c in REQUIRED_COLUMNS if c not in raw.columns]
+    if missing:
+        have = ", ".join(c for c in raw.columns if c not in SOURCE_COLUMNS)
+        raise ValueError(
+            f"{what}: missing required column(s) {', '.join(missing)}; the log has: {have}. "
+            "Map other names with --map OLD=NEW or a mapping file (see docs/rpc.md)."
+        )
+
+
+def _as_string(col: str) -> pl.Expr:
+    return pl.col(col).cast(pl.String)
+
+
+def _cast_int(col: str, dtype: pl.DataType) -> pl.Expr:
+    """``col`` as Int64; text is parsed, floats must be whole numbers (else null = bad value)."""
+    if dtype == pl.String:
+        as_int = pl.col(col).str.strip_chars().cast(pl.Int64, strict=False)
+        as_float = pl.col(col).str.strip_chars().cast(pl.Float64, strict=False)
+        whole = pl.when(as_float.is_finite() & (as_float == as_float.round(0))).then(as_float.cast(pl.Int64))
+        return pl.coalesce(as_int, whole)
+    if dtype.is_float():
+        return pl.when(pl.col(col).is_finite() & (pl.col(col) == pl.col(col).round(0))).then(
+            pl.col(col).cast(pl.Int64))
+    if dtype.is_integer() or dtype == pl.Boolean:
+        return pl.col(col).cast(pl.Int64, strict=False)
+    return pl.lit(None, pl.Int64)
+
+
+def _quick_int(col: str, dtype: pl.DataType, scale: int) -> pl.Expr:
+    """A plain integer parse of a text column, times ``scale`` (null where the text is not a bare integer)."""
+    out = pl.col(col).cast(pl.Int64, strict=False)
+    return out * scale if scale != 1 else out
+
+
+def _cast_timestamp(col: str, dtype: pl.DataType, scale: int) -> pl.Expr:
+    """``col`` in ns as Int64: integers are multiplied exactly; floats and decimal text rounded."""
+    if dtype.is_integer():
+        return pl.col(col).cast(pl.Int64, strict=False) * scale
+    if dtype == pl.String:
+        as_int = pl.col(col).str.strip_chars().cast(pl.Int64, strict=False) * scale
+        as_float = pl.col(col).str.strip_chars().cast(pl.Float64, strict=False) * scale
+        return pl.coalesce(as_int, pl.when(as_float.is_finite()).then(as_float.round(0).cast(pl.Int64)))
+    if dtype.is_float():
+        f = pl.col(col) * scale
+        return pl.when(f.is_finite()).then(f.round(0).cast(pl.Int64))
+    return pl.lit(None, pl.Int64)
+
+
+def normalize(raw: pl.DataFrame, mapping: ColumnMapping | None = None, what: str = "log",
+              ) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
+    """Rename, type and check a raw log table.
+
+    Args:
+        raw: the reader's table: source columns plus ``log_file`` (String) and ``log_line`` (Int64).
+        mapping: names and units of the source (default: the schema's names, ns).
+        what: how errors name the input (e.g. the file list).
+
+    Returns:
+        ``(rows, rejected, notes)``: the rows that pass every check with the schema's dtypes
+        (:data:`~ddlscope.rpc.schema.RPC_SCHEMA`; extra columns kept as they are; text ids encoded,
+        see :data:`ID_COLUMNS`), the rejected rows (:data:`REJECTED_SCHEMA`), and notes for the
+        user (encodings applied).
+
+    Raises:
+        ValueError: mapped columns absent, or required columns missing after the mapping.
+    """
+    mapping = mapping or ColumnMapping()
+    frame = apply_column_mapping(raw, mapping, what)
+    require_columns(frame, what)
+    notes: list[str] = []
+    scale = TIME_UNITS[mapping.time_unit]
+    schema = frame.schema
+    casts: dict[str, pl.Expr] = {}
+    for name, (dtype, _, _) in RPC_SCHEMA.items():
+        if name not in schema:
+            continue
+        src = schema[name]
+        if name in CLIENT_TIMESTAMPS or name in SERVER_TIMESTAMPS or name in (
+                "client_connect_start_ns", "client_connect_end_ns"):
+            casts[name] = _cast_timestamp(name, src, scale)
+        elif name == "op":
+            text = _as_string(name).str.strip_chars()
+            if mapping.ops:
+                text = text.replace(dict(mapping.ops))
+            casts[name] = text.cast(OpEnum, strict=False)
+        elif name == "connection_event":
+            casts[name] = _as_string(name).str.strip_chars().str.to_lowercase().cast(ConnectionEventEnum, strict=False)
+        elif name in ID_COLUMNS and src == pl.String:
+            parsed = frame.select(_cast_int(name, src).is_null() & pl.col(name).is_not_null()).to_series()
+            if parsed.any():
+                labels = pl.col(name).str.strip_chars().replace("", None)
+                frame = frame.with_columns(labels.alias(f"{name}_label"))
+                casts[name] = (labels.rank("dense") - 1).cast(pl.Int64)
+                notes.append(f"{name} given as text: encoded as integer codes in sorted order of the text, "
+                             f"the text kept in {name}_label")
+            else:
+                casts[name] = _cast_int(name, src)
+        elif dtype == pl.Int64:
+            casts[name] = _cast_int(name, src)
+        elif dtype == pl.String:
+            casts[name] = _as_string(name)
+        elif isinstance(dtype, pl.List) and isinstance(src, pl.List):
+            casts[name] = pl.col(name).cast(dtype, strict=False)
+    # text columns: a plain integer parse first; the lenient parse (spaces, decimals) only for the
+    # columns where it leaves values unread
+    quick = {c: _quick_int(c, schema[c], scale if c.endswith("_ns") else 1) for c in casts
+             if schema[c] == pl.String and RPC_SCHEMA[c][0] == pl.Int64 and f"{c}_label" not in frame.columns}
+    if quick:
+        failures = frame.select(
+            (pl.col(c).is_not_null() & e.is_null()).sum().alias(c) for c, e in quick.items()).row(0, named=True)
+        casts.update({c: e for c, e in quick.items() if not failures[c]})
+    frame = frame.with_columns(e.alias(f"__cast_{c}") for c, e in casts.items())
+    bad_parts = [
+        pl.when(pl.col(c).is_not_null() & pl.col(f"__cast_{c}").is_null()).then(pl.format(f"{c}={{}}", _as_string(c)))
+        for c in casts if c != "op"
+    ]
+    frame = frame.with_columns(
+        (pl.concat_str(bad_parts, separator="; ", ignore_nulls=True) if bad_parts else pl.lit(None, pl.String))
+        .alias("__bad_value"),
+        _as_string("op").alias("__op_text"),
+    ).with_columns(pl.col(f"__cast_{c}").alias(c) for c in casts).drop([f"__cast_{c}" for c in casts])
+    rows, rejected = check_rows(frame, extra_checks=True)
+    rows = rows.drop("__bad_value", "__op_text")
+    return rows, rejected, notes
+
+
+def _first_pair_out_of_order(cols: tuple[str, ...]) -> tuple[pl.Expr, pl.Expr]:
+    """(any adjacent pair out of order, detail naming the first such pair with its values)."""
+    pairs = list(itertools.pairwise(cols))
+    conds = [pl.col(b) < pl.col(a) for a, b in pairs]
+    detail = pl.coalesce([
+        pl.when(c).then(pl.format(f"{b} < {a} ({{}} < {{}})", pl.col(b), pl.col(a)))
+        for c, (a, b) in zip(conds, pairs, strict=True)
+    ])
+    return pl.any_horizontal(conds), detail
+
+
+def _null_names(cols: Iterable[str]) -> pl.Expr:
+    return pl.concat_str([pl.when(pl.col(c).is_null()).then(pl.lit(c)) for c in cols],
+                         separator=", ", ignore_nulls=True)
+
+
+def check_rows(frame: pl.DataFrame, extra_checks: bool = False) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Split a schema-typed RPC table into good rows and rejected rows.
+
+    Applies the checks of :data:`REJECT_REASONS` from ``missing_field`` on (``bad_value`` and
+    ``unknown_op`` too when ``extra_checks``, which needs the ``__bad_value``/``__op_text`` columns
+    :func:`normalize` adds). Works on any frame with the required columns, e.g. one built in memory.
+
+    Args:
+        frame: an RPC table (:data:`~ddlscope.rpc.schema.RPC_SCHEMA` dtypes); ``log_file`` and
+            ``log_line`` are used when present (else the 1-based row number is the line).
+
+    Returns:
+        ``(good, rejected)``: ``good`` keeps ``frame``'s columns; ``rejected`` is :data:`REJECTED_SCHEMA`.
+
+    Raises:
+        ValueError: a required column is missing.
+    """
+    require_columns(frame, "RPC table")
+    if "log_line" not in frame.columns:
+        frame = frame.with_row_index("log_line", offset=1).with_columns(pl.col("log_line").cast(pl.Int64))
+    if "log_file" not in frame.columns:
+        frame = frame.with_columns(pl.lit("<memory>").alias("log_file"))
+    ts = (*CLIENT_TIMESTAMPS, *SERVER_TIMESTAMPS)
+    fields = ("rpc_id", "worker_id", "server_id", "connection_id", "iteration", "op", "request_bytes",
+              "response_bytes", "num_keys")
+    client_bad, client_detail = _first_pair_out_of_order(CLIENT_TIMESTAMPS)
+    server_bad, server_detail = _first_pair_out_of_order(SERVER_TIMESTAMPS)
+    has_connect = "client_connect_start_ns" in frame.columns and "client_connect_end_ns" in frame.columns
+    connect_bad = (pl.col("client_connect_end_ns") < pl.col("client_connect_start_ns")) if has_connect \
+        else pl.lit(False)
+    round_trip = pl.col("client_recv_end_ns") - pl.col("client_send_end_ns")
+    residence = pl.col("server_send_end_ns") - pl.col("server_recv_start_ns")
+    sizes = ("request_bytes", "response_bytes", "num_keys")
+    op_missing = pl.col("op").is_null()
+    if extra_checks:
+        op_missing = pl.col("__op_text").is_null() | (pl.col("__op_text").str.strip_chars() == "")
+    checks: list[tuple[str, pl.Expr, pl.Expr]] = []
+    if extra_checks:
+        checks.append(("bad_value", pl.col("__bad_value").is_not_null() & (pl.col("__bad_value") != ""),
+                       pl.col("__bad_value")))
+    field_null = pl.any_horizontal([pl.col(c).is_null() for c in fields if c != "op"]) | op_missing
+    checks += [
+        ("missing_field", field_null, pl.concat_str(
+            [_null_names(c for c in fields if c != "op"), pl.when(op_missing).then(pl.lit("op"))],
+            separator=", ", ignore_nulls=True)),
+        ("missing_timestamp", pl.any_horizontal([pl.col(c).is_null() for c in ts]), _null_names(ts)),
+    ]
+    if extra_checks:
+        checks.append(("unknown_op", pl.col("op").is_null(), pl.format("op={}", pl.col("__op_text"))))
+    checks += [
+        ("negative_size", pl.any_horizontal([pl.col(c) < 0 for c in sizes]),
+         pl.concat_str([pl.when(pl.col(c) < 0).then(pl.format(f"{c}={{}}", pl.col(c))) for c in sizes],
+                       separator=", ", ignore_nulls=True)),
+        ("reversed_client_order", client_bad, client_detail),
+        ("reversed_server_order", server_bad, server_detail),
+        ("reversed_connect_order", connect_bad,
+         pl.format("client_connect_end_ns < client_connect_start_ns ({} < {})",
+                   pl.col("client_connect_end_ns"), pl.col("client_connect_start_ns")) if has_connect
+         else pl.lit(None, pl.String)),
+        ("negative_network", round_trip < residence,
+         pl.format("server residence {} ns > client round trip {} ns", residence, round_trip)),
+    ]
+    reason = pl.when(checks[0][1]).then(pl.lit(checks[0][0]))
+    detail = pl.when(checks[0][1]).then(checks[0][2])
+    for name, cond, det in checks[1:]:
+        reason = reason.when(cond).then(pl.lit(name))
+        detail = detail.when(cond).then(det)
+    frame = frame.with_columns(reason.otherwise(None).alias("__reason"), detail.otherwise(None).alias("__detail"))
+    # a null in a condition (e.g. a missing timestamp in an order check) never rejects on its own:
+    # the missing_* checks above catch it first
+    bad_mask = pl.col("__reason").is_not_null()
+    rejected = frame.filter(bad_mask)
+    good = frame.filter(~bad_mask)
+    # duplicates among the rows that passed every other check (the first occurrence is kept)
+    dup = ~pl.struct("worker_id", "rpc_id").is_first_distinct()
+    if good.select(dup.any()).item():
+        good = good.with_columns(
+            pl.when(dup).then(pl.lit("duplicate_rpc")).alias("__reason"),
+            pl.when(dup).then(pl.format("worker_id={}, rpc_id={}", pl.col("worker_id"), pl.col("rpc_id")))
+            .alias("__detail"),
+        )
+        rejected = pl.concat([rejected, good.filter(bad_mask)], how="vertical_relaxed")
+        good = good.filter(~bad_mask)
+    rejected = rejected.select(
+        pl.col("log_file").cast(pl.String), pl.col("log_line").cast(pl.Int64),
+        pl.col("__reason").alias("reason"), pl.col("__detail").alias("detail"),
+    ).sort("log_file", "log_line", maintain_order=True)
+    return good.drop("__reason", "__detail"), rejected
+
+
+def rejected_counts(rejected: pl.DataFrame) -> pl.DataFrame:
+    """Rejected rows per reason: ``reason``, ``rows``, ``first_at`` (``file:line`` of the first),
+    ``example`` (its detail) and ``meaning`` (from :data:`REJECT_REASONS`), in check order."""
+    if rejected.height == 0:
+        return pl.DataFrame(schema={"reason": pl.String, "rows": pl.Int64, "first_at": pl.String,
+                                    "example": pl.String, "meaning": pl.String})
+    order = {r: i for i, r in enumerate(REJECT_REASONS)}
+    return (
+        rejected.group_by("reason", maintain_order=True)
+        .agg(pl.len().cast(pl.Int64).alias("rows"),
+             pl.format("{}:{}", pl.col("log_file"), pl.col("log_line")).first().alias("first_at"),
+             pl.col("detail").first().alias("example"))
+        .with_columns(pl.col("reason").replace_strict(REJECT_REASONS, default=None).alias("meaning"),
+                      pl.col("reason").replace_strict(order, default=len(order)).alias("__o"))
+        .sort("__o").drop("__o")
+    )
+
+
+__all__ = [
+    "CONNECTION_EVENTS", "REJECTED_SCHEMA", "REJECT_REASONS", "TIME_UNITS", "ColumnMapping", "check_rows",
+    "empty_rejected", "normalize", "rejected_counts",
+]

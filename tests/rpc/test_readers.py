@@ -1,0 +1,184 @@
+"""Readers: CSV/Parquet/JSON lines round trips, every bad-row kind counted with reason and line, mappings."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+from rpclog_builders import rpc_row
+
+from ddlscope.rpc import ColumnMapping, check_rows, read_rpc_log
+from ddlscope.rpc.schema import REQUIRED_COLUMNS
+from ddlscope.rpc.synthetic import synthetic_rpc_log
+from ddlscope.rpc.validate import REJECT_REASONS
+
+STAGES = {"client_queue": 10, "client_send": 20, "network": 90, "server_receive": 8, "server_queue": 12,
+          "server_processing": 50, "server_send": 10, "client_completion": 5}
+
+
+def _row(i: int, **kw) -> dict:
+    return rpc_row(i, issue_ns=1_000_000 + 1_000 * i, stages=STAGES, server_offset_ns=2_500_000_000, **kw)
+
+
+def _csv_line(row: dict, cols: list[str]) -> str:
+    return ",".join("" if row.get(c) is None else str(row[c]) for c in cols)
+
+
+def test_round_trips_keep_every_value(tmp_path):
+    frame = synthetic_rpc_log(2_000, seed=4)
+    frame.write_parquet(tmp_path / "log.parquet")
+    frame.write_csv(tmp_path / "log.csv")
+    frame.write_ndjson(tmp_path / "log.jsonl")
+    cols = frame.columns
+    for name in ("log.parquet", "log.csv", "log.jsonl"):
+        log = read_rpc_log(tmp_path / name)
+        assert log.rejected.height == 0, name
+        assert log.frame.select(cols).equals(frame), name
+        assert log.frame.get_column("log_file").unique().to_list() == [str(tmp_path / name)]
+    csv = read_rpc_log(tmp_path / "log.csv").frame
+    assert csv.get_column("log_line").head(3).to_list() == [2, 3, 4]  # header is line 1
+    pq = read_rpc_log(tmp_path / "log.parquet").frame
+    assert pq.get_column("log_line").head(2).to_list() == [1, 2]  # Parquet: row number
+
+
+def test_several_files_form_one_log(tmp_path):
+    frame = synthetic_rpc_log(1_000, seed=6)
+    frame.head(400).write_csv(tmp_path / "a.csv")
+    frame.tail(600).write_parquet(tmp_path / "b.parquet")
+    log = read_rpc_log([tmp_path / "a.csv", tmp_path / "b.parquet"])
+    assert log.frame.height == 1_000
+    assert log.frame.select(frame.columns).equals(frame)
+    assert log.files == [str(tmp_path / "a.csv"), str(tmp_path / "b.parquet")]
+
+
+def _bad_csv(tmp_path):
+    cols = [*REQUIRED_COLUMNS, "client_connect_start_ns", "client_connect_end_ns"]
+    rows = [_row(i) for i in range(13)]
+    rows[1]["request_bytes"] = "abc"                                   # bad_value
+    rows[2]["worker_id"] = None                                        # missing_field
+    rows[3]["client_done_ns"] = None                                   # missing_timestamp
+    rows[4]["op"] = "get"                                              # unknown_op
+    rows[5]["response_bytes"] = -5                                     # negative_size
+    rows[6]["client_send_end_ns"] = rows[6]["client_send_start_ns"] - 1  # reversed_client_order
+    rows[7]["server_proc_end_ns"] = rows[7]["server_proc_start_ns"] - 3  # reversed_server_order
+    rows[8]["client_connect_start_ns"], rows[8]["client_connect_end_ns"] = 500, 400  # reversed_connect_order
+    rows[9]["server_send_end_ns"] += 1_000                             # negative_network (residence > round trip)
+    rows[10]["rpc_id"] = 0                                             # duplicate_rpc of row 0 (same worker)
+    rows[11]["op"] = None                                              # missing_field (op)
+    text = ",".join(cols) + "\n" + "\n".join(_csv_line(r, cols) for r in rows) + "\n"
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    return path
+
+
+def test_every_bad_row_kind_is_counted_with_reason_and_line(tmp_path):
+    path = _bad_csv(tmp_path)
+    log = read_rpc_log(path)
+    # rows 0 and 12 are good; data row k sits on line k + 2
+    assert log.frame.get_column("rpc_id").to_list() == [0, 12]
+    got = {(r["log_line"], r["reason"]) for r in log.rejected.iter_rows(named=True)}
+    assert got == {(3, "bad_value"), (4, "missing_field"), (5, "missing_timestamp"), (6, "unknown_op"),
+                   (7, "negative_size"), (8, "reversed_client_order"), (9, "reversed_server_order"),
+                   (10, "reversed_connect_order"), (11, "negative_network"), (12, "duplicate_rpc"),
+                   (13, "missing_field")}
+    detail = {r["reason"]: r["detail"] for r in log.rejected.iter_rows(named=True)}
+    assert detail["bad_value"] == "request_bytes=abc"
+    assert detail["missing_timestamp"] == "client_done_ns"
+    assert detail["unknown_op"] == "op=get"
+    assert detail["negative_size"] == "response_bytes=-5"
+    assert detail["reversed_client_order"].startswith("client_send_end_ns < client_send_start_ns")
+    assert detail["reversed_server_order"].startswith("server_proc_end_ns < server_proc_start_ns")
+    assert detail["negative_network"] == "server residence 1080 ns > client round trip 170 ns"  # 80+1000 vs 170
+    assert detail["duplicate_rpc"] == "worker_id=0, rpc_id=0"
+    counts = log.rejected_counts()
+    assert dict(zip(counts["reason"], counts["rows"], strict=True))["missing_field"] == 2
+    assert counts.filter(pl.col("reason") == "bad_value").get_column("first_at").item() == f"{path}:3"
+    assert set(counts["reason"]) <= set(REJECT_REASONS)
+    assert log.rows_read == 13
+
+
+def test_unparseable_json_lines_are_counted_with_their_line(tmp_path):
+    rows = [_row(0), _row(1), _row(2)]
+    lines = [json.dumps(rows[0]), "", "{not json", json.dumps(rows[1]), "[1, 2]", json.dumps(rows[2])]
+    path = tmp_path / "log.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    log = read_rpc_log(path)
+    assert log.frame.get_column("rpc_id").to_list() == [0, 1, 2]
+    assert log.frame.get_column("log_line").to_list() == [1, 4, 6]   # the blank line 2 still counts
+    assert [(r["log_line"], r["reason"]) for r in log.rejected.iter_rows(named=True)] == [
+        (3, "unparseable_line"), (5, "unparseable_line")]
+
+
+def test_check_rows_on_an_in_memory_frame():
+    frame = pl.DataFrame([_row(0), _row(1)]).with_columns(
+        pl.when(pl.col("rpc_id") == 1).then(pl.col("client_issue_ns") + 10**6).otherwise(pl.col("client_issue_ns"))
+        .alias("client_issue_ns"))
+    good, bad = check_rows(frame)
+    assert good.get_column("rpc_id").to_list() == [0]
+    assert bad.row(0, named=True)["reason"] == "reversed_client_order"
+    assert bad.row(0, named=True)["log_line"] == 2 and bad.row(0, named=True)["log_file"] == "<memory>"
+
+
+def test_column_and_op_mapping_and_time_unit(tmp_path):
+    rows = [_row(0, op="pull_sparse"), _row(1, op="push_dense")]
+    frame = pl.DataFrame(rows)
+    # a framework's own names, microsecond timestamps, its own op names
+    renamed = {"client_issue_ns": "t_issue_us", "server_id": "ps_shard", "op": "method"}
+    ts_cols = [c for c in frame.columns if c.endswith("_ns")]
+    src = frame.with_columns(pl.col(c) / 1_000 for c in ts_cols).with_columns(
+        pl.col("op").replace({"pull_sparse": "Lookup", "push_dense": "ApplyDense"})).rename(renamed)
+    src.write_csv(tmp_path / "fw.csv")
+    mapping = ColumnMapping.from_pairs(["t_issue_us=client_issue_ns", "ps_shard=server_id", "method=op"],
+                                       ["Lookup=pull_sparse", "ApplyDense=push_dense"], time_unit="us")
+    log = read_rpc_log(tmp_path / "fw.csv", mapping=mapping)
+    assert log.rejected.height == 0
+    assert log.frame.get_column("op").cast(pl.String).to_list() == ["pull_sparse", "push_dense"]
+    # 1_001_000 ns -> 1001 us -> 1_001_000 ns again (timestamps exact to the nanosecond here)
+    assert log.frame.get_column("client_issue_ns").to_list() == frame.get_column("client_issue_ns").to_list()
+    # the same through a mapping file
+    (tmp_path / "map.toml").write_text('time_unit = "us"\n[columns]\nt_issue_us = "client_issue_ns"\n'
+                                       'ps_shard = "server_id"\nmethod = "op"\n[ops]\nLookup = "pull_sparse"\n'
+                                       'ApplyDense = "push_dense"\n')
+    log2 = read_rpc_log(tmp_path / "fw.csv", mapping=ColumnMapping.from_file(tmp_path / "map.toml"))
+    assert log2.frame.drop("log_file").equals(log.frame.drop("log_file"))
+
+
+def test_missing_and_misnamed_columns_are_clear_errors(tmp_path):
+    pl.DataFrame([_row(0)]).drop("server_id", "client_done_ns").write_csv(tmp_path / "x.csv")
+    with pytest.raises(ValueError, match=r"x\.csv: missing required column\(s\) server_id, client_done_ns.*--map"):
+        read_rpc_log(tmp_path / "x.csv")
+    with pytest.raises(ValueError, match=r"mapped column\(s\) shard not in the log"):
+        read_rpc_log(tmp_path / "x.csv", mapping=ColumnMapping.from_pairs(["shard=server_id"]))
+    with pytest.raises(ValueError, match="expected OLD=NEW"):
+        ColumnMapping.from_pairs(["server_id"])
+    with pytest.raises(ValueError, match="op mapping: targets must be one of"):
+        ColumnMapping.from_pairs([], ["Get=read"])
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        read_rpc_log(tmp_path / "nope.csv")
+    (tmp_path / "x.txt").write_text("hello")
+    with pytest.raises(ValueError, match="unknown log format"):
+        read_rpc_log(tmp_path / "x.txt")
+
+
+def test_text_ids_are_encoded_and_kept(tmp_path):
+    rows = [_row(0, worker_id="host-b:7"), _row(1, worker_id="host-a:3"), _row(2, worker_id="host-b:7")]
+    pl.DataFrame(rows).write_csv(tmp_path / "ids.csv")
+    log = read_rpc_log(tmp_path / "ids.csv")
+    assert log.frame.get_column("worker_id").to_list() == [1, 0, 1]  # sorted text: host-a:3 -> 0
+    assert log.frame.get_column("worker_id_label").to_list() == ["host-b:7", "host-a:3", "host-b:7"]
+    assert any("worker_id given as text" in n for n in log.notes)
+
+
+def test_a_text_value_after_the_inferred_json_lines_is_a_bad_value(tmp_path):
+    # the first 1,000 lines fix the schema; line 1,100 has text in a number field
+    frame = synthetic_rpc_log(1_200, seed=9)
+    lines = [json.dumps(r) for r in frame.with_columns(pl.col("op").cast(pl.String),
+                                                        pl.col("connection_event").cast(pl.String)).to_dicts()]
+    row = json.loads(lines[1_099])
+    row["request_bytes"] = "12x"
+    lines[1_099] = json.dumps(row)
+    (tmp_path / "log.jsonl").write_text("\n".join(lines) + "\n")
+    log = read_rpc_log(tmp_path / "log.jsonl")
+    assert log.frame.height == 1_199
+    assert log.rejected.rows() == [(str(tmp_path / "log.jsonl"), 1_100, "bad_value", "request_bytes=12x")]
