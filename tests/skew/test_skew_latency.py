@@ -1,4 +1,4 @@
-"""Stage times from an RPC log's timestamps and the latency gain of offload, by hand."""
+"""The latency gain of offload from an RPC log's stage times (the RPC dissection's), by hand."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from ddlscope.rpc import decompose
 from ddlscope.rpc.schema import STAGES
-from ddlscope.skew.latency import estimate_latency_gain, stage_times_ns
+from ddlscope.skew.latency import estimate_latency_gain
 from ddlscope.skew.offload import SwitchLayout, prepare_trace, simulate_offload
 from ddlscope.skew.streams import read_rpc_log_keys
 
@@ -24,7 +25,7 @@ def _log(rows: list[dict]) -> pl.DataFrame:
 
 
 def test_stage_times_by_hand() -> None:
-    st = stage_times_ns(_log([{"rpc_id": 1, "op": "push_sparse"}])).row(0, named=True)
+    st = decompose(_log([{"rpc_id": 1, "op": "push_sparse"}])).row(0, named=True)
     # client_queue 10-0; client_send 30-10; server residence 1120-1000 = 120; network (200-30)-120 = 50;
     # receive 1020-1000; queue 1050-1020; processing 1100-1050; send 1120-1100; completion 210-200
     expected = {"client_queue": 10, "client_send": 20, "network": 50, "server_receive": 20, "server_queue": 30,
@@ -34,7 +35,7 @@ def test_stage_times_by_hand() -> None:
 
 
 def test_latency_gain_by_hand() -> None:
-    st = stage_times_ns(_log([{"rpc_id": 1, "op": "push_sparse"}, {"rpc_id": 2, "op": "push_sparse"}]))
+    st = decompose(_log([{"rpc_id": 1, "op": "push_sparse"}, {"rpc_id": 2, "op": "push_sparse"}]))
     # server stages 20+30+50+20 = 120 of 210 ns. h = (0.5, 0): 210 - 60 = 150 and 210 -> mean 180
     g = estimate_latency_gain(st, [0.5, 0.0])
     assert g["latency_mean_us_before"] == pytest.approx(0.210)
@@ -61,7 +62,7 @@ def test_offload_latency_from_an_rpc_log(tmp_path: Path) -> None:
     trace = prepare_trace(read_rpc_log_keys(path))
     layout = SwitchLayout(embedding_dim=2)
     res = simulate_offload(trace, layout, [layout.entry_bytes], ("static",), warmup_iterations=1,
-                           stage_times=stage_times_ns(log)).table.row(0, named=True)
+                           stage_times=decompose(log)).table.row(0, named=True)
     # warm-up counts key 1: 2, key 2: 1 -> {1}. Evaluated RPCs: rpc 2 keys (1, 3) -> h = 1/2; rpc 3 (2) -> 0
     # client_issue moved to 2 and 3 ns: latencies 208 and 207 ns; server stages 120 ns each
     # after: 208 - 60 = 148 and 207 -> mean before 207.5, after 177.5

@@ -12,8 +12,8 @@ from rich.console import Console
 
 from ddlscope.cli.common import FormatOpt, user_errors
 from ddlscope.report.console import emit
+from ddlscope.rpc import decompose, read_rpc_log
 from ddlscope.skew.frequency import DEFAULT_WINDOW_EVENTS, analyze_skew
-from ddlscope.skew.latency import stage_times_ns
 from ddlscope.skew.offload import (
     DEFAULT_KEY_BYTES,
     DEFAULT_METADATA_BYTES,
@@ -25,7 +25,7 @@ from ddlscope.skew.offload import (
     prepare_trace,
     simulate_offload,
 )
-from ddlscope.skew.streams import SOURCE_KINDS, emulate_training, load_stream, read_table, with_vocabulary
+from ddlscope.skew.streams import SOURCE_KINDS, emulate_training, load_stream, with_vocabulary
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
 
@@ -173,7 +173,13 @@ def register(rpc_app: typer.Typer) -> None:
         stages = None
         if stream.kind == "rpc_log":
             try:
-                stages = stage_times_ns(read_table(source))
+                log = read_rpc_log(source)
+                stages = decompose(log.frame)
+                if log.rejected.height:
+                    Console(stderr=True).print(
+                        f"note: latency estimate from {log.frame.height:,} RPCs; {log.rejected.height:,} rejected "
+                        "rows of the log left out (ddlscope rpc dissect lists them with file:line and reason)",
+                        soft_wrap=True)
             except ValueError as exc:
                 Console(stderr=True).print(f"note: no latency estimate ({exc})")
         res = simulate_offload(trace, layout, budgets, tuple(policy) if policy else POLICIES, warmup, refresh,

@@ -1,9 +1,8 @@
 """Latency gain of switch offload, estimated from the per-stage breakdown of the RPCs.
 
-:func:`stage_times_ns` computes the stages of :data:`ddlscope.rpc.schema.STAGES` from the raw
-timestamps of an RPC log, each a difference on one clock exactly as the schema's docstring
-defines them (a small stand-in until the RPC dissection, built on another branch, is on main;
-:func:`estimate_latency_gain` takes either's output: any frame with one column per stage).
+:func:`estimate_latency_gain` takes per-RPC stage times: any frame with one column per stage of
+:data:`ddlscope.rpc.schema.STAGES`, e.g. the output of :func:`ddlscope.rpc.decompose` (the RPC
+dissection's single-clock stages).
 
 The estimate (reconstruction: the IMC 2020 study motivates offload by the server-side cost of
 hot parameters; it gives no formula): an RPC a fraction ``h`` of whose keys the switch handles
@@ -31,43 +30,6 @@ SERVER_STAGES: tuple[str, ...] = ("server_receive", "server_queue", "server_proc
 """The stages the switch takes work from (server side)."""
 
 _UNIT_TO_S = {"_ns": 1e-9, "_us": 1e-6, "_ms": 1e-3, "_s": 1.0}
-
-
-def stage_times_ns(log: pl.DataFrame) -> pl.DataFrame:
-    """Per-RPC stage times (ns) from the schema's timestamps (single-clock differences).
-
-    Args:
-        log: an RPC table with ``rpc_id``, ``op`` and the ``client_*_ns``/``server_*_ns``
-            timestamps of :data:`ddlscope.rpc.schema.RPC_SCHEMA`.
-
-    Returns:
-        Frame ``rpc_id``, ``op``, one ``<stage>_ns`` column per stage of
-        :data:`~ddlscope.rpc.schema.STAGES` (Int64), and ``latency_ns`` = client_done - client_issue
-        (their sum).
-
-    Raises:
-        ValueError: a needed column is missing.
-    """
-    need = ["rpc_id", "op", "client_issue_ns", "client_send_start_ns", "client_send_end_ns", "client_recv_end_ns",
-            "client_done_ns", "server_recv_start_ns", "server_recv_end_ns", "server_proc_start_ns",
-            "server_proc_end_ns", "server_send_end_ns"]
-    missing = [c for c in need if c not in log.columns]
-    if missing:
-        raise ValueError(f"RPC log: stage times need columns {missing}")
-    c = pl.col
-    residence = c("server_send_end_ns") - c("server_recv_start_ns")
-    return log.select(
-        c("rpc_id"), c("op").cast(pl.String),
-        (c("client_send_start_ns") - c("client_issue_ns")).alias("client_queue_ns"),
-        (c("client_send_end_ns") - c("client_send_start_ns")).alias("client_send_ns"),
-        ((c("client_recv_end_ns") - c("client_send_end_ns")) - residence).alias("network_ns"),
-        (c("server_recv_end_ns") - c("server_recv_start_ns")).alias("server_receive_ns"),
-        (c("server_proc_start_ns") - c("server_recv_end_ns")).alias("server_queue_ns"),
-        (c("server_proc_end_ns") - c("server_proc_start_ns")).alias("server_processing_ns"),
-        (c("server_send_end_ns") - c("server_proc_end_ns")).alias("server_send_ns"),
-        (c("client_done_ns") - c("client_recv_end_ns")).alias("client_completion_ns"),
-        (c("client_done_ns") - c("client_issue_ns")).alias("latency_ns"),
-    )
 
 
 def stage_seconds(stages: pl.DataFrame) -> dict[str, np.ndarray]:
