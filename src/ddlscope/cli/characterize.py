@@ -37,7 +37,7 @@ from ddlscope.population.characterize import characterize as run_characterizatio
 from ddlscope.population.jobs import assemble_jobs
 from ddlscope.population.workloads import WorkloadLibrary
 from ddlscope.report.characterize import ARCH_ORDER, write_characterization_report
-from ddlscope.report.console import emit
+from ddlscope.report.console import emit, terminal
 from ddlscope.specs.catalog import load_catalog
 from ddlscope.specs.examples import EXAMPLE_SERVER
 
@@ -210,9 +210,7 @@ def _print(ch, accounting: pl.DataFrame, summary: dict, index: Path | None, out:
     def times(x: float | None) -> str:
         return "n/a" if x is None else f"{x:.2f}x"
 
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=200)
+    console = terminal()
     console.print("[bold]Headline figures (the PAI study's, measured on this population)[/bold]")
     lines = (
         f"  average communication share of step time: {pct(h['mean_comm_share'])} job-weighted, "

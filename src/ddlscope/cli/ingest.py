@@ -7,13 +7,12 @@ from typing import Annotated
 
 import polars as pl
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from ddlscope.cli.common import CatalogFiles, FormatOpt, err_console, user_errors
 from ddlscope.ingest import FORMATS, parse_map_pairs, read_population
 from ddlscope.ingest.report import IngestReport
-from ddlscope.report.console import emit
+from ddlscope.report.console import emit, terminal
 from ddlscope.specs.catalog import Catalog, load_catalog
 
 TraceFormatOpt = Annotated[
@@ -113,9 +112,7 @@ def register(app: typer.Typer) -> None:
             emit(files, "table", title="input files")
             if report.malformed_rows:
                 emit(report.malformed_summary(examples), "table", title="malformed rows (first examples: file:line)")
-            console = Console()
-            if not console.is_terminal:
-                console = Console(width=200)
+            console = terminal()
             for note in report.notes:
                 console.print(f"note: {escape(note)}")
             if out is not None:

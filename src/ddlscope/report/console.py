@@ -22,6 +22,13 @@ OutputFormat = Literal["table", "json", "csv"]
 FORMATS: tuple[str, ...] = ("table", "json", "csv")
 
 
+def terminal(stream: TextIO | None = None) -> Console:
+    """A rich Console on ``stream`` (stdout): the terminal's width, or 200 columns when the output
+    is piped (so tables are not squeezed to 80 columns in files and logs)."""
+    console = Console(file=stream)
+    return console if console.is_terminal else Console(file=stream, width=200)
+
+
 def format_value(value: Any, digits: int = 4) -> str:
     """A compact human string: floats to ``digits`` significant digits, None as ``-``."""
     if value is None:
@@ -94,9 +101,7 @@ def emit(
     """
     stream = stream or sys.stdout
     if fmt == "table":
-        console = Console(file=stream)
-        if not console.is_terminal:
-            console = Console(file=stream, width=200)
+        console = terminal(stream)
         if title:  # a line of its own: a table title would wrap at the table's width
             console.print(f"[bold]{escape(title)}[/bold]")
         console.print(rich_table(frame, caption=caption))
@@ -135,11 +140,11 @@ def emit_sections(
     """
     stream = stream or sys.stdout
     if fmt == "table":
-        console = Console(file=stream)
-        if not console.is_terminal:
-            console = Console(file=stream, width=200)
+        console = terminal(stream)
         for _, frame, title, caption in sections:
-            console.print(rich_table(frame, title=title, caption=caption))
+            if title:
+                console.print(f"[bold]{escape(title)}[/bold]")
+            console.print(rich_table(frame, caption=caption))
         for key, value in (summary or {}).items():
             if isinstance(value, Sequence) and not isinstance(value, str):
                 console.print(escape(f"{key}:"))
