@@ -64,3 +64,14 @@ def test_catalog_lists_every_kind():
         assert expected in [r["name"] for r in json.loads(res.output)]
     res = runner.invoke(app, ["catalog", "widgets"])
     assert res.exit_code == 2 and "expected one of gpus, links, servers, scenarios" in res.output
+
+
+def test_wrong_link_kind_message_is_one_short_line(tmp_path):
+    res = runner.invoke(app, ["predict", "--nic", "nvlink4"])
+    assert res.exit_code == 2
+    assert "nic: expected an 'ethernet' or 'infiniband' link, got 'nvlink4'" in res.output
+    assert "GPUSpec" not in res.output and len(res.output) < 200
+    f = tmp_path / "s.toml"
+    f.write_text('[system]\nserver = "dgx-a100"\n')
+    res = runner.invoke(app, ["predict", "--system-file", str(f), "-s", "dgx-h100"])
+    assert res.exit_code == 2 and "give the server and its overrides in the system file" in res.output

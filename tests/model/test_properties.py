@@ -43,7 +43,7 @@ def jobs(draw):
     w = Workload(
         batch_size=draw(st.integers(1, 512)),
         precision=draw(st.sampled_from(["fp32", "tf32", "fp16", "bf16"])),
-        compute_bound_flops=draw(nonneg),
+        compute_bound_flops=draw(positive),  # a step does some work (all-zero workloads are rejected)
         memory_bound_bytes=draw(nonneg),
         memory_bound_flops=draw(nonneg),
         input_bytes=draw(nonneg),

@@ -104,3 +104,36 @@ def test_workload_file(tmp_path):
     f.write_text('{"batch_size": 4, "compute_bound_flops": 1e9}')
     with pytest.raises(ValueError, match=r"w.json: memory_bound_bytes: Field required"):
         load_workload(f)
+
+
+def test_non_finite_bool_and_empty_workloads_are_rejected():
+    with pytest.raises(ValidationError, match="compute_bound_flops"):
+        Workload(batch_size=1, compute_bound_flops=float("inf"), memory_bound_bytes=1.0)
+    with pytest.raises(ValidationError, match="batch_size"):
+        Workload(batch_size=True, compute_bound_flops=1.0, memory_bound_bytes=1.0)
+    with pytest.raises(ValidationError, match="every demand is 0"):
+        Workload(batch_size=1, compute_bound_flops=0.0, memory_bound_bytes=0.0)
+
+
+def test_system_file_zero_is_an_error_not_the_default(tmp_path):
+    f = tmp_path / "s.toml"
+    f.write_text('[system]\nserver = "pai-v100-nvlink-8"\ngpus_per_server = 0\n')
+    with pytest.raises(CatalogError, match="gpus_per_server: Input should be greater than or equal to 1"):
+        load_system(f)
+
+
+def test_catalog_server_nvlink_none_override_keeps_aliases_and_errors_name_the_file(tmp_path):
+    f = tmp_path / "mine.toml"
+    f.write_text('[gpu."V100-SXM2-16GB"]\npeak_tflops = { fp32 = 16.0, tf32 = 16.0, fp16 = 130.0, bf16 = 16.0 }\n'
+                 'memory_bandwidth_gb_s = 900\nmemory_gb = 16\n'
+                 '[server."box"]\ngpu = "V100"\ngpus_per_server = 4\npcie = "pcie3-x16"\ngpus_per_pcie_root = 4\n'
+                 'nvlink = "none"\nnic = "eth-25g"\nstorage_read_gb_s = 1\n')
+    cat = load_catalog(f)
+    assert cat.gpu("V100").peak_tflops.fp32 == 16.0  # the PAI trace's alias still resolves
+    assert cat.overrides == [f"gpu.V100-SXM2-16GB (from {f})"]
+    assert cat.system("box").nvlink is None
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[server."box"]\ngpu = "NoSuchGPU"\ngpus_per_server = 4\npcie = "pcie3-x16"\n'
+                   'gpus_per_pcie_root = 4\nnic = "eth-25g"\nstorage_read_gb_s = 1\n')
+    with pytest.raises(CatalogError, match=r'bad\.toml: \[server\."box"\]: gpu: unknown GPU \'NoSuchGPU\''):
+        load_catalog(bad)

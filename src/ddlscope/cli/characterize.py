@@ -18,7 +18,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from ddlscope.cli.common import CatalogFiles, FormatOpt, OverlapOpt, err_console, parse_scenarios, user_errors
+from ddlscope.cli.common import (
+    CatalogFiles,
+    FormatOpt,
+    OverlapOpt,
+    err_console,
+    parse_scenarios,
+    user_catalog,
+    user_errors,
+)
 from ddlscope.cli.ingest import (
     FractionalOpt,
     MapOpt,
@@ -38,7 +46,6 @@ from ddlscope.population.jobs import assemble_jobs
 from ddlscope.population.workloads import WorkloadLibrary
 from ddlscope.report.characterize import ARCH_ORDER, write_characterization_report
 from ddlscope.report.console import emit, terminal
-from ddlscope.specs.catalog import load_catalog
 from ddlscope.specs.examples import EXAMPLE_SERVER
 
 c = pl.col
@@ -110,7 +117,7 @@ def register(app: typer.Typer) -> None:
         study considers, on 8 x V100 NVLink and PCIe-only servers with 25 Gb/s Ethernet; a reconstruction).
         """
         started = time.perf_counter()
-        cat = load_catalog(*(catalog or []))
+        cat = user_catalog(catalog)
         scenarios = parse_scenarios(scenario)
         servers = _parse_server_for(server_for)
         cat.server(system)

@@ -15,6 +15,7 @@ from rich.markup import escape
 
 from ddlscope.specs.architecture import ARCHITECTURES, Architecture
 from ddlscope.specs.catalog import Catalog, CatalogError, load_catalog, load_system
+from ddlscope.specs.errors import describe_validation
 from ddlscope.specs.examples import EXAMPLE_SERVER
 from ddlscope.specs.scenario import BUILTIN_SCENARIOS, Scenario, resolve_scenarios
 from ddlscope.specs.system import System
@@ -24,13 +25,6 @@ err_console = Console(stderr=True, soft_wrap=True)  # long messages (paths) stay
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def describe_validation(exc: ValidationError, what: str) -> str:
-    """One line per field error: ``what.field: message (got value)``."""
-    parts = []
-    for e in exc.errors():
-        loc = ".".join(str(x) for x in e["loc"])
-        parts.append(f"{what}{'.' + loc if loc else ''}: {e['msg']} (got {e.get('input')!r})")
-    return "\n".join(parts)
 
 
 def user_errors(func: F) -> F:
@@ -41,12 +35,21 @@ def user_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except ValidationError as exc:
-            err_console.print(f"[red]error:[/red] {escape(describe_validation(exc, exc.title))}", emoji=False)
+            err_console.print(f"[red]error:[/red] {escape(describe_validation(exc, exc.title.lower()))}", emoji=False)
         except (ValueError, CatalogError, FileNotFoundError, OSError) as exc:
             err_console.print(f"[red]error:[/red] {escape(str(exc))}", emoji=False)
         sys.exit(2)
 
     return wrapper  # type: ignore[return-value]
+
+
+def user_catalog(files: list[Path] | None) -> Catalog:
+    """The built-in catalog extended by ``--catalog`` files; a note on stderr names every built-in
+    entry a file replaced (a replaced GPU keeps its aliases)."""
+    catalog = load_catalog(*(files or []))
+    if catalog.overrides:
+        err_console.print(f"[yellow]note:[/yellow] replaced catalog entries: {escape(', '.join(catalog.overrides))}")
+    return catalog
 
 
 # -- options ------------------------------------------------------------------------------------
@@ -55,7 +58,7 @@ CatalogFiles = Annotated[
     typer.Option("--catalog", help="extra catalog file(s) (TOML/JSON) adding GPUs, links, servers"),
 ]
 SystemName = Annotated[
-    str, typer.Option("--system", "-s", help=f"server type from the catalog (default {EXAMPLE_SERVER})")
+    str | None, typer.Option("--system", "-s", help=f"server type from the catalog (default {EXAMPLE_SERVER})")
 ]
 SystemFile = Annotated[
     Path | None,
@@ -84,17 +87,18 @@ FormatOpt = Annotated[str, typer.Option("--format", "-f", help="table, json or c
 
 
 def resolve_system(
-    system: str, system_file: Path | None, gpu: str | None, nic: str | None, nvlink: str | None,
+    system: str | None, system_file: Path | None, gpu: str | None, nic: str | None, nvlink: str | None,
     catalog_files: list[Path] | None,
 ) -> tuple[System, Catalog]:
     """The System from ``--system-file`` or ``--system`` with overrides, and the catalog used."""
-    catalog = load_catalog(*(catalog_files or []))
+    catalog = user_catalog(catalog_files)
     if system_file is not None:
+        if gpu or nic or nvlink or system:
+            raise ValueError("--system/--gpu/--nic/--nvlink: give the server and its overrides in the system file "
+                             "when --system-file is given")
         base, catalog = load_system(system_file, catalog)
-        if gpu or nic or nvlink:
-            raise ValueError("--gpu/--nic/--nvlink: put overrides in the system file when --system-file is given")
         return base, catalog
-    return catalog.system(system, gpu=gpu, nic=nic, nvlink=nvlink), catalog
+    return catalog.system(system or EXAMPLE_SERVER, gpu=gpu, nic=nic, nvlink=nvlink), catalog
 
 
 def resolve_architecture(

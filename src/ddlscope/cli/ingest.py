@@ -9,11 +9,11 @@ import polars as pl
 import typer
 from rich.markup import escape
 
-from ddlscope.cli.common import CatalogFiles, FormatOpt, err_console, user_errors
+from ddlscope.cli.common import CatalogFiles, FormatOpt, err_console, user_catalog, user_errors
 from ddlscope.ingest import FORMATS, parse_map_pairs, read_population
 from ddlscope.ingest.report import IngestReport
 from ddlscope.report.console import emit, terminal
-from ddlscope.specs.catalog import Catalog, load_catalog
+from ddlscope.specs.catalog import Catalog
 
 TraceFormatOpt = Annotated[
     str | None, typer.Option("--trace-format", "-t", help=f"one of {', '.join(FORMATS)} (default: detect)")
@@ -100,7 +100,7 @@ def register(app: typer.Typer) -> None:
         """
         population, report = read_trace(trace, trace_format, map_pairs, mapping, model_map, model_mix,
                                         fractional_gpus, multi_gpu_instance, server_gpus,
-                                        load_catalog(*(catalog or [])))
+                                        user_catalog(catalog))
         if out is not None:
             write_population(population, out)
         warning = report.no_jobs_message()

@@ -31,7 +31,7 @@ from ddlscope.model.api import predict as predict_job
 from ddlscope.model.api import predict_whatif
 from ddlscope.model.step_time import COMPONENTS
 from ddlscope.report.console import emit
-from ddlscope.specs.examples import EXAMPLE_SERVER, example_architecture, example_workload
+from ddlscope.specs.examples import example_architecture, example_workload
 from ddlscope.specs.scenario import BUILTIN_SCENARIOS
 from ddlscope.specs.workload import Workload, load_workload
 
@@ -112,7 +112,7 @@ def register(app: typer.Typer) -> None:
         gpus_per_worker: GpusPerWorkerOpt = None,
         ps: PsOpt = None,
         servers: ServersOpt = None,
-        system: SystemName = EXAMPLE_SERVER,
+        system: SystemName = None,
         system_file: SystemFile = None,
         gpu: GpuOpt = None,
         nic: NicOpt = None,
@@ -165,7 +165,7 @@ def register(app: typer.Typer) -> None:
         gpus_per_worker: GpusPerWorkerOpt = None,
         ps: PsOpt = None,
         servers: ServersOpt = None,
-        system: SystemName = EXAMPLE_SERVER,
+        system: SystemName = None,
         system_file: SystemFile = None,
         gpu: GpuOpt = None,
         nic: NicOpt = None,

@@ -8,9 +8,8 @@ from typing import Annotated, Any
 import polars as pl
 import typer
 
-from ddlscope.cli.common import CatalogFiles, FormatOpt, user_errors
+from ddlscope.cli.common import CatalogFiles, FormatOpt, user_catalog, user_errors
 from ddlscope.report.console import emit
-from ddlscope.specs.catalog import load_catalog
 
 ModelArg = Annotated[
     str | None,
@@ -117,7 +116,7 @@ def register(app: typer.Typer) -> None:
             model, batch_size=batch_size, seq_len=seq_len, image_size=image_size, precision=precision,
             optimizer=optimizer, gpu=gpu, attention=attention,
             embedding_gradients="dense" if dense_embeddings else "sparse",
-            catalog=load_catalog(*(catalog or [])) if catalog else None,
+            catalog=user_catalog(catalog) if catalog else None,
         )
         if ops_out is not None:
             write_table(result.ops, ops_out)

@@ -8,11 +8,10 @@ from typing import Annotated, Any
 import polars as pl
 import typer
 
-from ddlscope.cli.common import CatalogFiles, FormatOpt, err_console, parse_scenarios, user_errors
+from ddlscope.cli.common import CatalogFiles, FormatOpt, err_console, parse_scenarios, user_catalog, user_errors
 from ddlscope.measure.analysis import TraceAnalysis, analyze_traces
 from ddlscope.measure.timeline import IDLE_CAUSES, LAUNCH_GAP_US
 from ddlscope.report.console import emit_sections
-from ddlscope.specs.catalog import load_catalog
 from ddlscope.specs.scenario import BUILTIN_SCENARIOS
 
 c = pl.col
@@ -167,7 +166,7 @@ def register(app: typer.Typer) -> None:
         cause; collectives with message size and algorithm/bus bandwidth; rank skew; what-if from
         the measured baseline; the analytical model's prediction beside the measurement.
         """
-        cat = load_catalog(*(catalog or []))
+        cat = user_catalog(catalog)
         scenarios = [] if no_whatif else parse_scenarios(scenario)
         a = analyze_traces(traces, rules_files=rules or [], scenarios=scenarios, catalog=cat, server=system,
                            gpu=gpu, launch_gap_us=launch_gap_us, whole_trace=whole_trace)

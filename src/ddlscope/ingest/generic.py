@@ -50,6 +50,7 @@ from ddlscope.ingest.population import (
 from ddlscope.ingest.report import IngestReport
 from ddlscope.ingest.table import ColumnKind, TableRead, parse_columns, read_delimited, read_parquet_table
 from ddlscope.specs.architecture import ARCHITECTURES
+from ddlscope.specs.errors import describe_validation
 from ddlscope.specs.files import read_toml_or_json
 from ddlscope.specs.workload import PRECISIONS
 
@@ -241,7 +242,7 @@ def load_mapping(path: str | Path, base: TableMapping | None = None) -> TableMap
     try:
         return TableMapping.model_validate(merged)
     except ValidationError as exc:
-        errs = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(mapping)'}: {e['msg']}" for e in exc.errors())
+        errs = describe_validation(exc)
         raise ValueError(f"{path}: {errs}") from exc
 
 

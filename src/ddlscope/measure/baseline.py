@@ -190,7 +190,8 @@ def comm_demand(calls: pl.DataFrame) -> pl.DataFrame:
 
 def _base_jobs(measured: pl.DataFrame, hw: TraceHardware, precision: str) -> pl.DataFrame:
     """A Jobs row per measured row: the hardware columns from ``hw``, workload columns placeholders."""
-    dummy = Workload(name="trace", batch_size=1, precision=precision, compute_bound_flops=0.0, memory_bound_bytes=0.0)
+    # placeholder demand: every workload column is overwritten per measured row
+    dummy = Workload(name="trace", batch_size=1, precision=precision, compute_bound_flops=1.0, memory_bound_bytes=0.0)
     base = jobs_frame([job_row(dummy, hw.architecture, hw.system)])
     return measured.with_row_index("job_id").with_columns(c("job_id").cast(pl.Int64)).join(
         base.drop("job_id"), how="cross")

@@ -19,7 +19,9 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
+
+from ddlscope.specs.base import SPEC_CONFIG
 
 ArchitectureKind = Literal["1w1g", "1wng", "ps_worker", "allreduce_local", "allreduce_cluster", "pearl"]
 ARCHITECTURES: tuple[str, ...] = (
@@ -54,12 +56,12 @@ class Architecture(BaseModel):
             do not divide evenly over the servers of an all-reduce job, ...), naming the field.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SPEC_CONFIG
 
     kind: ArchitectureKind
-    num_workers: int = Field(1, ge=1, description="worker processes")
-    gpus_per_worker: int = Field(1, ge=1, description="GPUs per worker")
-    num_ps: int = Field(0, ge=0, description="parameter-server shards")
+    num_workers: int = Field(strict=True, default=1, ge=1, description="worker processes")
+    gpus_per_worker: int = Field(strict=True, default=1, ge=1, description="GPUs per worker")
+    num_ps: int = Field(strict=True, default=0, ge=0, description="parameter-server shards")
     num_servers: int | None = Field(None, ge=1, description="servers holding the GPUs")
 
     @property

@@ -45,6 +45,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ddlscope.specs.errors import describe_validation
 from ddlscope.specs.files import read_toml_or_json
 from ddlscope.specs.system import Efficiency, GPUSpec, LinkSpec, ServerSpec, System
 
@@ -88,6 +89,8 @@ class Catalog:
         self.links: dict[str, LinkSpec] = {}
         self.servers: dict[str, ServerSpec] = {}
         self._alias: dict[str, str] = {}
+        self.overrides: list[str] = []
+        """Entries a later file replaced (``section.name (from file)``), for a note to the user."""
         self.add(entries, origin)
 
     def add(self, entries: Mapping[str, Mapping[str, Mapping[str, Any]]], origin: str) -> None:
@@ -108,16 +111,26 @@ class Catalog:
                     spec = model.model_validate({"name": name, **fields})
                 except ValidationError as exc:
                     raise CatalogError(f"{origin}: [{section}.\"{name}\"]: {_describe(exc)}") from exc
+                if name in target:
+                    self.overrides.append(f"{section}.{name} (from {origin})")
+                    if section == "gpu":  # keep the names traces use for it (e.g. PAI's "V100")
+                        spec = spec.model_copy(update={"aliases": tuple(dict.fromkeys(
+                            (*target[name].aliases, *spec.aliases)))})
                 target[name] = spec
                 if section == "gpu":
                     for alias in (name, *spec.aliases):
                         self._alias[_norm(alias)] = name
-        for server in self.servers.values():
-            self.gpu(server.gpu)
-            self.link(server.pcie)
-            self.link(server.nic)
-            if server.nvlink:
-                self.link(server.nvlink)
+        for name, server in list(self.servers.items()):
+            if _norm(server.nvlink) == NO_NVLINK:
+                server = self.servers[name] = server.model_copy(update={"nvlink": ""})
+            try:
+                self.gpu(server.gpu)
+                self.link(server.pcie)
+                self.link(server.nic)
+                if server.nvlink:
+                    self.link(server.nvlink)
+            except CatalogError as exc:
+                raise CatalogError(f"{origin}: [server.\"{name}\"]: {exc}") from exc
 
     # -- look-ups -------------------------------------------------------------------------------
     def gpu(self, name: str) -> GPUSpec:
@@ -165,17 +178,22 @@ class Catalog:
         """
         base = self.server(server)
         nv = base.nvlink if nvlink is None else ("" if _norm(nvlink) == NO_NVLINK else nvlink)
+        def pick(value, default):  # an override of 0 is a value (and fails validation), not "unset"
+            return default if value is None else value
+
         parts = {
             "gpu": self.gpu(gpu or base.gpu),
-            "gpus_per_server": gpus_per_server or base.gpus_per_server,
+            "gpus_per_server": pick(gpus_per_server, base.gpus_per_server),
             "pcie": self.link(pcie or base.pcie),
-            "gpus_per_pcie_root": gpus_per_pcie_root or base.gpus_per_pcie_root,
+            "gpus_per_pcie_root": pick(gpus_per_pcie_root, base.gpus_per_pcie_root),
             "nvlink": self.link(nv) if nv else None,
             "nic": self.link(nic or base.nic),
-            "nics_per_server": nics_per_server or base.nics_per_server,
-            "storage_read_gb_s": storage_read_gb_s or base.storage_read_gb_s,
+            "nics_per_server": pick(nics_per_server, base.nics_per_server),
+            "storage_read_gb_s": pick(storage_read_gb_s, base.storage_read_gb_s),
         }
-        parts["gpus_per_pcie_root"] = min(parts["gpus_per_pcie_root"], parts["gpus_per_server"])
+        if gpus_per_pcie_root is None and parts["gpus_per_server"] >= 1:
+            # a smaller server than the type's: its GPUs cannot share a root with more GPUs than it has
+            parts["gpus_per_pcie_root"] = min(parts["gpus_per_pcie_root"], parts["gpus_per_server"])
         changed = [f"{k}={v}" for k, v in (("gpu", gpu), ("nic", nic), ("nvlink", nvlink), ("pcie", pcie)) if v]
         label = name or (base.name + (f"[{','.join(changed)}]" if changed else ""))
         try:
@@ -185,11 +203,7 @@ class Catalog:
 
 
 def _describe(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(x) for x in err["loc"]) or "(entry)"
-        parts.append(f"{loc}: {err['msg']} (got {err.get('input')!r})")
-    return "; ".join(parts)
+    return describe_validation(exc)
 
 
 @cache

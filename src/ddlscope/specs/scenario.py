@@ -20,9 +20,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from ddlscope.specs.architecture import ArchitectureKind
+from ddlscope.specs.base import SPEC_CONFIG
+from ddlscope.specs.errors import describe_validation
 from ddlscope.specs.files import read_toml_or_json
 from ddlscope.specs.overlap import overlap_fraction
 from ddlscope.specs.workload import Precision
@@ -62,7 +64,7 @@ class Scenario(BaseModel):
         pydantic.ValidationError: unknown fields, a scale outside (0, 1], a bad overlap.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SPEC_CONFIG
 
     name: str = Field(..., min_length=1)
     description: str = ""
@@ -143,7 +145,7 @@ def load_scenarios(path: str | Path) -> list[Scenario]:
         try:
             out.append(Scenario.model_validate(entry))
         except ValidationError as exc:
-            errs = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(entry)'}: {e['msg']}" for e in exc.errors())
+            errs = describe_validation(exc)
             raise ValueError(f"{path}: scenario #{i + 1}: {errs}") from exc
     return out
 

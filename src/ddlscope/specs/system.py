@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
+
+from ddlscope.specs.base import SPEC_CONFIG
 
 LinkKind = Literal["pcie", "nvlink", "ethernet", "infiniband"]
 
@@ -24,7 +26,7 @@ class PeakTflops(BaseModel):
     datasheet, given in :attr:`GPUSpec.source`.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SPEC_CONFIG
 
     fp32: float = Field(..., gt=0)
     tf32: float = Field(..., gt=0)
@@ -35,7 +37,7 @@ class PeakTflops(BaseModel):
 class GPUSpec(BaseModel):
     """One GPU type: peak FLOP/s per precision, memory bandwidth (GB/s = 1e9 B/s), capacity (GB)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SPEC_CONFIG
 
     name: str
     aliases: tuple[str, ...] = ()
@@ -53,7 +55,7 @@ class LinkSpec(BaseModel):
     Source: Hockney, "The communication challenge for MPP", Parallel Computing 20 (1994).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SPEC_CONFIG
 
     name: str
     kind: LinkKind
@@ -70,7 +72,7 @@ class ServerSpec(BaseModel):
     switch). ``nvlink`` is a link name or ``""`` for a server without NVLink.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SPEC_CONFIG
 
     name: str
     gpu: str
@@ -96,7 +98,7 @@ class Efficiency(BaseModel):
     them with measured values.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SPEC_CONFIG
 
     compute: float = Field(0.6, gt=0, le=1)
     memory: float = Field(0.7, gt=0, le=1)
@@ -118,7 +120,7 @@ class System(BaseModel):
             field.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SPEC_CONFIG
 
     name: str
     gpu: GPUSpec

@@ -11,8 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from ddlscope.specs.base import SPEC_CONFIG
+from ddlscope.specs.errors import describe_validation
 from ddlscope.specs.files import read_toml_or_json
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16"]
@@ -56,15 +58,16 @@ class Workload(BaseModel):
       state, activations, embedding tables held on the GPU); used to flag jobs that do not fit.
 
     Raises:
-        pydantic.ValidationError: a negative quantity, a zero batch, an unknown precision, gradient
-            bytes without gradient tensors, or sparse bytes touched larger than the tables. The
-            error names the field and what was expected.
+        pydantic.ValidationError: a negative, infinite or NaN quantity, a batch that is not a
+            positive integer, an unknown precision, gradient bytes without gradient tensors, sparse
+            bytes touched larger than the tables, or no work at all. The error names the field and
+            what was expected.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SPEC_CONFIG
 
     name: str = Field("workload", description="label of the workload (model name, job name)")
-    batch_size: int = Field(..., gt=0, description="samples per replica per step")
+    batch_size: int = Field(..., gt=0, strict=True, description="samples per replica per step")
     precision: Precision = "fp32"
     compute_bound_flops: float = Field(..., ge=0)
     memory_bound_bytes: float = Field(..., ge=0)
@@ -72,7 +75,7 @@ class Workload(BaseModel):
     input_bytes: float = Field(0.0, ge=0)
     stored_input_bytes: float | None = Field(None, ge=0)
     dense_param_bytes: float = Field(0.0, ge=0)
-    num_gradient_tensors: int = Field(0, ge=0)
+    num_gradient_tensors: int = Field(0, ge=0, strict=True)
     sparse_bytes_per_step: float = Field(0.0, ge=0)
     embedding_table_bytes: float = Field(0.0, ge=0)
     peak_memory_bytes: float | None = Field(None, ge=0)
@@ -80,6 +83,12 @@ class Workload(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Workload:
+        if not (self.compute_bound_flops or self.memory_bound_bytes or self.memory_bound_flops or self.input_bytes
+                or self.dense_param_bytes or self.sparse_bytes_per_step):
+            raise ValueError(
+                "every demand is 0; expected some work per step (compute_bound_flops, "
+                "memory_bound_bytes, input_bytes, dense_param_bytes or sparse_bytes_per_step > 0)"
+            )
         if self.dense_param_bytes > 0 and self.num_gradient_tensors < 1:
             raise ValueError(
                 "num_gradient_tensors: expected >= 1 when dense_param_bytes > 0 "
@@ -110,5 +119,5 @@ def load_workload(path: str | Path) -> Workload:
     try:
         return Workload.model_validate(data)
     except ValidationError as exc:
-        errs = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(workload)'}: {e['msg']}" for e in exc.errors())
+        errs = describe_validation(exc)
         raise ValueError(f"{path}: {errs}") from exc
