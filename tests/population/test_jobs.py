@@ -70,3 +70,12 @@ def test_shipped_zoo_workloads_match_a_fresh_profile():
         for key in ("compute_bound_flops", "memory_bound_bytes", "dense_param_bytes", "sparse_bytes_per_step",
                     "embedding_table_bytes", "input_bytes", "num_gradient_tensors"):
             assert shipped[(model, "fp32")][key] == pytest.approx(fresh[key], rel=1e-9), (model, key)
+
+
+def test_builtin_example_is_the_resnet50_profile():
+    from ddlscope.specs.examples import example_workload
+
+    ex, shipped = example_workload(), WorkloadLibrary().get("resnet50", None, "fp32")
+    for key in ("batch_size", "compute_bound_flops", "memory_bound_bytes", "memory_bound_flops", "input_bytes",
+                "stored_input_bytes", "dense_param_bytes", "num_gradient_tensors", "peak_memory_bytes"):
+        assert getattr(ex, key) == getattr(shipped, key), key

@@ -44,8 +44,9 @@ def register(app: typer.Typer) -> None:
                      "source": s.source} for s in cat.servers.values()]
         else:
             rows = [{"name": s.name, "description": s.description,
-                     "changes": ", ".join(f"{k}={v}" for k, v in s.model_dump(exclude={"name", "description"},
-                                                                                 exclude_defaults=True).items())}
+                     "changes": ", ".join(
+                         f"{k}={'+'.join(v) if isinstance(v, tuple) else v}"
+                         for k, v in s.model_dump(exclude={"name", "description"}, exclude_defaults=True).items())}
                     for s in BUILTIN_SCENARIOS.values()]
         frame = pl.DataFrame(rows)
         if not sources and fmt == "table" and "source" in frame.columns:

@@ -45,8 +45,9 @@ from ddlscope.population.characterize import characterize as run_characterizatio
 from ddlscope.population.jobs import assemble_jobs
 from ddlscope.population.workloads import WorkloadLibrary
 from ddlscope.report.characterize import ARCH_ORDER, write_characterization_report
-from ddlscope.report.console import emit, terminal
+from ddlscope.report.console import FORMATS, emit, terminal
 from ddlscope.specs.examples import EXAMPLE_SERVER
+from ddlscope.specs.workload import PRECISIONS
 
 c = pl.col
 MODEL_NOTE = (
@@ -83,8 +84,10 @@ def register(app: typer.Typer) -> None:
                          "(repeatable; default: every built-in scenario)"),
         ] = None,
         system: Annotated[
-            str, typer.Option("--system", "-s", help="server type jobs run on (catalog)")
-        ] = EXAMPLE_SERVER,
+            str | None,
+            typer.Option("--system", "-s", help=f"server type jobs run on (catalog; default {EXAMPLE_SERVER}; for the "
+                         "built-in population: instead of its two PAI servers)"),
+        ] = None,
         server_for: Annotated[
             list[str] | None,
             typer.Option("--server-for", help="GPU=SERVER: jobs on that GPU run on that server type (repeatable)"),
@@ -117,11 +120,26 @@ def register(app: typer.Typer) -> None:
         study considers, on 8 x V100 NVLink and PCIe-only servers with 25 Gb/s Ethernet; a reconstruction).
         """
         started = time.perf_counter()
+        if fmt not in FORMATS:
+            raise ValueError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"--precision: expected one of {', '.join(PRECISIONS)}, got {precision!r}")
+        if out.exists() and not out.is_dir():
+            raise ValueError(f"--out: {out} is a file; expected a folder for the report")
+        if not trace:
+            given = [flag for flag, value, default in (
+                ("--trace-format", trace_format, None), ("--map", map_pairs, None), ("--mapping", mapping, None),
+                ("--model-map", model_map, None), ("--model-mix", model_mix, None),
+                ("--fractional-gpus", fractional_gpus, "attribute"),
+                ("--multi-gpu-instance", multi_gpu_instance, "allreduce_local"), ("--server-gpus", server_gpus, None),
+                ("--server-for", server_for, None)) if value not in (default, [])]
+            if given:
+                raise ValueError(f"{', '.join(given)}: options for reading a trace; give a TRACE (the built-in "
+                                 "population has its models, placements and servers)")
         cat = user_catalog(catalog)
         scenarios = parse_scenarios(scenario)
-        servers = _parse_server_for(server_for)
-        cat.server(system)
-        for srv in servers.values():
+        servers = {cat.gpu(gpu).name: srv for gpu, srv in _parse_server_for(server_for).items()}
+        for srv in [*servers.values(), *([system] if system else [])]:
             cat.server(srv)
         notes = [MODEL_NOTE]
         console = Console(stderr=True)
@@ -135,9 +153,9 @@ def register(app: typer.Typer) -> None:
                 notes.extend(report.notes)
                 source = ", ".join(str(t) for t in trace)
             else:
-                population = builtin_population()
-                notes.insert(0, BUILTIN_NOTE)
-                source = "built-in population (reconstruction)"
+                population = builtin_population(servers=(cat.server(system).name,) if system else None)
+                notes.insert(0, BUILTIN_NOTE if not system else BUILTIN_NOTE + f" Run here on {system} only.")
+                source = "built-in population (reconstruction)" + (f" on {system}" if system else "")
             for col, dtype in (("reason", pl.String), ("batch_size", pl.Int64), ("num_servers", pl.Int64)):
                 if col not in population.columns:
                     population = population.with_columns(pl.lit(None, dtype).alias(col))
@@ -147,7 +165,8 @@ def register(app: typer.Typer) -> None:
 
             progress.update(step, description="attaching workloads and systems")
             jobs, population = assemble_jobs(population, WorkloadLibrary(on_profile=on_profile), cat,
-                                             default_server=system, server_for=servers, precision=precision,
+                                             default_server=system or EXAMPLE_SERVER, server_for=servers,
+                                             precision=precision,
                                              overlap=overlap)
             if jobs.height == 0:
                 accounting = reason_summary(population)
@@ -164,6 +183,13 @@ def register(app: typer.Typer) -> None:
                     attributed=c("reason").is_null()).drop("_unfit")
             accounting = reason_summary(population)
             sources = ch.baseline["gpu_time_source"].value_counts()
+            if "steps x predicted step time" in sources["gpu_time_source"].to_list():
+                # the reader's "no weight in GPU-time aggregates" no longer holds: the weight is estimated below
+                ch.notes[:] = [n for n in ch.notes if "no weight in GPU-time aggregates" not in n]
+            malformed = report.malformed_summary(3) if report is not None and report.malformed.height else None
+            if malformed is not None:
+                ch.notes.append(f"{report.malformed.height:,} malformed row(s) of the trace are not jobs and were not "
+                                "read (file:line examples in the malformed_rows table; ddlscope ingest lists them).")
             for src, n in sources.iter_rows():
                 if src == "steps x predicted step time":
                     ch.notes.append(f"{n:,} jobs have no duration in the trace: their GPU-time weight is their steps x "
@@ -173,6 +199,7 @@ def register(app: typer.Typer) -> None:
                                     "job-weighted aggregates and weigh 0 in GPU-time-weighted ones.")
             progress.update(step, description="writing the report")
             summary = {"source": source, "population_jobs": population.height,
+                       "malformed_rows": 0 if report is None else report.malformed.height,
                        "evaluated_jobs": ch.baseline.height, "scenarios": [s.name for s in scenarios],
                        "system": system, "precision": precision, "overlap": overlap,
                        "model_wall_time_s": round(time.perf_counter() - started, 2)}
@@ -183,16 +210,19 @@ def register(app: typer.Typer) -> None:
             if figures:
                 index = write_characterization_report(
                     ch, out, title="ddlscope characterization", subtitle=source, accounting=accounting,
-                    extra_summary=summary)
+                    malformed=malformed, extra_summary=summary)
             else:
                 out.mkdir(parents=True, exist_ok=True)
                 ch.per_job().write_parquet(out / "jobs.parquet", compression="lz4")
                 accounting.write_csv(out / "accounting.csv")
+                if malformed is not None:
+                    malformed.write_csv(out / "malformed_rows.csv")
         summary["wall_time_s"] = round(time.perf_counter() - started, 2)
-        _print(ch, accounting, summary, index, out, fmt)
+        _print(ch, accounting, malformed, summary, index, out, fmt)
 
 
-def _print(ch, accounting: pl.DataFrame, summary: dict, index: Path | None, out: Path, fmt: str) -> None:
+def _print(ch, accounting: pl.DataFrame, malformed: pl.DataFrame | None, summary: dict, index: Path | None,
+           out: Path, fmt: str) -> None:
     """Headline figures and where the report went."""
     h = ch.headline
     if fmt == "json":
@@ -202,6 +232,9 @@ def _print(ch, accounting: pl.DataFrame, summary: dict, index: Path | None, out:
         emit(ch.speedups, "csv")
         return
     emit(accounting, "table", title=f"{summary['source']}: every job accounted for")
+    if malformed is not None:
+        emit(malformed, "table", title=f"{summary['malformed_rows']:,} malformed row(s), not jobs (first examples: "
+             "file:line)")
     order = {a: i for i, a in enumerate(ARCH_ORDER)}
     shares = ch.shares.filter(c("weight") == "jobs").sort(c("architecture").replace_strict(order)).select(
         "architecture", "jobs", *(c(f"mean_share_{k}") for k in ("data_io", "compute_bound", "memory_bound", "pcie",

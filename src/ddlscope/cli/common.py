@@ -143,6 +143,8 @@ def parse_scenarios(items: list[str] | None) -> list[Scenario]:
                 key, sep, value = pair.partition("=")
                 if not sep:
                     raise ValueError(f"--scenario {item!r}: expected key=value pairs after 'name:'")
+                if key.strip() in fields:
+                    raise ValueError(f"--scenario {item!r}: {key.strip()} is given twice")
                 fields[key.strip()] = value.strip()
             if "only_architectures" in fields:
                 fields["only_architectures"] = tuple(str(fields["only_architectures"]).split("+"))

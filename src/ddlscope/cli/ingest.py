@@ -89,7 +89,7 @@ def register(app: typer.Typer) -> None:
         server_gpus: ServerGpusOpt = None,
         catalog: CatalogFiles = None,
         out: Annotated[Path | None, typer.Option("--out", "-o", help="write the population (.parquet or .csv)")] = None,
-        examples: Annotated[int, typer.Option("--examples", help="malformed-row examples per problem")] = 3,
+        examples: Annotated[int, typer.Option("--examples", min=1, help="malformed-row examples per problem")] = 3,
         fmt: FormatOpt = "table",
     ) -> None:
         """Read a cluster job trace and account for every job: attributed to a zoo model and an

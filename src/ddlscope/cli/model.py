@@ -22,6 +22,7 @@ from ddlscope.cli.common import (
     SystemFile,
     SystemName,
     WorkersOpt,
+    err_console,
     parse_scenarios,
     resolve_architecture,
     resolve_system,
@@ -30,9 +31,9 @@ from ddlscope.cli.common import (
 from ddlscope.model.api import predict as predict_job
 from ddlscope.model.api import predict_whatif
 from ddlscope.model.step_time import COMPONENTS
-from ddlscope.report.console import emit
+from ddlscope.report.console import FORMATS, emit
 from ddlscope.specs.examples import example_architecture, example_workload
-from ddlscope.specs.scenario import BUILTIN_SCENARIOS
+from ddlscope.specs.scenario import BUILTIN_SCENARIOS, MIXED_PRECISION_BYTES_FACTOR
 from ddlscope.specs.workload import Workload, load_workload
 
 WorkloadFile = Annotated[
@@ -40,7 +41,11 @@ WorkloadFile = Annotated[
     typer.Option("--workload-file", help="workload fields as TOML/JSON (default: the built-in ResNet-50 example)"),
 ]
 BatchOpt = Annotated[int | None, typer.Option("--batch-size", "-b", help="samples per GPU per step")]
-PrecisionOpt = Annotated[str | None, typer.Option("--precision", help="fp32, tf32, fp16 or bf16")]
+PrecisionOpt = Annotated[
+    str | None,
+    typer.Option("--precision", help="fp32, tf32, fp16 or bf16 (with --model: profiled at it; else the workload's "
+                 "memory-bound bytes scale by bytes per element, as in the mixed-precision scenario)"),
+]
 ModelOpt = Annotated[
     str | None,
     typer.Option("--model", "-m", help="take the workload from `ddlscope profile` of a zoo model or "
@@ -79,10 +84,27 @@ def _workload(workload_file: Path | None, batch_size: int | None, precision: str
             "input_bytes": w.input_bytes * f,
             "stored_input_bytes": None if w.stored_input_bytes is None else w.stored_input_bytes * f,
             "sparse_bytes_per_step": min(w.sparse_bytes_per_step * f, w.embedding_table_bytes),
+            "peak_memory_bytes": None,  # weights and optimizer state do not scale, activations do: unknown
         }
-    if precision is not None:
-        changes["precision"] = precision
+    if precision is not None and precision != w.precision:
+        # the same rule as the mixed-precision scenario: memory-bound bytes by bytes per element
+        was16, to16 = w.precision in ("fp16", "bf16"), precision in ("fp16", "bf16")
+        factor = MIXED_PRECISION_BYTES_FACTOR if to16 and not was16 else (
+            1 / MIXED_PRECISION_BYTES_FACTOR if was16 and not to16 else 1.0)
+        base = changes.get("memory_bound_bytes", w.memory_bound_bytes)
+        changes |= {"precision": precision, "memory_bound_bytes": base * factor}
     return Workload.model_validate({**w.model_dump(), **changes}) if changes else w
+
+
+def _warn_memory(out: pl.DataFrame) -> None:
+    """A warning on stderr for every row whose replica does not fit the GPU's memory."""
+    unfit = out.filter(pl.col("fits_gpu_memory") == False)  # noqa: E712 (null = unknown stays quiet)
+    for r in unfit.iter_rows(named=True):
+        where = f" under {r['scenario']}" if r.get("scenario") not in (None, "baseline") else ""
+        err_console.print(
+            f"[yellow]warning:[/yellow] a replica needs {r['peak_memory_bytes'] / 1e9:.1f} GB{where}, the "
+            f"{r['gpu']} has {r['gpu_memory_bytes'] / 1e9:.0f} GB: this placement does not fit in GPU memory "
+            "(the times assume it did)")
 
 
 def _component_table(row: dict) -> pl.DataFrame:
@@ -130,8 +152,11 @@ def register(app: typer.Typer) -> None:
         w = _workload(workload_file, batch_size, precision, model, seq_len, image_size, optimizer)
         arch = resolve_architecture(architecture, workers, gpus_per_worker, ps, servers, example_architecture())
         sysm, _ = resolve_system(system, system_file, gpu, nic, nvlink, catalog)
+        if fmt not in FORMATS:
+            raise ValueError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
         out = predict_job(w, arch, sysm, overlap=overlap)
         row = out.row(0, named=True)
+        _warn_memory(out)
         if fmt == "table":
             title = (f"{w.name} | {arch.kind}: {arch.num_gpus} GPU(s) on {row['num_servers']} server(s)"
                      f"{f', {arch.num_ps} PS' if arch.num_ps else ''} | {sysm.name}")
@@ -183,7 +208,10 @@ def register(app: typer.Typer) -> None:
         arch = resolve_architecture(architecture, workers, gpus_per_worker, ps, servers, example_architecture())
         sysm, cat = resolve_system(system, system_file, gpu, nic, nvlink, catalog)
         scenarios = parse_scenarios(scenario)
+        if fmt not in FORMATS:
+            raise ValueError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
         out = predict_whatif(w, arch, sysm, scenarios, overlap=overlap, catalog=cat)
+        _warn_memory(out)
         if fmt == "table":
             table = out.select(
                 "scenario",
@@ -197,6 +225,7 @@ def register(app: typer.Typer) -> None:
                 "share_comm",
                 "bottleneck",
                 "bottleneck_link",
+                pl.col("fits_gpu_memory").alias("fits_memory"),
             )
             emit(table, "table",
                  title=f"What-if: {w.name} | {arch.kind}, {arch.num_gpus} GPU(s) | {sysm.name}",

@@ -64,14 +64,17 @@ def _hardware_changes(sc: Scenario, catalog: Catalog) -> dict[str, object]:
 
 
 def _is_upgrade(hw: dict[str, object]) -> pl.Expr:
-    """Rows where every swapped part of ``hw`` is an upgrade: a link of more bandwidth than the
-    current one (no NVLink counts 0), a GPU with at least the current peak at the row's precision
+    """Rows where every swapped part of ``hw`` is an upgrade: a link with at least the current
+    bandwidth and at most the current latency, and better in one of them (any link is an upgrade
+    where there is none: no NVLink), a GPU with at least the current peak at the row's precision
     and at least the current memory bandwidth, and more of one of them."""
     cond = pl.lit(True)
     for slot in ("pcie", "nvlink", "nic"):
-        col = f"{slot}_bandwidth_bytes_per_s"
-        if col in hw:
-            cond = cond & (pl.lit(hw[col]) > c(col))
+        bw, lat = f"{slot}_bandwidth_bytes_per_s", f"{slot}_latency_s"
+        if bw in hw:
+            new_bw, new_lat = pl.lit(hw[bw]), pl.lit(hw[lat])
+            better = (new_bw >= c(bw)) & (new_lat <= c(lat)) & ((new_bw > c(bw)) | (new_lat < c(lat)))
+            cond = cond & ((c(bw) <= 0) | better)
     if "gpu_peak_fp32_flop_per_s" in hw:
         prec = {p: f"gpu_peak_{p}_flop_per_s" for p in ("fp32", "tf32", "fp16", "bf16")}
         new_peak = pl.lit(None, pl.Float64)

@@ -50,13 +50,16 @@ NOTE = (
 )
 
 
-def builtin_population(library: WorkloadLibrary | None = None, models: list[str] | None = None) -> pl.DataFrame:
+def builtin_population(
+    library: WorkloadLibrary | None = None, models: list[str] | None = None, servers: tuple[str, ...] | None = None,
+) -> pl.DataFrame:
     """The built-in job population (columns of :data:`~ddlscope.ingest.population.POPULATION_SCHEMA`
     plus ``server``), every row attributed.
 
     Args:
         library: where the models' table sizes come from (to select ``pearl`` models).
         models: zoo models (default: every model with a shipped profile).
+        servers: catalog server types (default :data:`SERVERS`, the PAI study's two).
     """
     library = library or WorkloadLibrary()
     if models is None:
@@ -64,7 +67,7 @@ def builtin_population(library: WorkloadLibrary | None = None, models: list[str]
 
         models = sorted({m for (m, b, p) in _shipped() if b is None and p == "fp32"})
     rows = []
-    for server in SERVERS:
+    for server in servers or SERVERS:
         for model in models:
             big_tables = library.get(model, None, "fp32").embedding_table_bytes >= PEARL_MIN_TABLE_BYTES
             for arch, workers, gpw, ps in PLACEMENTS:

@@ -61,7 +61,7 @@ def comm_cdf_figure(baseline: pl.DataFrame):
         x = np.sort(baseline.filter(c("architecture") == arch)["share_comm"].to_numpy() * 100)
         y = np.arange(1, len(x) + 1) / len(x)
         ax.step(x, y, where="post", label=f"{arch} ({len(x)} jobs)")
-    ax.set_xlim(0, 100)
+    ax.set_xlim(-2, 100)  # a little room left of 0, so jobs without communication (a line at 0) show
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("exposed weight/gradient communication (% of step time)")
     ax.set_ylabel("fraction of jobs")
@@ -72,12 +72,22 @@ def comm_cdf_figure(baseline: pl.DataFrame):
 def speedup_figure(results: pl.DataFrame):
     """Box plot per scenario of the speedup over the jobs the scenario applies to (log axis)."""
     scen = [s for s in results["scenario"].cast(pl.String).unique(maintain_order=True) if s != "baseline"]
-    data, labels = [], []
+    data, labels, unapplied = [], [], []
     for s in scen:
         v = results.filter((c("scenario") == s) & c("scenario_applied"))["speedup"].to_numpy()
-        data.append(v if len(v) else np.array([1.0]))
-        labels.append(f"{s} (n={len(v)})")
-    fig, ax = new_figure(8.0, 0.45 * len(scen) + 1.6)
+        name = s if len(s) <= 28 else s[:27] + "…"
+        if len(v):
+            data.append(v)
+            labels.append(f"{name} (n={len(v)})")
+        else:
+            unapplied.append(name)
+    if not data:  # no scenario applies to any job: say so instead of drawing empty boxes
+        fig, ax = new_figure(7.0, 2.0)
+        ax.axis("off")
+        ax.text(0.5, 0.5, "no scenario applies to any job: " + ", ".join(unapplied), ha="center", va="center",
+                wrap=True)
+        return fig
+    fig, ax = new_figure(8.0, 0.45 * len(data) + 1.8)
     ax.boxplot(data, orientation="horizontal", tick_labels=labels, showmeans=True, whis=(5, 95), showfliers=False,
                meanprops={"marker": "D", "markerfacecolor": "white", "markeredgecolor": "black", "markersize": 5})
     ax.axvline(1.0, color="grey", lw=1, ls="--")
@@ -91,6 +101,8 @@ def speedup_figure(results: pl.DataFrame):
     ax.invert_yaxis()
     ax.set_xlabel("speedup over baseline (log scale)")
     ax.set_title("box: 25-75 %, whiskers: 5-95 %, line: median, diamond: mean", fontsize=9)
+    if unapplied:
+        fig.text(0.01, 0.005, "applies to no job: " + ", ".join(unapplied), fontsize=8, color="0.35")
     return fig
 
 
@@ -107,7 +119,7 @@ def bottleneck_figure(bottlenecks: pl.DataFrame):
         ax.barh(archs, vals, left=left, color=COMPONENT_COLORS[comp], label=COMPONENT_LABELS[comp])
         left += vals
     ax.set_xlim(0, 100)
-    ax.set_xlabel("jobs whose bottleneck is the component (%)")
+    ax.set_xlabel("jobs whose bottleneck is the component (% of jobs, by count)")
     ax.set_ylabel("training architecture")
     fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=3, frameon=False)
     return fig
@@ -120,6 +132,7 @@ def write_characterization_report(
     title: str,
     subtitle: str,
     accounting: pl.DataFrame | None = None,
+    malformed: pl.DataFrame | None = None,
     extra_summary: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write the report folder (``index.html``, ``figures/``, ``tables/``, ``summary.json``).
@@ -129,6 +142,7 @@ def write_characterization_report(
         out_dir: the folder (created).
         title, subtitle: page heading.
         accounting: optional table of how every input job was accounted for (reason, count).
+        malformed: optional table of the trace's malformed rows by problem, with file:line examples.
         extra_summary: more entries for ``summary.json``.
 
     Returns:
@@ -142,6 +156,8 @@ def write_characterization_report(
     if accounting is not None:
         rep.add_heading("Every job accounted for")
         rep.add_table("accounting", accounting, "Input jobs by outcome")
+    if malformed is not None:
+        rep.add_table("malformed_rows", malformed, "Malformed rows of the trace (not jobs), with file:line examples")
     rep.add_heading("Where the step time goes")
     rep.add_figure("breakdown", breakdown_figure(ch.shares),
                    "Mean share of step time per component and architecture (baseline)")

@@ -115,12 +115,18 @@ class Architecture(BaseModel):
                 has, a single-server kind larger than one server, or an uneven split.
         """
         n = self.num_gpus
+        if self.gpus_per_worker > gpus_per_server:
+            raise ValueError(
+                f"gpus_per_worker: a worker's {self.gpus_per_worker} GPUs must sit in one server, which has "
+                f"{gpus_per_server}; expected at most {gpus_per_server} GPUs per worker"
+            )
         if self.kind in SINGLE_SERVER_ARCHITECTURES:
             m = 1
         elif self.num_servers is not None:
             m = self.num_servers
         else:
-            m = max(1, math.ceil(n / gpus_per_server))
+            # whole workers per server
+            m = max(1, math.ceil(self.num_workers / (gpus_per_server // self.gpus_per_worker)))
             if self.kind == "allreduce_cluster":
                 m = max(m, 2)
             if self.kind in ("allreduce_cluster", "pearl"):
