@@ -149,3 +149,16 @@ def test_params_table_formula_matches_function(tiny):
     assert row["rows_touched_per_step"] == pytest.approx(expected_unique_rows(100, 6), rel=1e-12)
     assert row["rows"] == 100 and row["row_bytes"] == 32 and row["lookups_per_step"] == 6
     assert math.isclose(row["touched_bytes_per_step"], row["rows_touched_per_step"] * 32)
+
+
+def test_pytorch_sparse_embedding_profiles_like_a_lookup_only_table(tiny):
+    """nn.Embedding(sparse=True) (PyTorch's sparse gradients) gives the same totals as the plain table."""
+
+    def sparse_factory(batch_size: int = 2) -> tuple[nn.Module, torch.Tensor]:
+        model = Tiny()
+        model.emb = nn.Embedding(100, 8, sparse=True)
+        return model, torch.zeros(batch_size, 3, dtype=torch.long)
+
+    t = profile_model(sparse_factory, optimizer="sgd").totals
+    for key in ("sparse_bytes_per_step", "embedding_table_bytes", "dense_param_bytes", "memory_bound_bytes"):
+        assert t[key] == pytest.approx(tiny.totals[key]), key

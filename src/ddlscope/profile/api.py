@@ -357,6 +357,12 @@ def profile_model(
     started = time.perf_counter()
     module, batch = _call_factory(name, factory, sizes)
     module.train()
+    # PyTorch's sparse=True embeddings produce sparse-layout gradients the meta device cannot hold;
+    # their cost is the same row-wise one that lookup-only tables get here anyway (see
+    # ``embedding_gradients``), so they are traced as dense-layout tables.
+    for sub in module.modules():
+        if isinstance(sub, torch.nn.Embedding | torch.nn.EmbeddingBag) and sub.sparse:
+            sub.sparse = False
     trace = _trace_step(name, module, batch, precision, optimizer, attention, embedding_gradients)
     trace_s = time.perf_counter() - started
 
