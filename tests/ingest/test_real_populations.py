@@ -111,3 +111,17 @@ def test_openb_v2023_pods(shared_data):
     assert pop.filter(pl.col("job_id") == "openb-pod-0001")["gpu_request"][0] == pytest.approx(0.46)
     assert dict(pop.filter(pl.col("num_gpus") > 1).group_by("num_gpus").len().iter_rows()) == {2: 16, 4: 15, 8: 44}
     assert pop["gpu"].null_count() == 8152  # gpu_spec is empty in this file
+
+
+def test_openb_v2023_folder_reads_only_the_pod_list(shared_data):
+    """The v2023 folder as distributed also holds the node list (1,523 nodes): it is not a job table."""
+    folder = shared_data / "alibaba" / "v2023"
+    assert detect_format([folder]) == "openb-v2023"
+    pop, report = read_population(folder)
+    assert pop.height == 8152 and report.malformed_rows == 0
+
+
+def test_the_same_trace_file_twice_is_an_error(shared_data):
+    path = shared_data / "gavel_traces" / "msr" / "seed=0" / "23dbec.trace"
+    with pytest.raises(ValueError, match="given twice"):
+        read_population([path, path])

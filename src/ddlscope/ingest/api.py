@@ -34,13 +34,17 @@ def _first_line(path: Path) -> str:
         return ""
 
 
+OPENB_POD_PREFIX = "openb_pod_list"
+"""File-name prefix of the Alibaba 2023 (FGD, ATC'23) pod lists; the folder's node list is not a job table."""
+
+
 def detect_format(paths: Sequence[str | Path]) -> str | None:
     """The trace format of ``paths`` by name and first line, or ``None`` when unknown.
 
     ``pai-v2020``: a directory holding ``pai_job_table.*`` or files named ``pai_<table>.*``;
     ``gavel``: ``.trace`` files (or a directory of them); ``philly-pollux``: a CSV whose header
     has ``duration``, ``num_gpus`` and ``gpu_time``; ``openb-v2023``: a CSV whose header has
-    ``name``, ``num_gpu`` and ``gpu_milli``.
+    ``name``, ``num_gpu`` and ``gpu_milli``, or a directory holding ``openb_pod_list*`` files.
     """
     kinds: set[str] = set()
     for p in (Path(x) for x in paths):
@@ -48,6 +52,8 @@ def detect_format(paths: Sequence[str | Path]) -> str | None:
             names = [c.name for c in p.iterdir()]
             if any(n.startswith("pai_job_table") for n in names):
                 kinds.add(PAI_FORMAT)
+            elif any(n.startswith(OPENB_POD_PREFIX) for n in names):
+                kinds.add("openb-v2023")
             elif any(n.endswith(".trace") for n in names):
                 kinds.add("gavel")
             else:
@@ -117,9 +123,14 @@ def read_population(
     path_list = [paths] if isinstance(paths, str | Path) else list(paths)
     if not path_list:
         raise ValueError("paths: expected at least one trace file or directory")
+    seen: dict[Path, str] = {}
     for p in path_list:
         if not Path(p).exists():
             raise FileNotFoundError(f"{p}: no such file or directory")
+        key = Path(p).resolve()
+        if key in seen:
+            raise ValueError(f"{p}: given twice (as {seen[key]}); each trace file is read once")
+        seen[key] = str(p)
     if fmt is None:
         fmt = detect_format(path_list) or ("csv" if mapping is not None else None)
         if fmt is None:
@@ -152,4 +163,6 @@ def read_population(
         table_mapping = load_mapping(mapping, base)
     else:
         table_mapping = base
-    return read_table_population(expand_paths(path_list), table_mapping, opts)
+    # a v2023 folder also holds the node list; only the pod lists are jobs
+    prefix = OPENB_POD_PREFIX if fmt == "openb-v2023" else None
+    return read_table_population(expand_paths(path_list, prefix), table_mapping, opts)

@@ -494,9 +494,9 @@ def _population_columns(lf: pl.LazyFrame, path: Path, mapping: TableMapping) -> 
     return lf.select(cols)
 
 
-def expand_paths(paths: Sequence[str | Path]) -> list[Path]:
+def expand_paths(paths: Sequence[str | Path], prefix: str | None = None) -> list[Path]:
     """Files for ``paths``; a directory contributes its table files (see
-    :func:`read_table_population`).
+    :func:`read_table_population`), only those whose names start with ``prefix`` when given.
 
     Raises:
         FileNotFoundError: a path that does not exist.
@@ -507,7 +507,8 @@ def expand_paths(paths: Sequence[str | Path]) -> list[Path]:
         if not p.exists():
             raise FileNotFoundError(f"{p}: no such file or directory")
         if p.is_dir():
-            found = sorted(c for c in p.iterdir() if c.is_file() and _table_suffix(c))
+            found = sorted(c for c in p.iterdir() if c.is_file() and _table_suffix(c)
+                           and (prefix is None or c.name.startswith(prefix)))
             if not found:
                 raise ValueError(f"{p}: no .trace, .csv, .tsv, .csv.gz or .parquet file in the directory")
             out.extend(found)
