@@ -38,13 +38,6 @@ from ddlscope.cli.ingest import (
     TraceFormatOpt,
     read_trace,
 )
-from ddlscope.ingest.report import reason_summary
-from ddlscope.population.builtin import NOTE as BUILTIN_NOTE
-from ddlscope.population.builtin import builtin_population
-from ddlscope.population.characterize import characterize as run_characterization
-from ddlscope.population.jobs import assemble_jobs
-from ddlscope.population.workloads import WorkloadLibrary
-from ddlscope.report.characterize import ARCH_ORDER, write_characterization_report
 from ddlscope.report.console import FORMATS, emit, terminal
 from ddlscope.specs.examples import EXAMPLE_SERVER
 from ddlscope.specs.workload import PRECISIONS
@@ -119,6 +112,15 @@ def register(app: typer.Typer) -> None:
         Without a trace: the built-in population (every zoo model under each architecture and GPU count the PAI
         study considers, on 8 x V100 NVLink and PCIe-only servers with 25 Gb/s Ethernet; a reconstruction).
         """
+        # the analysis and the report (matplotlib) are imported when the command runs, not at start-up
+        from ddlscope.ingest.report import reason_summary
+        from ddlscope.population.builtin import NOTE as BUILTIN_NOTE
+        from ddlscope.population.builtin import builtin_population
+        from ddlscope.population.characterize import characterize as run_characterization
+        from ddlscope.population.jobs import assemble_jobs
+        from ddlscope.population.workloads import WorkloadLibrary
+        from ddlscope.report.characterize import write_characterization_report
+
         started = time.perf_counter()
         if fmt not in FORMATS:
             raise ValueError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
@@ -224,6 +226,7 @@ def register(app: typer.Typer) -> None:
 def _print(ch, accounting: pl.DataFrame, malformed: pl.DataFrame | None, summary: dict, index: Path | None,
            out: Path, fmt: str) -> None:
     """Headline figures and where the report went."""
+    from ddlscope.report.characterize import ARCH_ORDER
     h = ch.headline
     if fmt == "json":
         emit(accounting, "json", extra={"headline": h, **summary, "report": str(index or out), "notes": ch.notes})
