@@ -169,6 +169,8 @@ def parse_model_mix(text: str | Mapping[str, float] | None, *, strict: bool = Tr
             raise ValueError(f"model mix: weight of {name!r}: expected a positive number, got {weight!r}")
         if strict and name not in ZOO_MODELS:
             raise ValueError(f"model mix: unknown zoo model {name!r}; expected one of {', '.join(ZOO_MODELS)}")
+        if name in mix:
+            raise ValueError(f"model mix: {name!r} is given twice")
         mix[name] = mix.get(name, 0.0) + w
     if not mix:
         raise ValueError("model mix: expected at least one model=weight entry")
