@@ -125,3 +125,12 @@ def test_the_same_trace_file_twice_is_an_error(shared_data):
     path = shared_data / "gavel_traces" / "msr" / "seed=0" / "23dbec.trace"
     with pytest.raises(ValueError, match="given twice"):
         read_population([path, path])
+
+
+def test_every_model_map_target_is_a_zoo_model():
+    """The built-in label map points only at real zoo entries (a typo would leave jobs unprofilable)."""
+    from ddlscope.ingest.models import builtin_model_map
+    from ddlscope.profile.zoo import ZOO
+
+    targets = {t for t in builtin_model_map().as_dict().values() if t}
+    assert targets and targets <= set(ZOO)

@@ -5,9 +5,9 @@ override it with a file of the same shape (``[models]`` table of ``label = "zoo_
 mapping. Labels match after :func:`normalize_label` (lower case, only ``a-z0-9`` kept). A value
 ``""`` records that the zoo has no model of that kind.
 
-The ingest layer does not import the zoo (it is built separately); :data:`ZOO_MODELS` lists the
-zoo's names so that a typo in a user map is caught early. A name outside it is accepted with
-``strict=False`` (a user's own zoo entry).
+:data:`ZOO_MODELS` lists the zoo's names (from its registry, without importing torch) so that a
+typo in a user map is caught early. A name outside it is accepted with ``strict=False`` (a user's
+own zoo entry).
 """
 
 from __future__ import annotations
@@ -21,13 +21,12 @@ from pathlib import Path
 
 import polars as pl
 
+from ddlscope.profile.zoo import ZOO
 from ddlscope.specs.files import read_toml_or_json
 
-#: Model names of the model zoo (issue 3); workloads are attached to jobs by these names later.
-ZOO_MODELS: tuple[str, ...] = (
-    "resnet50", "resnet18", "transformer_nmt", "bert_base", "bert_large", "gpt2", "mind", "dlrm",
-    "gcn_reddit", "wav2vec2",
-)
+ZOO_MODELS: tuple[str, ...] = tuple(ZOO)
+"""Model names of the model zoo (:data:`ddlscope.profile.zoo.ZOO`, a registry that imports no
+torch); workloads are attached to jobs by these names later."""
 
 GOLDEN_RATIO_CONJUGATE = (math.sqrt(5.0) - 1.0) / 2.0
 """phi - 1 = 0.618..., the step of the Weyl sequence used by :func:`assign_model_mix`."""

@@ -3,15 +3,29 @@
 Public API: :func:`profile_model` returning a :class:`ProfileResult` (``.ops``, ``.params``,
 ``.totals``, ``.workload``), :class:`ProfileError`, and the model zoo
 :data:`ddlscope.profile.zoo.ZOO`. See ``docs/profile.md``.
+
+The tracing API (and with it torch) is imported on first use, so ``ddlscope.profile.zoo`` (the
+zoo's names and defaults) stays cheap to import.
 """
 
-from ddlscope.profile.api import (
-    OP_COLUMNS,
-    PARAM_COLUMNS,
-    ProfileError,
-    ProfileResult,
-    profile_model,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from ddlscope.profile.zoo import ZOO, ZooEntry
+
+if TYPE_CHECKING:
+    from ddlscope.profile.api import OP_COLUMNS, PARAM_COLUMNS, ProfileError, ProfileResult, profile_model
+
+_API = ("OP_COLUMNS", "PARAM_COLUMNS", "ProfileError", "ProfileResult", "profile_model")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        from ddlscope.profile import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'ddlscope.profile' has no attribute {name!r}")
+
 
 __all__ = ["OP_COLUMNS", "PARAM_COLUMNS", "ZOO", "ProfileError", "ProfileResult", "ZooEntry", "profile_model"]
