@@ -10,6 +10,7 @@ name               model                                                   defau
 =================  ======================================================  ==========================
 resnet18           ResNet-18 (He et al. 2016), 11.7 M parameters           batch 64, 224 x 224
 resnet50           ResNet-50 v1.5, 25.6 M parameters                       batch 64, 224 x 224
+resnet18_cifar     ResNet-18 for CIFAR-10 (kuangliu/pytorch-cifar), 11.2 M batch 128, 32 x 32
 transformer_nmt    Transformer base (Vaswani et al. 2017), 37k shared      batch 96 sentence pairs,
                    vocabulary                                              32 tokens each side
 bert_base          BERT-base pre-training (Devlin et al. 2019), 110 M      batch 32, sequence 128
@@ -110,6 +111,14 @@ ZOO: dict[str, ZooEntry] = {e.name: e for e in (
         _lazy("vision", "resnet50"), batch_size=64, image_size=224,
         size_meaning="batch_size images of image_size x image_size x 3",
         stored_input_bytes_per_sample=IMAGENET_MEAN_JPEG_BYTES),
+    ZooEntry(
+        "resnet18_cifar", "vision", "ResNet-18 for 32 x 32 CIFAR-10 images, 10 classes, cross-entropy",
+        "kuangliu/pytorch-cifar models/resnet.py ResNet18 (3x3/1 stem, no max-pooling, 4x4 average pooling), "
+        "the model of the Pollux (OSDI 2021) cifar10 benchmark (adaptdl benchmark/models/cifar10, "
+        "--model=ResNet18); 11,173,962 parameters; CIFAR-10 (Krizhevsky 2009): 32 x 32 RGB, batch 128",
+        _lazy("vision", "resnet18_cifar"), batch_size=128, image_size=32,
+        size_meaning="batch_size images of image_size x image_size x 3",
+        stored_input_bytes_per_sample=3 * 32 * 32 + 1),
     ZooEntry(
         "transformer_nmt", "nlp", "Transformer base encoder-decoder for translation, label-smoothed cross-entropy",
         "Vaswani et al., 'Attention Is All You Need', NeurIPS 2017, base model (Table 3): d_model 512, 6+6 "
