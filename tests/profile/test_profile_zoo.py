@@ -22,6 +22,9 @@ def test_resnet_parameter_counts():
     assert _params("resnet50") == 25_557_032
     assert _params("resnet18") == 11_689_512
     assert _params("resnet18_cifar") == 11_173_962  # kuangliu/pytorch-cifar ResNet18
+    # NeuMF on ml-1m, 32 factors, 3 layers: embeddings (6040 + 3706) x (32 + 128) = 1,559,360; MLP
+    # 256*128+128 + 128*64+64 + 64*32+32 = 43,232; prediction 64 + 1 = 65
+    assert _params("ncf") == 1_559_360 + 43_232 + 65
 
 
 def test_resnet50_forward_macs_per_image():
@@ -146,7 +149,8 @@ PROFILED_ABOVE = {"resnet18", "resnet50", "bert_base", "gpt2", "dlrm", "gcn_redd
 
 
 def test_zoo_names():
-    assert set(ZOO) == PROFILED_ABOVE | {"transformer_nmt", "bert_large", "mind", "wav2vec2_base", "resnet18_cifar"}
+    assert set(ZOO) == PROFILED_ABOVE | {"transformer_nmt", "bert_large", "mind", "wav2vec2_base", "resnet18_cifar",
+                        "ncf"}
 
 
 @pytest.mark.parametrize("name", sorted(set(ZOO) - PROFILED_ABOVE))

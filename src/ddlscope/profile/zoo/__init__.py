@@ -18,6 +18,7 @@ bert_large         BERT-large pre-training, 340 M                          batch
 gpt2               GPT-2 small (Radford et al. 2019), 124 M                batch 8, sequence 1024
 mind               MIND multi-interest retrieval (Li et al. 2019)          batch 512, 50 behaviours
 dlrm               DLRM on Criteo Kaggle tables (Naumov et al. 2019)       batch 128
+ncf                NeuMF on MovieLens 1M (He et al. 2017)                  batch 256
 gcn_reddit         2-layer GCN (Kipf and Welling 2017) on a Reddit-sized   batch = 232,965 nodes
                    graph (edge-list message passing)                       (full graph)
 wav2vec2_base      wav2vec 2.0 base + CTC head (Baevski et al. 2020)       batch 8, 15 s of 16 kHz
@@ -163,6 +164,13 @@ ZOO: dict[str, ZooEntry] = {e.name: e for e in (
         "interaction, top MLP 367-512-256-1, batch 128",
         _lazy("recsys", "dlrm"), batch_size=128,
         size_meaning="batch_size samples, one index per table each"),
+    ZooEntry(
+        "ncf", "recsys", "NeuMF (GMF + MLP) neural collaborative filtering, binary cross-entropy",
+        "He et al., 'Neural Collaborative Filtering', WWW 2017, NeuMF without pre-training; the Pollux (OSDI 2021) "
+        "ncf benchmark's configuration (adaptdl benchmark/models/ncf: ml-1m with 6,040 users and 3,706 items, "
+        "32 predictive factors, 3 MLP layers 256-128-64-32, dropout 0, Adam, batch 256)",
+        _lazy("recsys", "ncf"), batch_size=256,
+        size_meaning="batch_size (user, item, label) interactions"),
     ZooEntry(
         "gcn_reddit", "graph", "2-layer GCN, full-graph node classification, edge-list message passing",
         "Kipf and Welling, 'Semi-Supervised Classification with Graph Convolutional Networks', ICLR 2017 "
