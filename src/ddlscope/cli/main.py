@@ -25,6 +25,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "ddlscope.cli.profile",
     "ddlscope.cli.rpc",
     "ddlscope.cli.pstrain",
+    "ddlscope.cli.calibrate",
+    "ddlscope.cli.validate",
 )
 
 for _name in COMMAND_MODULES:
