@@ -8,8 +8,9 @@ What becomes of each measurement (the spec fields the step-time model reads):
 - device memory bandwidth ``B_mem``: a GPU's datasheet figure; on a CPU the highest bandwidth any
   memory benchmark reached (element-wise ops on cache-resident tensors; a CPU's "memory" for
   small tensors is its cache hierarchy). STREAM copy/triad (McCalpin) are kept as measured.
-- per-op framework overhead (a CPU's training step of tiny layers, per ATen op) and the
-  convolution curves, for the op-mix efficiencies.
+- per-op framework overhead (a CPU's training step of tiny layers, per ATen op), the convolution
+  curves and the curves of op families far from streaming speed (normalisation, softmax,
+  dropout), for the op-mix efficiencies.
 - timings on a one-core CPU device use the thread's CPU time (``clock = "cpu"``), so the other
   processes of a shared host do not inflate them; otherwise wall time.
 - ``efficiency.compute``: the matmul efficiency of the largest size of the sweep (large kernels),
@@ -45,9 +46,11 @@ from ddlscope.calibrate.fit import AlphaBetaFit
 from ddlscope.calibrate.microbench import (
     CONV_CHANNELS,
     ELEMENTWISE_ELEMENTS,
+    FAMILY_ELEMENTS,
     MATMUL_SIZES,
     bench_conv,
     bench_elementwise,
+    bench_families,
     bench_matmul,
     bench_op_overhead,
     bench_stream,
@@ -62,6 +65,7 @@ QUICK_MATMUL_SIZES = (16, 32, 64, 128, 256, 512)
 QUICK_ELEMENTWISE = tuple(4**k for k in range(4, 13, 2))
 QUICK_COLLECTIVE_SIZES = tuple(4 * 16**k for k in range(1, 6))
 QUICK_CONV_CHANNELS = (16, 64, 128)
+QUICK_FAMILY_ELEMENTS = (4**6, 4**8, 4**10)
 
 
 @dataclass
@@ -75,6 +79,7 @@ class CalibrationPlan:
     elementwise_elements: tuple[int, ...] = ELEMENTWISE_ELEMENTS
     collective_sizes: tuple[int, ...] = COLLECTIVE_SIZES
     conv_channels: tuple[int, ...] = CONV_CHANNELS
+    family_elements: tuple[int, ...] = FAMILY_ELEMENTS
     ranks: int | None = None
     target_s: float = 0.05
     collectives: bool = True
@@ -90,7 +95,8 @@ class CalibrationPlan:
     def quick(cls, **kw: Any) -> CalibrationPlan:
         """Fewer sizes and shorter timings (for tests and a first look; about 20 s on 2 cores)."""
         return cls(matmul_sizes=QUICK_MATMUL_SIZES, elementwise_elements=QUICK_ELEMENTWISE,
-                   collective_sizes=QUICK_COLLECTIVE_SIZES, conv_channels=QUICK_CONV_CHANNELS, target_s=0.02, **kw)
+                   collective_sizes=QUICK_COLLECTIVE_SIZES, conv_channels=QUICK_CONV_CHANNELS,
+                   family_elements=QUICK_FAMILY_ELEMENTS, target_s=0.02, **kw)
 
 
 def _host_llc_bytes() -> float:
@@ -198,8 +204,10 @@ def _measure_device(plan: CalibrationPlan, catalog: Catalog, tables: dict[str, p
     clock = plan.resolved_clock()
     if clock == "cpu" and (dev != "cpu" or plan.cores_per_device != 1):
         raise ValueError("clock: the cpu clock (thread CPU time) measures a device of one CPU core only")
+    cold = 2 * _host_llc_bytes() if dev == "cpu" else 0.0
     tables["matmul"] = bench_matmul(info.peak_flop_per_s, device=dev, precisions=precisions, clock=clock,
-                                    sizes=plan.matmul_sizes, target_s=plan.target_s, progress=tick("matmul", total_mm))
+                                    sizes=plan.matmul_sizes, target_s=plan.target_s, cold_bytes=cold,
+                                    progress=tick("matmul", total_mm))
     best = tables["matmul"].group_by("precision").agg(pl.col("flop_per_s").max())
     for prec, rate in best.iter_rows():
         if rate > info.peak_flop_per_s[prec]:
@@ -211,7 +219,8 @@ def _measure_device(plan: CalibrationPlan, catalog: Catalog, tables: dict[str, p
     tables["matmul"] = tables["matmul"].with_columns(efficiency=pl.col("flop_per_s") / pl.col("peak_flop_per_s"))
     done = 0
     tables["conv"] = bench_conv(info.peak_flop_per_s["fp32"], device=dev, channels=plan.conv_channels, clock=clock,
-                                target_s=plan.target_s, progress=tick("convolution", len(plan.conv_channels)))
+                                target_s=plan.target_s, cold_bytes=cold,
+                                progress=tick("convolution", len(plan.conv_channels)))
     n_stream = stream_elements(_host_llc_bytes()) if dev == "cpu" else 64 * 2**20
     tables["stream"] = bench_stream(device=dev, elements=n_stream, target_s=max(plan.target_s, 0.05), clock=clock)
     if progress:
@@ -219,8 +228,11 @@ def _measure_device(plan: CalibrationPlan, catalog: Catalog, tables: dict[str, p
     done = 0
     tables["elementwise"] = bench_elementwise(
         device=dev, elements=plan.elementwise_elements, target_s=plan.target_s, clock=clock,
-        cold_bytes=2 * _host_llc_bytes() if dev == "cpu" else 0.0,
+        cold_bytes=cold,
         progress=tick("element-wise", len(plan.elementwise_elements)))
+    done = 0
+    tables["families"] = bench_families(device=dev, elements=plan.family_elements, target_s=plan.target_s, clock=clock,
+                                        progress=tick("norm/softmax/dropout/embedding", 9))
     overhead = bench_op_overhead(clock=clock, target_s=max(plan.target_s, 0.05)) if dev == "cpu" else None
     meta.update({"device_kind": info.kind, "device": info.name, "cores_per_device": info.cores,
                  "clock_hz": info.clock_hz, "isa": info.isa, "peak_source": info.peak_source, "clock": clock,

@@ -5,8 +5,8 @@ collective.
 ``p`` processes are started (``spawn``), one per device: gloo on CPU (each process limited to its
 device's cores), NCCL on GPUs (one GPU each). Every size is warmed up, then all ranks pass a
 barrier and run ``iters`` back-to-back collectives; the time of a block is the slowest rank's mean
-(``max`` over ranks, as a step waits for the last rank), and the best of ``repeats`` blocks is kept
-(the micro-benchmarks' convention: the rate reached without interference). Sizes follow nccl-tests: the
+(``max`` over ranks, as a step waits for the last rank), and the median of ``repeats`` blocks is
+kept (the micro-benchmarks' convention, :mod:`ddlscope.calibrate.microbench`). Sizes follow nccl-tests: the
 all-reduce size is the buffer, the all-gather size the *total* output (each rank contributes
 ``S/p``), the all-to-all size the buffer each rank sends in all (``S/p`` to each peer).
 ``algbw = S / t`` and ``busbw = algbw * f(p)`` (nccl-tests doc/PERFORMANCE.md).
@@ -80,7 +80,7 @@ def _worker(rank: int, world: int, port: int, backend: str, threads: int, sizes:
                 op()
                 if backend == "nccl":
                     torch.cuda.synchronize()
-                best = float("inf")
+                blocks = []
                 for _ in range(repeats):
                     dist.barrier()
                     t0 = time.perf_counter()
@@ -90,9 +90,9 @@ def _worker(rank: int, world: int, port: int, backend: str, threads: int, sizes:
                         torch.cuda.synchronize()
                     mean = torch.tensor([(time.perf_counter() - t0) / iters])
                     dist.all_reduce(mean, op=dist.ReduceOp.MAX)
-                    best = min(best, float(mean))
+                    blocks.append(float(mean))
                 if rank == 0:
-                    queue.put((coll, n * 4, best))
+                    queue.put((coll, n * 4, sorted(blocks)[len(blocks) // 2]))
     finally:
         dist.destroy_process_group()
         if rank == 0:

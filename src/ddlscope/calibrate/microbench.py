@@ -2,16 +2,19 @@
 element-wise throughput. Each returns a Polars DataFrame.
 
 Timing: an operation is repeated until one repetition lasts ``target_s`` (at least ``min_reps``
-calls), and the best of ``repeats`` repetitions is kept: the rate the device sustains when nothing
-else interferes, the STREAM convention (McCalpin, "Memory Bandwidth and Machine Balance in Current
-High Performance Computers", IEEE TCCA Newsletter 1995: best of ten trials). On a GPU the device is
-synchronised around each repetition.
+calls), and the median of ``repeats`` repetitions is kept. STREAM keeps the best of its trials
+(McCalpin, "Memory Bandwidth and Machine Balance in Current High Performance Computers", IEEE TCCA
+Newsletter 1995), the rate reached when nothing interferes; ddlscope calibrates a model of training
+steps, which run through whatever the host does meanwhile, so it keeps the typical repetition (on
+a quiet host the two agree; ``stat="best"`` gives STREAM's). On a GPU the device is synchronised
+around each repetition.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import statistics
 import time
 from collections.abc import Callable, Sequence
 
@@ -65,11 +68,11 @@ worked for the call, whatever else the host runs (a shared machine's other proce
 inflate it, as they do wall time)."""
 
 
-def time_call(fn: Callable[[], object], device: str = "cpu", *, target_s: float = 0.05, repeats: int = 3,
-              min_reps: int = 2, clock: str = "wall") -> float:
-    """Best time (s) per call of ``fn`` over ``repeats`` repetitions of ``reps`` calls each, where
-    ``reps`` makes a repetition last about ``target_s`` (after one warm-up call), on ``clock``
-    (:data:`CLOCKS`)."""
+def time_call(fn: Callable[[], object], device: str = "cpu", *, target_s: float = 0.05, repeats: int = 5,
+              min_reps: int = 2, clock: str = "wall", stat: str = "median") -> float:
+    """Median (``stat="best"``: minimum) time (s) per call of ``fn`` over ``repeats`` repetitions of
+    ``reps`` calls each, where ``reps`` makes a repetition last about ``target_s`` (after one warm-up
+    call), on ``clock`` (:data:`CLOCKS`)."""
     now = CLOCKS[clock]
     fn()
     _sync(device)
@@ -78,15 +81,15 @@ def time_call(fn: Callable[[], object], device: str = "cpu", *, target_s: float 
     _sync(device)
     one = max(now() - t0, 1e-7)
     reps = max(min_reps, int(target_s / one))
-    best = float("inf")
+    times = []
     for _ in range(repeats):
         _sync(device)
         t0 = now()
         for _ in range(reps):
             fn()
         _sync(device)
-        best = min(best, (now() - t0) / reps)
-    return best
+        times.append((now() - t0) / reps)
+    return min(times) if stat == "best" else float(statistics.median(times))
 
 
 def bench_matmul(
@@ -96,13 +99,17 @@ def bench_matmul(
     precisions: Sequence[str] = ("fp32",),
     sizes: Sequence[int] = MATMUL_SIZES,
     target_s: float = 0.05,
-    repeats: int = 3,
+    repeats: int = 5,
     clock: str = "wall",
+    cold_bytes: float = 0.0,
     progress: Callable[[], None] | None = None,
 ) -> pl.DataFrame:
     """Square matmul throughput and efficiency against the peak: columns :data:`MATMUL_COLUMNS`.
 
-    ``tf32`` enables TF32 matmuls (``torch.backends.cuda.matmul.allow_tf32``) on a GPU.
+    ``tf32`` enables TF32 matmuls (``torch.backends.cuda.matmul.allow_tf32``) on a GPU. With
+    ``cold_bytes > 0`` the calls cycle through as many distinct operand pairs as fill
+    ``cold_bytes`` (twice the last-level cache): operands come from memory, as a training step's
+    weights and activations do, not from the cache the previous call filled.
 
     Raises:
         ValueError: an unknown precision.
@@ -116,11 +123,18 @@ def bench_matmul(
             torch.backends.cuda.matmul.allow_tf32 = prec == "tf32"
         itemsize = torch.empty((), dtype=dtype).element_size()
         for n in sizes:
-            a = torch.randn(n, n, device=device).to(dtype)
-            b = torch.randn(n, n, device=device).to(dtype)
+            sets = max(1, math.ceil(cold_bytes / (2 * n * n * itemsize))) if cold_bytes > 0 else 1
+            pool = [(torch.randn(n, n, device=device).to(dtype), torch.randn(n, n, device=device).to(dtype))
+                    for _ in range(min(sets, 4096))]
             c = torch.empty(n, n, device=device, dtype=dtype)
-            t = time_call(lambda a=a, b=b, c=c: torch.mm(a, b, out=c), device, target_s=target_s, repeats=repeats,
-                          clock=clock)
+            it = itertools.cycle(pool)
+
+            def call(it=it, c=c) -> torch.Tensor:
+                a, b = next(it)
+                return torch.mm(a, b, out=c)
+
+            t = time_call(call, device, target_s=target_s, repeats=repeats, clock=clock, min_reps=min(len(pool), 64))
+            del pool
             flops, nbytes = 2.0 * n**3, 3.0 * n * n * itemsize
             rows.append({"precision": prec, "n": n, "flops": flops, "bytes": nbytes,
                          "intensity_flops_per_byte": flops / nbytes, "time_s": t, "flop_per_s": flops / t,
@@ -138,8 +152,10 @@ def stream_elements(llc_bytes: float, itemsize: int = 4) -> int:
 
 def bench_stream(
     *, device: str = "cpu", elements: int = 32 * 2**20, target_s: float = 0.1, repeats: int = 5, clock: str = "wall",
+    stat: str = "best",
 ) -> pl.DataFrame:
-    """STREAM copy and triad in FP32 on preallocated arrays: columns :data:`STREAM_COLUMNS`.
+    """STREAM copy and triad in FP32 on preallocated arrays: columns :data:`STREAM_COLUMNS`
+    (best of ``repeats``, STREAM's convention, by default).
 
     Bytes counted as STREAM does (McCalpin 1995): copy reads ``a`` and writes ``c`` (2 arrays),
     triad reads ``b``, ``c`` and writes ``a`` (3 arrays); write-allocate traffic is not counted.
@@ -148,9 +164,9 @@ def bench_stream(
     b = torch.rand(elements, device=device)
     c = torch.rand(elements, device=device)
     array = elements * 4
-    t_copy = time_call(lambda: c.copy_(a), device, target_s=target_s, repeats=repeats, clock=clock)
+    t_copy = time_call(lambda: c.copy_(a), device, target_s=target_s, repeats=repeats, clock=clock, stat=stat)
     t_triad = time_call(lambda: torch.add(b, c, alpha=3.0, out=a), device, target_s=target_s, repeats=repeats,
-                        clock=clock)
+                        clock=clock, stat=stat)
     return pl.DataFrame([
         {"kernel": "copy", "elements": elements, "array_bytes": array, "bytes": 2 * array, "time_s": t_copy,
          "bandwidth_gb_s": 2 * array / t_copy / 1e9},
@@ -164,7 +180,7 @@ def bench_elementwise(
     device: str = "cpu",
     elements: Sequence[int] = ELEMENTWISE_ELEMENTS,
     target_s: float = 0.05,
-    repeats: int = 3,
+    repeats: int = 5,
     clock: str = "wall",
     cold_bytes: float = 0.0,
     progress: Callable[[], None] | None = None,
@@ -224,26 +240,38 @@ def bench_conv(
     batch: int = 8,
     size: int = 16,
     target_s: float = 0.05,
-    repeats: int = 3,
+    repeats: int = 5,
     clock: str = "wall",
+    cold_bytes: float = 0.0,
     progress: Callable[[], None] | None = None,
 ) -> pl.DataFrame:
     """3x3 convolution forward and backward (``aten.convolution`` and ``aten.convolution_backward``
     with input and weight gradients) in FP32: columns :data:`CONV_COLUMNS`. Convolutions are priced
     on their own curve because the library kernels (oneDNN, cuDNN) reach other efficiencies than a
-    square GEMM of the same arithmetic intensity, the backward especially."""
+    square GEMM of the same arithmetic intensity, the backward especially. ``cold_bytes`` as in
+    :func:`bench_matmul`."""
     rows = []
     aten = torch.ops.aten
     for c in channels:
-        x = torch.randn(batch, c, size, size, device=device)
-        w = torch.randn(c, c, 3, 3, device=device)
-        y = torch.nn.functional.conv2d(x, w, padding=1)
-        g = torch.randn_like(y)
-        fwd = time_call(lambda x=x, w=w: aten.convolution(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1),
-                        device, target_s=target_s, repeats=repeats, clock=clock)
-        bwd = time_call(lambda g=g, x=x, w=w: aten.convolution_backward(
-            g, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, False]),
-            device, target_s=target_s, repeats=repeats, clock=clock)
+        one = (2 * batch * c * size * size + c * c * 9) * 4
+        sets = max(1, math.ceil(cold_bytes / one)) if cold_bytes > 0 else 1
+        pool = [(torch.randn(batch, c, size, size, device=device), torch.randn(c, c, 3, 3, device=device),
+                 torch.randn(batch, c, size, size, device=device)) for _ in range(min(sets, 1024))]
+        it = itertools.cycle(pool)
+
+        def fwd_call(it=it) -> object:
+            x, w, _ = next(it)
+            return aten.convolution(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+
+        def bwd_call(it=it) -> object:
+            x, w, g = next(it)
+            return aten.convolution_backward(g, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
+                                             [True, True, False])
+
+        reps = min(len(pool), 64)
+        fwd = time_call(fwd_call, device, target_s=target_s, repeats=repeats, clock=clock, min_reps=reps)
+        bwd = time_call(bwd_call, device, target_s=target_s, repeats=repeats, clock=clock, min_reps=reps)
+        del pool
         flops = 2.0 * batch * size * size * c * c * 9
         act, wb = batch * c * size * size * 4.0, c * c * 9 * 4.0
         for op, f, nbytes, t in (("convolution", flops, 2 * act + wb, fwd),
@@ -269,7 +297,7 @@ def _tiny_mlp_step(layers: int, width: int) -> tuple[Callable[[], None], Callabl
     return step, step
 
 
-def bench_op_overhead(*, layers: int = 32, width: int = 4, target_s: float = 0.1, repeats: int = 3,
+def bench_op_overhead(*, layers: int = 32, width: int = 4, target_s: float = 0.1, repeats: int = 5,
                       clock: str = "wall") -> dict[str, float]:
     """Framework cost per operator of a training step: a step (forward, backward, SGD update) of
     ``layers`` tiny ``Linear(width, width)`` layers, whose ops move and compute almost nothing,
@@ -295,3 +323,151 @@ def bench_op_overhead(*, layers: int = 32, width: int = 4, target_s: float = 0.1
         step()
     t = time_call(step, "cpu", target_s=target_s, repeats=repeats, clock=clock)
     return {"op_overhead_s": t / max(counter.n, 1), "ops_per_step": float(counter.n), "step_s": t}
+
+
+FAMILY_OPS: dict[str, tuple[str, ...]] = {
+    "batch_norm": ("aten.native_batch_norm", "aten._native_batch_norm_legit",
+                   "aten._native_batch_norm_legit_functional"),
+    "batch_norm_backward": ("aten.native_batch_norm_backward",),
+    "layer_norm": ("aten.native_layer_norm",),
+    "layer_norm_backward": ("aten.native_layer_norm_backward",),
+    "softmax": ("aten._softmax", "aten._log_softmax"),
+    "softmax_backward": ("aten._softmax_backward_data", "aten._log_softmax_backward_data"),
+    "dropout": ("aten.native_dropout",),
+    "dropout_backward": ("aten.native_dropout_backward",),
+    "embedding_bag": ("aten._embedding_bag", "aten._embedding_bag_forward_only"),
+}
+"""Memory-bound op families whose kernels run far from streaming speed on some devices (a CPU's
+training-mode normalisations, its dropout random numbers, the exponentials of a softmax), by the
+profiler's op names. Each is timed as PyTorch runs it and expressed as bandwidth over the bytes the
+profiler counts for the op (:func:`ddlscope.profile.costs.op_bytes` of the captured call; dropout,
+whose CPU path does not call the fused kernel, by the same rule by hand). Embedding-bag look-ups
+run on a 20,000 x 16 table (DLRM's dimension). The dense gradients of embedding tables are left to
+the element-wise curve: their cost follows the rows updated, not the bytes the profiler counts
+(dominated by the zero-filled table), so a curve over bytes would misprice them."""
+FAMILY_ELEMENTS: tuple[int, ...] = tuple(4**k for k in range(6, 12))
+"""Element counts of the family sweep: 4,096 to 4.2 M."""
+FAMILY_COLUMNS: dict[str, str] = {
+    "family": "an op family of FAMILY_OPS",
+    "elements": "elements of the activation",
+    "bytes": "bytes the profiler counts for the op (read + written)",
+    "time_s": "best time per call",
+    "bandwidth_gb_s": "bytes / time_s / 1e9",
+}
+
+
+def _family_call(family: str, n: int, device: str) -> tuple[Callable[[], object], float]:
+    """The benchmark call of ``family`` on an activation of ``n`` FP32 elements, and its bytes as
+    the profiler counts them (``4 n`` per FP32 tensor of ``n`` elements, ``n`` per bool mask)."""
+    aten = torch.ops.aten
+    act = 4.0 * n
+    if family.startswith("batch_norm"):
+        c = 64
+        x = torch.randn(8, c, max(n // (8 * c), 1), device=device)
+        w, b = torch.ones(c, device=device), torch.zeros(c, device=device)
+        rm, rv = torch.zeros(c, device=device), torch.ones(c, device=device)
+        act = 4.0 * x.numel()
+        if family == "batch_norm":
+            return (lambda: aten.native_batch_norm(x, w, b, rm, rv, True, 0.1, 1e-5)), 2 * act + 7 * 4 * c
+        _, mean, invstd = aten.native_batch_norm(x, w, b, rm, rv, True, 0.1, 1e-5)
+        g = torch.randn_like(x)
+        return (lambda: aten.native_batch_norm_backward(g, x, w, rm, rv, mean, invstd, True, 1e-5,
+                                                        [True, True, True])), 3 * act + 8 * 4 * c
+    width = 1024
+    x = torch.randn(max(n // width, 1), width, device=device)
+    act = 4.0 * x.numel()
+    rows = x.shape[0]
+    if family.startswith("layer_norm"):
+        w, b = torch.ones(width, device=device), torch.zeros(width, device=device)
+        if family == "layer_norm":
+            return (lambda: aten.native_layer_norm(x, [width], w, b, 1e-5)), 2 * act + 2 * 4 * width + 8 * rows
+        _, mean, rstd = aten.native_layer_norm(x, [width], w, b, 1e-5)
+        g = torch.randn_like(x)
+        return (lambda: aten.native_layer_norm_backward(g, x, [width], mean, rstd, w, b, [True, True, True])), (
+            3 * act + 4 * 4 * width + 8 * rows)
+    if family == "softmax":
+        return (lambda: aten._log_softmax(x, -1, False)), 2 * act
+    if family == "softmax_backward":
+        out = aten._log_softmax(x, -1, False)
+        g = torch.randn_like(x)
+        return (lambda: aten._log_softmax_backward_data(g, out, -1, torch.float32)), 3 * act
+    if family == "dropout":
+        return (lambda: torch.nn.functional.dropout(x, 0.1, True)), 2 * act + act / 4
+    if family == "dropout_backward":
+        mask = torch.rand_like(x) > 0.1
+        g = torch.randn_like(x)
+        return (lambda: aten.native_dropout_backward(g, mask, 1 / 0.9)), 2 * act + act / 4
+    if family == "embedding_bag":
+        rows, dim = 20_000, 16
+        k = max(n // dim, 1)
+        weight = torch.randn(rows, dim, device=device)
+        idx = torch.randint(0, rows, (k,), device=device)
+        offsets = torch.arange(k, device=device)
+
+        def fn() -> object:
+            return aten._embedding_bag(weight, idx, offsets, False, 0)
+
+        return fn, _captured_bytes(fn, FAMILY_OPS[family])
+    raise ValueError(f"family: expected one of {', '.join(FAMILY_OPS)}, got {family!r}")
+
+
+def _captured_bytes(fn: Callable[[], object], names: Sequence[str]) -> float:
+    """Bytes :func:`ddlscope.profile.costs.op_bytes` counts for the first op named in ``names`` that
+    ``fn`` dispatches (the profiler's own rule, so the curve and the op table agree).
+
+    Raises:
+        ValueError: ``fn`` dispatches none of ``names``.
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from ddlscope.profile.costs import op_bytes, tensors_in
+
+    found: list[float] = []
+
+    class _Capture(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if not found and str(func.overloadpacket) in names:
+                read, write = op_bytes(func, args, kwargs or {}, tensors_in(out))
+                found.append(float(read + write))
+            return out
+
+    with _Capture():
+        fn()
+    if not found:
+        raise ValueError(f"family benchmark: none of {list(names)} was dispatched")
+    return found[0]
+
+
+def bench_families(
+    *,
+    device: str = "cpu",
+    families: Sequence[str] = tuple(FAMILY_OPS),
+    elements: Sequence[int] = FAMILY_ELEMENTS,
+    target_s: float = 0.05,
+    repeats: int = 5,
+    clock: str = "wall",
+    progress: Callable[[], None] | None = None,
+) -> pl.DataFrame:
+    """Throughput of the :data:`FAMILY_OPS` families over activation sizes: columns
+    :data:`FAMILY_COLUMNS`. Dropout runs through ``torch.nn.functional.dropout`` (on a CPU: random
+    numbers, scale, multiply; the profiler records the fused GPU kernel ``native_dropout`` with a
+    bool mask, whose bytes are the ones counted)."""
+    rows = []
+    for fam in families:
+        for n in elements:
+            fn, nbytes = _family_call(fam, n, device)
+            t = time_call(fn, device, target_s=target_s, repeats=repeats, clock=clock)
+            rows.append({"family": fam, "elements": n, "bytes": float(nbytes), "time_s": t,
+                         "bandwidth_gb_s": nbytes / t / 1e9})
+        if progress:
+            progress()
+    return pl.DataFrame(rows)
+
+
+def cpu_time_available() -> bool:
+    """Whether this platform gives a thread's CPU time (``time.thread_time``), needed by the ``cpu`` clock."""
+    try:
+        return time.thread_time() >= 0
+    except (OSError, AttributeError):  # pragma: no cover - platform dependent
+        return False

@@ -11,7 +11,9 @@ efficiency of *its* size. With the per-op table of ``ddlscope profile`` and the 
 where ``e_c(I)`` is the efficiency at arithmetic intensity ``I`` (interpolated in log ``I``,
 clamped at the sweep's ends) on the convolution curves for ``aten.convolution`` and
 ``aten.convolution_backward`` and on the square-matmul curve for the other matmul-class ops;
-``bw(B)`` the element-wise bandwidth at ``B`` bytes per op (interpolated in log ``B``, clamped);
+``bw(B)`` the bandwidth at ``B`` bytes per op (interpolated in log ``B``, clamped) on the curve of
+the op's family (:data:`ddlscope.calibrate.microbench.FAMILY_OPS`: normalisations, softmax,
+dropout) where the calibration measured it, else on the element-wise curve;
 ``n_ops`` all op calls of the step and ``c = max(op_overhead - t_small, 0)`` the framework cost per
 op of a training step (autograd, optimizer loop, Python; measured by
 :func:`ddlscope.calibrate.microbench.bench_op_overhead`) beyond what the smallest element-wise op
@@ -29,6 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
+
+from ddlscope.calibrate.microbench import FAMILY_OPS
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,9 @@ def opmix_efficiency(
     memory_bandwidth_bytes_per_s: float,
     precision: str = "fp32",
     conv: pl.DataFrame | None = None,
+    families: pl.DataFrame | None = None,
     op_overhead_s: float = 0.0,
+    index: str = "intensity",
 ) -> OpMixEfficiency:
     """Efficiencies of the workload whose op table is ``ops``.
 
@@ -82,6 +88,7 @@ def opmix_efficiency(
         precision: which matmul curve to use (falls back to ``fp32`` if the curve lacks it).
         conv: the convolution curves (columns ``op``, ``intensity_flops_per_byte``,
             ``efficiency``); without them convolutions use the matmul curve.
+        families: the family curves (columns ``family``, ``bytes``, ``bandwidth_gb_s``).
         op_overhead_s: framework cost per op of a training step (s); 0 to leave it out.
 
     Returns:
@@ -104,21 +111,28 @@ def opmix_efficiency(
     cb = ops.filter(pl.col("class_by_type") == "compute_bound", pl.col("flops") > 0)
     mb = ops.filter(pl.col("class_by_type") == "memory_bound", pl.col("total_bytes") > 0)
     flops = cb["flops"].to_numpy().astype(float)
-    intensity = cb["intensity_flops_per_byte"].fill_null(0.0).to_numpy().astype(float)
-    e_c = _interp_log(intensity, curve["intensity_flops_per_byte"].to_numpy(), curve["efficiency"].to_numpy())
+    key = "flops" if index == "flops" else "intensity_flops_per_byte"
+    intensity = cb[key].fill_null(0.0).to_numpy().astype(float)
+    e_c = _interp_log(intensity, curve[key].to_numpy(), curve["efficiency"].to_numpy())
     if conv is not None and not conv.is_empty():
         names = cb["op"].cast(pl.String).to_numpy()
         for op in ("convolution", "convolution_backward"):
             part = conv.filter(pl.col("op") == op)
             mask = names == f"aten.{op}"
             if part.height and mask.any():
-                e_c[mask] = _interp_log(intensity[mask], part["intensity_flops_per_byte"].to_numpy(),
-                                        part["efficiency"].to_numpy())
+                e_c[mask] = _interp_log(intensity[mask], part[key].to_numpy(), part["efficiency"].to_numpy())
     e_c = np.clip(e_c, 1e-6, 1.0)
     compute_s = float(np.sum(flops / (peak_flop_per_s * e_c)))
     nbytes = mb["total_bytes"].to_numpy().astype(float)
     xs, ys = ew["bytes"].to_numpy(), ew["bandwidth_gb_s"].to_numpy() * 1e9
     bw = _interp_log(nbytes, xs, ys)
+    if families is not None and not families.is_empty():
+        names = mb["op"].cast(pl.String).to_numpy()
+        for fam, fam_ops in FAMILY_OPS.items():
+            part = families.filter(pl.col("family") == fam).sort("bytes")
+            mask = np.isin(names, fam_ops)
+            if part.height and mask.any():
+                bw[mask] = _interp_log(nbytes[mask], part["bytes"].to_numpy(), part["bandwidth_gb_s"].to_numpy() * 1e9)
     t_small = float(xs[0] / ys[0])
     overhead = max(op_overhead_s - t_small, 0.0) * ops.height
     memory_s = float(np.sum(nbytes / bw)) + overhead

@@ -11,6 +11,7 @@ Layout (every number measured on the host unless its ``source`` says assumed)::
     [calibration.conv]             # convolution forward / backward curves
     [calibration.stream]           # STREAM copy / triad
     [calibration.elementwise]      # element-wise curve
+    [calibration.families]         # normalisation, softmax, dropout curves
     [calibration.collectives]      # collective timings (ddlscope.calibrate.collbench)
     [[calibration.fit]]            # one alpha-beta fit per collective (or nccl-tests table)
 
@@ -32,7 +33,7 @@ import tomli_w
 from ddlscope.specs.catalog import CatalogError, load_system
 from ddlscope.specs.system import System
 
-TABLES = ("matmul", "conv", "stream", "elementwise", "collectives")
+TABLES = ("matmul", "conv", "stream", "elementwise", "families", "collectives")
 
 
 @dataclass

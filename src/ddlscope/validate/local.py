@@ -20,7 +20,9 @@ For each :class:`~ddlscope.validate.models.ValidationCase`:
 Clocks: ``wall`` is real time. ``cpu`` (the default for one-core devices) is CPU time: the
 training thread's for one process, the process's (all threads, gloo's included) for DDP. On a host
 where other processes compete for the cores, wall time measures the competition; CPU time measures
-what the device did, which is what the model predicts (on a quiet host the two agree).
+what the device did, which is what the model predicts (on a quiet host the two agree). The
+communication of the timed hook is wall time on either clock (the link works while the CPU waits),
+as the collective benchmark that calibrated the link measured it.
 
 Prediction: the workload of ``profile_model`` on the same factory and batch (dense embedding
 gradients, as DDP with ``sparse=False`` has), with no input copy or storage read (the batch is in
@@ -163,9 +165,9 @@ def _ddp_worker(rank: int, world: int, port: int, case_name: str, threads: int, 
 
         def timed_allreduce(state, bucket):  # unannotated: DDP rejects string annotations
             buf = bucket.buffer()
-            t0 = now()
+            t0 = time.perf_counter()  # communication is wall time on any clock: the link works while the CPU waits
             dist.all_reduce(buf)
-            record.append((buf.numel() * buf.element_size(), now() - t0))
+            record.append((buf.numel() * buf.element_size(), time.perf_counter() - t0))
             buf.div_(world)
             fut: torch.futures.Future = torch.futures.Future()
             fut.set_result(buf)
@@ -243,7 +245,8 @@ def predict_case(case: ValidationCase, cal: Calibration, *, ranks: int = 1) -> d
     mix = opmix_efficiency(prof.ops, cal.table("matmul"), cal.table("elementwise"),
                            peak_flop_per_s=cal.peak_flop_per_s[w.precision],
                            memory_bandwidth_bytes_per_s=cal.memory_bandwidth_bytes_per_s, precision=w.precision,
-                           conv=cal.table("conv"), op_overhead_s=float(cal.meta.get("op_overhead_s") or 0.0))
+                           conv=cal.table("conv"), families=cal.table("families"),
+                           op_overhead_s=float(cal.meta.get("op_overhead_s") or 0.0))
     eff = cal.system.efficiency.model_copy(update={"compute": mix.eff_compute, "memory": mix.eff_memory})
     system = cal.system.model_copy(update={"efficiency": Efficiency.model_validate(eff.model_dump())})
     arch = Architecture(kind="1w1g") if ranks == 1 else Architecture(kind="allreduce_local", num_workers=ranks)
