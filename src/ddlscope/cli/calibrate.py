@@ -168,7 +168,7 @@ def register(app: typer.Typer) -> None:
             "link between devices": f"{(s.nvlink or s.pcie).name} ({(s.nvlink or s.pcie).kind}): "
                                     f"{(s.nvlink or s.pcie).bandwidth_gb_s:.3g} GB/s, "
                                     f"{(s.nvlink or s.pcie).latency_us:.3g} us",
-            "efficiency": s.efficiency.model_dump(),
+            "efficiency": ", ".join(f"{k} {v:.3g}" for k, v in s.efficiency.model_dump().items()),
             "op overhead (s per op)": cal.meta.get("op_overhead_s"),
             "clock": cal.meta.get("clock"),
             "load average (1 min)": load,
@@ -181,7 +181,8 @@ def register(app: typer.Typer) -> None:
 
             from ddlscope.report.console import frame_records, to_jsonable
 
-            payload = {**facts, "tables": {k: frame_records(v) for k, v in cal.tables.items()}, "fits": cal.fits}
+            payload = {**facts, "efficiency": s.efficiency.model_dump(),
+                       "tables": {k: frame_records(v) for k, v in cal.tables.items()}, "fits": cal.fits}
             sys.stdout.write(json.dumps(to_jsonable(payload), indent=2) + "\n")
             return
         for title, frame in summary_tables(cal).items():

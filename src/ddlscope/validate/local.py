@@ -301,7 +301,7 @@ def validate_local(
                          "measured_s": meas[f"{comp}_s"], "predicted_s": p, **extra})
         done += 1
         if progress:
-            progress(name, done, total)
+            progress("training runs", done, total)
         if data_parallel:
             pred = predict_case(case, cal, ranks=ranks)
             meas = measure_ddp(case, ranks=ranks, threads=threads, steps=steps, warmup=warmup, clock=clock)
@@ -311,7 +311,7 @@ def validate_local(
                              "measured_s": meas[f"{comp}_s"], "predicted_s": pred[f"{comp}_s"], **extra})
             done += 1
             if progress:
-                progress(f"{name} x {ranks}", done, total)
+                progress("training runs", done, total)
     frame = pl.DataFrame(rows, schema={
         "model": pl.String, "architecture": pl.String, "processes": pl.Int64, "component": pl.String,
         "clock": pl.String, "measured_s": pl.Float64, "predicted_s": pl.Float64, "eff_compute": pl.Float64,
