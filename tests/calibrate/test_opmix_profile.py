@@ -12,7 +12,7 @@ from ddlscope.calibrate.profile_file import Calibration, load_calibration, write
 from ddlscope.cli.main import app
 from ddlscope.specs.catalog import builtin_catalog
 
-MATMUL = pl.DataFrame({"precision": ["fp32", "fp32"], "intensity_flops_per_byte": [10.0, 100.0],
+MATMUL = pl.DataFrame({"precision": ["fp32", "fp32"], "flops": [1e8, 1e9], "intensity_flops_per_byte": [10.0, 100.0],
                        "efficiency": [0.2, 0.8]})
 ELEMENTWISE = pl.DataFrame({"bytes": [1e3, 1e6], "bandwidth_gb_s": [1.0, 10.0]})
 
@@ -24,8 +24,8 @@ def _ops(rows: list[tuple[str, str, float, float]]) -> pl.DataFrame:
 
 def test_opmix_is_the_harmonic_mean_of_per_op_efficiencies():
     ops = _ops([
-        ("aten.mm", "compute_bound", 1e9, 1e7),        # intensity 100 -> e 0.8
-        ("aten.mm", "compute_bound", 1e8, 1e7),        # intensity 10  -> e 0.2
+        ("aten.mm", "compute_bound", 1e9, 1e7),        # 1e9 FLOPs per call -> e 0.8
+        ("aten.mm", "compute_bound", 1e8, 1e7),        # 1e8 FLOPs          -> e 0.2
         ("aten.add", "memory_bound", 0.0, 1e6),        # 10 GB/s
         ("aten.relu", "memory_bound", 0.0, 1e3),       # 1 GB/s
     ])
@@ -38,10 +38,14 @@ def test_opmix_is_the_harmonic_mean_of_per_op_efficiencies():
     # memory: 1e6 / 10e9 + 1e3 / 1e9 = 1e-4 + 1e-6 = 1.01e-4 s; eff = 1.001e6 / (20e9 * 1.01e-4)
     assert mix.memory_bound_s == pytest.approx(1.01e-4)
     assert mix.eff_memory == pytest.approx(1.001e6 / (20e9 * 1.01e-4))
-    # interpolation in log intensity: intensity sqrt(10 * 100) = 31.62 lies half-way -> e = 0.5
-    mid = opmix_efficiency(_ops([("aten.mm", "compute_bound", 31.6227766e6, 1e6)]), MATMUL, ELEMENTWISE,
+    # interpolation in log FLOPs: sqrt(1e8 * 1e9) = 3.162e8 lies half-way -> e = 0.5
+    mid = opmix_efficiency(_ops([("aten.mm", "compute_bound", 3.16227766e8, 1e6)]), MATMUL, ELEMENTWISE,
                            peak_flop_per_s=peak, memory_bandwidth_bytes_per_s=bmem)
     assert mid.eff_compute == pytest.approx(0.5, rel=1e-6)
+    # read at the intensity instead: 3.162e8 / 1e6 = 316 is past the sweep's end (100) -> clamped 0.8
+    by_intensity = opmix_efficiency(_ops([("aten.mm", "compute_bound", 3.16227766e8, 1e6)]), MATMUL, ELEMENTWISE,
+                                    peak_flop_per_s=peak, memory_bandwidth_bytes_per_s=bmem, index="intensity")
+    assert by_intensity.eff_compute == pytest.approx(0.8)
 
 
 def test_opmix_convolution_and_family_curves_and_overhead():

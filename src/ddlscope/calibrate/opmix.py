@@ -5,24 +5,26 @@ as ``B / (B_mem * eff_memory)`` (:mod:`ddlscope.model.step_time`). A single effi
 fits large kernels; a step of small kernels (a CPU replica, small batches) runs each op at the
 efficiency of *its* size. With the per-op table of ``ddlscope profile`` and the calibration curves,
 
-    eff_compute = sum_i F_i / sum_i (F_i / e_c(I_i))                       over compute-bound ops i
+    eff_compute = sum_i F_i / sum_i (F_i / e_c(x_i))                       over compute-bound ops i
     eff_memory  = sum_j B_j / (B_mem * (sum_j B_j / bw(B_j) + n_ops * c))  over memory-bound ops j
 
-where ``e_c(I)`` is the efficiency at arithmetic intensity ``I`` (interpolated in log ``I``,
-clamped at the sweep's ends) on the convolution curves for ``aten.convolution`` and
-``aten.convolution_backward`` and on the square-matmul curve for the other matmul-class ops;
-``bw(B)`` the bandwidth at ``B`` bytes per op (interpolated in log ``B``, clamped) on the curve of
-the op's family (:data:`ddlscope.calibrate.microbench.FAMILY_OPS`: normalisations, softmax,
-dropout) where the calibration measured it, else on the element-wise curve;
-``n_ops`` all op calls of the step and ``c = max(op_overhead - t_small, 0)`` the framework cost per
-op of a training step (autograd, optimizer loop, Python; measured by
+where ``e_c`` is read off the convolution curves at the op's arithmetic intensity for
+``aten.convolution`` and ``aten.convolution_backward``, and off the square-matmul curve at the op's
+FLOPs per call for the other matmul-class ops (interpolated in log ``x``, clamped at the sweep's
+ends). Matmuls are indexed by work per call because a batched ``bmm`` of many small matrices has a
+low intensity but amortises the call over the batch: the square sweep, where intensity and work
+grow together, prices it by its work (by intensity it would be priced as one tiny matmul, 3x too
+slow on MIND); a convolution's cost follows its intensity better than its work (oneDNN's
+weight-heavy late-stage layers). ``bw(B)`` is the bandwidth at ``B`` bytes per op (interpolated in
+log ``B``, clamped) on the curve of the op's family (:data:`ddlscope.calibrate.microbench.FAMILY_OPS`:
+normalisations, softmax, dropout, embedding bag) where the calibration measured it, else on the
+element-wise curve; ``n_ops`` all op calls of the step and ``c = max(op_overhead - t_small, 0)``
+the framework cost per op of a training step (autograd, optimizer loop, Python; measured by
 :func:`ddlscope.calibrate.microbench.bench_op_overhead`) beyond what the smallest element-wise op
 ``t_small`` already includes. The model has no per-op term, so that overhead is charged to the
-memory-bound time, where small ops live. With them the model's two terms equal the sum of the per-op times
-``sum_i F_i / (peak e_c(I_i))`` and ``sum_j B_j / bw(B_j)`` exactly: the formulas of the model are
-unchanged, only the efficiency it is given depends on the workload. The memory term uses the
-bytes-weighted harmonic mean, so a memory-bound op's time includes its fixed per-op cost (dispatch,
-allocation) as the element-wise benchmark measured it at that size.
+memory-bound time, where small ops live. With these efficiencies the model's two terms equal the
+sums of the per-op times exactly: the formulas of the model are unchanged, only the efficiency it is
+given depends on the workload.
 """
 
 from __future__ import annotations
@@ -72,15 +74,16 @@ def opmix_efficiency(
     conv: pl.DataFrame | None = None,
     families: pl.DataFrame | None = None,
     op_overhead_s: float = 0.0,
-    index: str = "intensity",
+    index: str = "flops",
+    conv_index: str = "intensity",
 ) -> OpMixEfficiency:
     """Efficiencies of the workload whose op table is ``ops``.
 
     Args:
         ops: ``ProfileResult.ops`` (columns ``class_by_type``, ``flops``, ``total_bytes``,
             ``intensity_flops_per_byte``).
-        matmul: the calibration's matmul curve (columns ``precision``, ``intensity_flops_per_byte``,
-            ``efficiency``).
+        matmul: the calibration's matmul curve (columns ``precision``, ``flops``,
+            ``intensity_flops_per_byte``, ``efficiency``).
         elementwise: the element-wise curve (columns ``bytes``, ``bandwidth_gb_s``); rows of the
             same size (several ops) are averaged.
         peak_flop_per_s: the device's peak for ``precision`` (FLOP/s).
@@ -90,6 +93,8 @@ def opmix_efficiency(
             ``efficiency``); without them convolutions use the matmul curve.
         families: the family curves (columns ``family``, ``bytes``, ``bandwidth_gb_s``).
         op_overhead_s: framework cost per op of a training step (s); 0 to leave it out.
+        index, conv_index: ``flops`` or ``intensity``: what the matmul and the convolution curves
+            are read at (defaults: see the module docstring).
 
     Returns:
         :class:`OpMixEfficiency`; efficiencies are capped at 1 (and fall back to the curve's
@@ -112,15 +117,17 @@ def opmix_efficiency(
     mb = ops.filter(pl.col("class_by_type") == "memory_bound", pl.col("total_bytes") > 0)
     flops = cb["flops"].to_numpy().astype(float)
     key = "flops" if index == "flops" else "intensity_flops_per_byte"
-    intensity = cb[key].fill_null(0.0).to_numpy().astype(float)
-    e_c = _interp_log(intensity, curve[key].to_numpy(), curve["efficiency"].to_numpy())
+    ckey = "flops" if conv_index == "flops" else "intensity_flops_per_byte"
+    x = cb[key].fill_null(0.0).to_numpy().astype(float)
+    xc = cb[ckey].fill_null(0.0).to_numpy().astype(float)
+    e_c = _interp_log(x, curve[key].to_numpy(), curve["efficiency"].to_numpy())
     if conv is not None and not conv.is_empty():
         names = cb["op"].cast(pl.String).to_numpy()
         for op in ("convolution", "convolution_backward"):
             part = conv.filter(pl.col("op") == op)
             mask = names == f"aten.{op}"
             if part.height and mask.any():
-                e_c[mask] = _interp_log(intensity[mask], part[key].to_numpy(), part["efficiency"].to_numpy())
+                e_c[mask] = _interp_log(xc[mask], part[ckey].to_numpy(), part["efficiency"].to_numpy())
     e_c = np.clip(e_c, 1e-6, 1.0)
     compute_s = float(np.sum(flops / (peak_flop_per_s * e_c)))
     nbytes = mb["total_bytes"].to_numpy().astype(float)
