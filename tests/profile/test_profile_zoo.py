@@ -21,6 +21,10 @@ def test_resnet_parameter_counts():
     # and 11,689,512 parameters at 1000 classes; He et al. 2016 give "25.6 M" for ResNet-50
     assert _params("resnet50") == 25_557_032
     assert _params("resnet18") == 11_689_512
+    assert _params("resnet18_cifar") == 11_173_962  # kuangliu/pytorch-cifar ResNet18
+    # NeuMF on ml-1m, 32 factors, 3 layers: embeddings (6040 + 3706) x (32 + 128) = 1,559,360; MLP
+    # 256*128+128 + 128*64+64 + 64*32+32 = 43,232; prediction 64 + 1 = 65
+    assert _params("ncf") == 1_559_360 + 43_232 + 65
 
 
 def test_resnet50_forward_macs_per_image():
@@ -145,7 +149,8 @@ PROFILED_ABOVE = {"resnet18", "resnet50", "bert_base", "gpt2", "dlrm", "gcn_redd
 
 
 def test_zoo_names():
-    assert set(ZOO) == PROFILED_ABOVE | {"transformer_nmt", "bert_large", "mind", "wav2vec2_base"}
+    assert set(ZOO) == PROFILED_ABOVE | {"transformer_nmt", "bert_large", "mind", "wav2vec2_base", "resnet18_cifar",
+                        "ncf"}
 
 
 @pytest.mark.parametrize("name", sorted(set(ZOO) - PROFILED_ABOVE))
@@ -155,7 +160,7 @@ def test_every_other_zoo_model_profiles(name):
     if entry.seq_len is not None:
         small["seq_len"] = 16_000 if name == "wav2vec2_base" else 16
     if entry.image_size is not None:
-        small["image_size"] = 64
+        small["image_size"] = 32 if name == "resnet18_cifar" else 64
     r = profile_model(name, **small)
     t = r.totals
     assert t["forward_flops"] > 0 and t["backward_flops"] > t["forward_flops"] * 0.9

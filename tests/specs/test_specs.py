@@ -137,3 +137,30 @@ def test_catalog_server_nvlink_none_override_keeps_aliases_and_errors_name_the_f
                    'gpus_per_pcie_root = 4\nnic = "eth-25g"\nstorage_read_gb_s = 1\n')
     with pytest.raises(CatalogError, match=r'bad\.toml: \[server\."box"\]: gpu: unknown GPU \'NoSuchGPU\''):
         load_catalog(bad)
+
+
+def test_host_link_for_processes_of_one_host(tmp_path):
+    """A `host` link (shared memory / loopback between processes of one host) goes in the pcie
+    slot, nowhere else; a system file may carry a [calibration] table the catalog ignores."""
+    f = tmp_path / "cpu.toml"
+    f.write_text(
+        '[gpu."cpu-core"]\npeak_tflops = { fp32 = 0.08, tf32 = 0.08, fp16 = 0.08, bf16 = 0.08 }\n'
+        'memory_bandwidth_gb_s = 50\nmemory_gb = 24\n'
+        '[link."loopback"]\nkind = "host"\nbandwidth_gb_s = 2.0\nlatency_us = 40.0\n'
+        '[server."box"]\ngpu = "cpu-core"\ngpus_per_server = 2\npcie = "loopback"\ngpus_per_pcie_root = 2\n'
+        'nic = "eth-10g"\nstorage_read_gb_s = 1.0\n'
+        '[system]\nserver = "box"\n[system.efficiency]\npcie = 1.0\n'
+        '[calibration]\nmatmul_size = [64, 128]\n'
+    )
+    system, _ = load_system(f)
+    assert system.pcie.kind == "host" and system.nvlink is None
+    w = Workload(batch_size=1, compute_bound_flops=0, memory_bound_bytes=0, dense_param_bytes=4e6,
+                 num_gradient_tensors=2)
+    row = predict(w, Architecture(kind="allreduce_local", num_workers=2), system).row(0, named=True)
+    # ring all-reduce over the host link: 2 tensors x 2 (p-1) = 4 messages of 40 us, plus
+    # 2 (p-1)/p S = 4e6 bytes at 2e9 bytes/s: 160e-6 + 2e-3 s
+    assert row["pcie_s"] == pytest.approx(4 * 40e-6 + 4e6 / 2e9)
+    bad = tmp_path / "nic.toml"
+    bad.write_text(f.read_text().replace('[system]\nserver = "box"', '[system]\nserver = "box"\nnic = "loopback"'))
+    with pytest.raises(CatalogError, match="nic: expected an 'ethernet' or 'infiniband' link"):
+        load_system(bad)

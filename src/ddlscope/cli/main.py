@@ -27,6 +27,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "ddlscope.cli.rpc",
     "ddlscope.cli.pstrain",
     "ddlscope.cli.trace",
+    "ddlscope.cli.calibrate",
+    "ddlscope.cli.validate",
 )
 
 for _name in COMMAND_MODULES:

@@ -17,6 +17,7 @@ from ddlscope.model.step_time import breakdown_lazy
 from ddlscope.specs.catalog import Catalog, builtin_catalog
 from ddlscope.specs.overlap import overlap_fraction
 from ddlscope.specs.scenario import MIXED_PRECISION_BYTES_FACTOR, Scenario
+from ddlscope.specs.system import PCIE_SLOT_KINDS
 
 c = pl.col
 _EFFICIENCY = ("eff_compute", "eff_memory", "eff_pcie", "eff_nvlink", "eff_network", "eff_storage")
@@ -27,7 +28,7 @@ def _link_columns(catalog: Catalog, slot: str, name: str) -> dict[str, object]:
     if slot == "nvlink" and name.strip().lower() == "none":
         return {"nvlink": "", "nvlink_bandwidth_bytes_per_s": 0.0, "nvlink_latency_s": 0.0}
     link = catalog.link(name)
-    expected = {"pcie": ("pcie",), "nvlink": ("nvlink",), "nic": ("ethernet", "infiniband")}[slot]
+    expected = {"pcie": PCIE_SLOT_KINDS, "nvlink": ("nvlink",), "nic": ("ethernet", "infiniband")}[slot]
     if link.kind not in expected:
         raise ValueError(f"scenario {slot}: {name!r} is a {link.kind} link, expected {' or '.join(expected)}")
     return {

@@ -24,7 +24,8 @@ override entries from their own TOML or JSON file with the same three sections::
     storage_read_gb_s = 5.0
 
 A *system file* (``--system-file`` of the CLI, or written by ``ddlscope calibrate``) may hold such
-entries plus a ``[system]`` table naming a server and overrides::
+entries plus a ``[system]`` table naming a server and overrides (and a ``[calibration]`` table of
+measurements, which the catalog ignores)::
 
     [system]
     server = "pai-v100-nvlink-8"
@@ -50,6 +51,10 @@ from ddlscope.specs.files import read_toml_or_json
 from ddlscope.specs.system import Efficiency, GPUSpec, LinkSpec, ServerSpec, System
 
 SECTIONS = ("gpu", "link", "server")
+IGNORED_SECTIONS = ("system", "calibration")
+"""Sections of a system file the catalog itself does not read: ``[system]`` (resolved by
+:func:`load_system`) and ``[calibration]`` (the measurements ``ddlscope calibrate`` writes beside
+the entries, read by :mod:`ddlscope.calibrate`)."""
 NO_NVLINK = "none"
 
 
@@ -95,7 +100,7 @@ class Catalog:
 
     def add(self, entries: Mapping[str, Mapping[str, Mapping[str, Any]]], origin: str) -> None:
         """Add (or override) entries from a mapping ``{"gpu": {name: {...}}, "link": ..., "server": ...}``."""
-        unknown = set(entries) - set(SECTIONS) - {"system"}
+        unknown = set(entries) - set(SECTIONS) - set(IGNORED_SECTIONS)
         if unknown:
             raise CatalogError(f"{origin}: unknown section(s) {sorted(unknown)}; expected {list(SECTIONS)}")
         kinds = {"gpu": (GPUSpec, self.gpus), "link": (LinkSpec, self.links), "server": (ServerSpec, self.servers)}

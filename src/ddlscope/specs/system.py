@@ -15,7 +15,12 @@ from pydantic import BaseModel, Field, model_validator
 
 from ddlscope.specs.base import SPEC_CONFIG
 
-LinkKind = Literal["pcie", "nvlink", "ethernet", "infiniband"]
+LinkKind = Literal["pcie", "nvlink", "ethernet", "infiniband", "host"]
+"""Kinds of link. ``host``: processes of one host that communicate through its memory (shared
+memory, or TCP over the loopback interface, as gloo does); ``ddlscope calibrate`` measures one on a
+machine without GPUs, where the *device* is a share of the CPU and the host's memory is both the
+"host link" and the link between devices. It is accepted in the ``pcie`` slot only."""
+PCIE_SLOT_KINDS: tuple[str, ...] = ("pcie", "host")
 
 
 class PeakTflops(BaseModel):
@@ -114,6 +119,11 @@ class System(BaseModel):
     Build one with :func:`ddlscope.specs.catalog.Catalog.system` (by catalog name, with
     overrides) or :func:`ddlscope.specs.catalog.load_system` (from a file).
 
+    The ``pcie`` slot is the link between a device and its host; it also carries device-to-device
+    traffic on a server without NVLink. On a CPU-only host profiled by ``ddlscope calibrate`` it
+    holds a ``host`` link (inter-process communication through host memory), and the *GPU* is
+    the share of the CPU one replica runs on.
+
     Raises:
         pydantic.ValidationError: a link of the wrong kind in a slot (a PCIe link as the NIC),
             more GPUs per PCIe root than per server, or a non-positive number; the error names the
@@ -135,8 +145,11 @@ class System(BaseModel):
 
     @model_validator(mode="after")
     def _links_in_their_slots(self) -> System:
-        if self.pcie.kind != "pcie":
-            raise ValueError(f"pcie: expected a link of kind 'pcie', got {self.pcie.name!r} ({self.pcie.kind})")
+        if self.pcie.kind not in PCIE_SLOT_KINDS:
+            raise ValueError(
+                f"pcie: expected a link of kind 'pcie' (or 'host' for processes of one host), "
+                f"got {self.pcie.name!r} ({self.pcie.kind})"
+            )
         if self.nvlink is not None and self.nvlink.kind != "nvlink":
             raise ValueError(
                 f"nvlink: expected a link of kind 'nvlink' or none, got {self.nvlink.name!r} ({self.nvlink.kind})"

@@ -10,6 +10,7 @@ name               model                                                   defau
 =================  ======================================================  ==========================
 resnet18           ResNet-18 (He et al. 2016), 11.7 M parameters           batch 64, 224 x 224
 resnet50           ResNet-50 v1.5, 25.6 M parameters                       batch 64, 224 x 224
+resnet18_cifar     ResNet-18 for CIFAR-10 (kuangliu/pytorch-cifar), 11.2 M batch 128, 32 x 32
 transformer_nmt    Transformer base (Vaswani et al. 2017), 37k shared      batch 96 sentence pairs,
                    vocabulary                                              32 tokens each side
 bert_base          BERT-base pre-training (Devlin et al. 2019), 110 M      batch 32, sequence 128
@@ -17,6 +18,7 @@ bert_large         BERT-large pre-training, 340 M                          batch
 gpt2               GPT-2 small (Radford et al. 2019), 124 M                batch 8, sequence 1024
 mind               MIND multi-interest retrieval (Li et al. 2019)          batch 512, 50 behaviours
 dlrm               DLRM on Criteo Kaggle tables (Naumov et al. 2019)       batch 128
+ncf                NeuMF on MovieLens 1M (He et al. 2017)                  batch 256
 gcn_reddit         2-layer GCN (Kipf and Welling 2017) on a Reddit-sized   batch = 232,965 nodes
                    graph (edge-list message passing)                       (full graph)
 wav2vec2_base      wav2vec 2.0 base + CTC head (Baevski et al. 2020)       batch 8, 15 s of 16 kHz
@@ -111,6 +113,14 @@ ZOO: dict[str, ZooEntry] = {e.name: e for e in (
         size_meaning="batch_size images of image_size x image_size x 3",
         stored_input_bytes_per_sample=IMAGENET_MEAN_JPEG_BYTES),
     ZooEntry(
+        "resnet18_cifar", "vision", "ResNet-18 for 32 x 32 CIFAR-10 images, 10 classes, cross-entropy",
+        "kuangliu/pytorch-cifar models/resnet.py ResNet18 (3x3/1 stem, no max-pooling, 4x4 average pooling), "
+        "the model of the Pollux (OSDI 2021) cifar10 benchmark (adaptdl benchmark/models/cifar10, "
+        "--model=ResNet18); 11,173,962 parameters; CIFAR-10 (Krizhevsky 2009): 32 x 32 RGB, batch 128",
+        _lazy("vision", "resnet18_cifar"), batch_size=128, image_size=32,
+        size_meaning="batch_size images of image_size x image_size x 3",
+        stored_input_bytes_per_sample=3 * 32 * 32 + 1),
+    ZooEntry(
         "transformer_nmt", "nlp", "Transformer base encoder-decoder for translation, label-smoothed cross-entropy",
         "Vaswani et al., 'Attention Is All You Need', NeurIPS 2017, base model (Table 3): d_model 512, 6+6 "
         "layers, 8 heads, d_ff 2048, dropout 0.1, shared 37,000-token BPE vocabulary with tied embeddings and "
@@ -154,6 +164,13 @@ ZOO: dict[str, ZooEntry] = {e.name: e for e in (
         "interaction, top MLP 367-512-256-1, batch 128",
         _lazy("recsys", "dlrm"), batch_size=128,
         size_meaning="batch_size samples, one index per table each"),
+    ZooEntry(
+        "ncf", "recsys", "NeuMF (GMF + MLP) neural collaborative filtering, binary cross-entropy",
+        "He et al., 'Neural Collaborative Filtering', WWW 2017, NeuMF without pre-training; the Pollux (OSDI 2021) "
+        "ncf benchmark's configuration (adaptdl benchmark/models/ncf: ml-1m with 6,040 users and 3,706 items, "
+        "32 predictive factors, 3 MLP layers 256-128-64-32, dropout 0, Adam, batch 256)",
+        _lazy("recsys", "ncf"), batch_size=256,
+        size_meaning="batch_size (user, item, label) interactions"),
     ZooEntry(
         "gcn_reddit", "graph", "2-layer GCN, full-graph node classification, edge-list message passing",
         "Kipf and Welling, 'Semi-Supervised Classification with Graph Convolutional Networks', ICLR 2017 "

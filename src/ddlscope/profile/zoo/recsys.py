@@ -145,3 +145,48 @@ def dlrm(batch_size: int = 128) -> tuple[nn.Module, tuple[torch.Tensor, torch.Te
     batch = (torch.zeros(batch_size, 13), torch.zeros(len(CRITEO_KAGGLE_TABLE_ROWS), batch_size, dtype=torch.long),
              torch.zeros(batch_size))
     return DLRM(), batch
+
+
+# -- NCF / NeuMF (He et al., WWW 2017) ------------------------------------------------------------
+ML1M_USERS, ML1M_ITEMS = 6040, 3706
+"""Users and items of MovieLens 1M as the NCF authors' preprocessed ml-1m split holds them
+(He et al. 2017, Table 1: 6,040 users, 3,706 items)."""
+
+
+class NeuMF(nn.Module):
+    """NeuMF, the fusion of GMF and an MLP (He et al., "Neural Collaborative Filtering", WWW 2017,
+    sec. 3.4), trained from scratch ("NeuMF-end") with binary cross-entropy on logits, as the Pollux
+    (OSDI 2021) ``ncf`` benchmark configures it (adaptdl benchmark/models/ncf: 32 predictive
+    factors, 3 MLP layers, dropout 0, ml-1m): GMF embeddings of dimension ``f``, MLP embeddings of
+    ``f * 2^(L-1)`` per side, MLP ``2 f 2^(L-1) -> ... -> f`` halving with ReLU, prediction
+    ``Linear(2 f, 1)`` on the concatenated GMF and MLP outputs.
+
+    ``forward(user (B,) int64, item (B,) int64, label (B,) float) -> loss``.
+    """
+
+    def __init__(self, users: int = ML1M_USERS, items: int = ML1M_ITEMS, factors: int = 32, layers: int = 3):
+        super().__init__()
+        mlp_dim = factors * 2 ** (layers - 1)
+        self.user_gmf = nn.Embedding(users, factors)
+        self.item_gmf = nn.Embedding(items, factors)
+        self.user_mlp = nn.Embedding(users, mlp_dim)
+        self.item_mlp = nn.Embedding(items, mlp_dim)
+        mlp: list[nn.Module] = []
+        for i in range(layers):
+            width = factors * 2 ** (layers - i)
+            mlp += [nn.Linear(width, width // 2), nn.ReLU()]
+        self.mlp = nn.Sequential(*mlp)
+        self.predict = nn.Linear(2 * factors, 1)
+
+    def forward(self, user: torch.Tensor, item: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
+        """Binary cross-entropy of the predicted interactions (a scalar)."""
+        gmf = self.user_gmf(user) * self.item_gmf(item)
+        mlp = self.mlp(torch.cat([self.user_mlp(user), self.item_mlp(item)], dim=-1))
+        logit = self.predict(torch.cat([gmf, mlp], dim=-1)).view(-1)
+        return F.binary_cross_entropy_with_logits(logit, label)
+
+
+def ncf(batch_size: int = 256) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """NeuMF on MovieLens 1M and a batch of (user, item, label) interactions."""
+    ids = torch.zeros(batch_size, dtype=torch.long)
+    return NeuMF(), (ids, ids.clone(), torch.zeros(batch_size))

@@ -107,3 +107,38 @@ def resnet18(batch_size: int = 64, image_size: int = 224) -> tuple[nn.Module, tu
 def resnet50(batch_size: int = 64, image_size: int = 224) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     """ResNet-50 v1.5 and a batch of FP32 images with int64 labels."""
     return ResNet(Bottleneck, [3, 4, 6, 3]), _batch(batch_size, image_size)
+
+
+class CifarResNet(nn.Module):
+    """ResNet-18 for 32 x 32 CIFAR images as kuangliu/pytorch-cifar defines it (the model of
+    Pollux's ``cifar10`` benchmark): a 3x3/1 stem convolution with 64 channels and no max-pooling,
+    four stages of two basic blocks (64, 128, 256, 512 channels, strides 1, 2, 2, 2), 4 x 4 average
+    pooling and a 10-class linear layer; 11,173,962 parameters.
+    ``forward(images (B, 3, 32, 32), labels (B,) int64) -> loss``.
+    """
+
+    def __init__(self, num_classes: int = 10, layers: tuple[int, ...] = (2, 2, 2, 2)):
+        super().__init__()
+        self.conv1, self.bn1 = _conv_bn(3, 64, 3, 1)
+        self.relu = nn.ReLU(inplace=True)
+        cin, stages = 64, []
+        for i, (width, blocks) in enumerate(zip((64, 128, 256, 512), layers, strict=True)):
+            stage = []
+            for j in range(blocks):
+                stage.append(BasicBlock(cin, width, 2 if (i > 0 and j == 0) else 1))
+                cin = width
+            stages.append(nn.Sequential(*stage))
+        self.layer1, self.layer2, self.layer3, self.layer4 = stages
+        self.fc = nn.Linear(cin, num_classes)
+
+    def forward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy loss of the batch (a scalar)."""
+        x = self.relu(self.bn1(self.conv1(images)))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        logits = self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+        return F.cross_entropy(logits, labels)
+
+
+def resnet18_cifar(batch_size: int = 128, image_size: int = 32) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """The CIFAR ResNet-18 (kuangliu/pytorch-cifar) and a batch of FP32 images with int64 labels."""
+    return CifarResNet(), _batch(batch_size, image_size)

@@ -1,0 +1,191 @@
+"""``ddlscope calibrate``: micro-benchmarks of this host and nccl-tests fits -> a System profile file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import polars as pl
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ddlscope.cli.common import CatalogFiles, FormatOpt, user_errors
+from ddlscope.report.console import emit
+from ddlscope.specs.catalog import load_catalog
+
+DEFAULT_OUT = Path("ddlscope-system.toml")
+
+
+class StageProgress:
+    """A rich progress bar on stderr with one bar per stage (``update(stage, done, total)``)."""
+
+    def __init__(self, quiet: bool = False):
+        self.bar = None if quiet else Progress(
+            TextColumn("[bold]{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=Console(stderr=True), transient=False)
+        self.tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> StageProgress:
+        if self.bar:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar:
+            self.bar.stop()
+
+    def update(self, stage: str, done: int, total: int) -> None:
+        """Show ``done`` of ``total`` for ``stage`` (a new bar the first time)."""
+        if not self.bar:
+            return
+        if stage not in self.tasks:
+            self.tasks[stage] = self.bar.add_task(stage, total=total)
+        self.bar.update(self.tasks[stage], completed=done, total=total)
+
+
+def _nccl_inputs(items: list[str], collective: str | None, ranks: int | None, default_slot: str) -> list[tuple]:
+    from ddlscope.calibrate.nccl_tests import read_nccl_tests
+
+    out = []
+    for item in items:
+        path, sep, slot = item.rpartition(":")
+        if not sep or slot not in ("nvlink", "pcie", "nic"):
+            path, slot = item, default_slot
+        parsed = read_nccl_tests(path, collective=collective, ranks=ranks)
+        for i, table in enumerate(parsed.tables):
+            if not table.complete:
+                Console(stderr=True).print(f"[yellow]warning:[/yellow] {path}: table {i} (line {table.header_line}) "
+                                           "has no 'Avg bus bandwidth' footer: the output may be cut short")
+            out.append((table, slot, f"{path} table {i}"))
+    return out
+
+
+def summary_tables(cal: Any) -> dict[str, pl.DataFrame]:
+    """The tables ``calibrate`` prints: matmul and convolution efficiency, STREAM, element-wise,
+    alpha-beta fits."""
+    out: dict[str, pl.DataFrame] = {}
+    mm = cal.table("matmul")
+    if not mm.is_empty():
+        out["matmul efficiency vs peak"] = mm.select(
+            "precision", "n", "intensity_flops_per_byte", (pl.col("flop_per_s") / 1e9).alias("gflop_per_s"),
+            (pl.col("peak_flop_per_s") / 1e9).alias("peak_gflop_per_s"), "efficiency")
+    conv = cal.table("conv")
+    if not conv.is_empty():
+        out["3x3 convolution (batch 8, 16 x 16) efficiency vs peak"] = conv.select(
+            "op", "channels", "intensity_flops_per_byte", (pl.col("flops") / pl.col("time_s") / 1e9).alias(
+                "gflop_per_s"), "efficiency")
+    st = cal.table("stream")
+    if not st.is_empty():
+        out["STREAM (McCalpin), FP32"] = st.select("kernel", "array_bytes", "bandwidth_gb_s")
+    ew = cal.table("elementwise")
+    if not ew.is_empty():
+        out["element-wise, allocating, cold inputs"] = ew.pivot(on="op", index="elements",
+                                                                values="bandwidth_gb_s").rename(
+            {"add": "add_gb_s", "relu": "relu_gb_s"})
+    if cal.fits:
+        out["alpha-beta fits (t = steps x alpha + f(p) S / beta)"] = pl.DataFrame([
+            {"origin": f.get("origin", ""), "slot": f.get("slot", ""), "collective": f["collective"],
+             "ranks": f["ranks"], "steps": f["steps"], "latency_us": f["latency_us"],
+             "bandwidth_gb_s": f["bandwidth_gb_s"], "rms_rel_residual": f["rms_rel_residual"],
+             "sizes": f["points"]} for f in cal.fits])
+    return out
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``calibrate`` to ``app``."""
+
+    @app.command()
+    @user_errors
+    def calibrate(
+        out: Annotated[Path, typer.Option("--out", "-o", help="system profile file to write (TOML)")] = DEFAULT_OUT,
+        quick: Annotated[bool, typer.Option("--quick", help="fewer sizes, shorter timings (about 30 s)")] = False,
+        device: Annotated[str, typer.Option("--device", help="cpu or cuda (default: cuda if present)")] = "auto",
+        cores_per_device: Annotated[int, typer.Option(
+            "--cores-per-device", help="CPU cores one device (one training process) gets")] = 1,
+        processes: Annotated[int | None, typer.Option(
+            "--processes", "-p", help="processes of the collective benchmark (default: devices of this host)")] = None,
+        no_collectives: Annotated[bool, typer.Option("--no-collectives", help="skip the collectives")] = False,
+        precision: Annotated[list[str] | None, typer.Option(
+            "--precision", help="matmul precisions (repeatable; default fp32, plus bf16 where native)")] = None,
+        clock: Annotated[str, typer.Option(
+            "--clock", help="auto, wall or cpu (thread CPU time; one-core CPU devices)")] = "auto",
+        nic: Annotated[str, typer.Option(
+            "--nic", help="NIC of a CPU host's profile (catalog link; assumed)")] = "eth-10g",
+        nccl_tests: Annotated[list[str] | None, typer.Option(
+            "--nccl-tests", help="nccl-tests output file, optionally FILE:SLOT with SLOT nvlink, pcie or nic "
+            "(repeatable); each table's fit becomes that link")] = None,
+        collective: Annotated[str | None, typer.Option(
+            "--collective", help="collective of the nccl-tests files when they do not say")] = None,
+        ranks: Annotated[int | None, typer.Option(
+            "--ranks", help="ranks of the nccl-tests runs when the output has no Rank lines")] = None,
+        no_bench: Annotated[bool, typer.Option("--no-bench", help="measure nothing: only apply --nccl-tests fits "
+                                               "to --system")] = False,
+        system: Annotated[str | None, typer.Option(
+            "--system", "-s", help="catalog server this host is (GPU hosts, --no-bench)")] = None,
+        catalog: CatalogFiles = None,
+        fmt: FormatOpt = "table",
+    ) -> None:
+        """Measure this host and write its System profile: matmul and convolution efficiency curves
+        against the device's peak, STREAM copy/triad, element-wise throughput, per-op overhead, and
+        all-reduce / all-gather / all-to-all across local processes (gloo on CPU, NCCL on GPUs) with
+        alpha and beta fitted; nccl-tests output files are fitted too. `predict --system-file` reads
+        the result.
+        """
+        import torch
+
+        from ddlscope.calibrate.api import CalibrationPlan, run_calibration
+        from ddlscope.calibrate.profile_file import write_calibration
+
+        if fmt not in ("table", "json"):
+            raise ValueError(f"--format: expected table or json, got {fmt!r}")
+        cat = load_catalog(*(catalog or []))
+        dev = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+        tables = _nccl_inputs(nccl_tests or [], collective, ranks,
+                              "nvlink" if system and cat.server(system).nvlink else "pcie")
+        plan = None
+        if not no_bench:
+            kw: dict[str, Any] = {"device": dev, "cores_per_device": cores_per_device, "ranks": processes,
+                                  "collectives": not no_collectives, "clock": clock,
+                                  "precisions": tuple(precision or ())}
+            plan = CalibrationPlan.quick(**kw) if quick else CalibrationPlan(**kw)
+        with StageProgress(quiet=fmt != "table") as view:
+            cal = run_calibration(plan, catalog=cat, base_server=system, nic=nic, nccl_tables=tables,
+                                  progress=view.update)
+        load = cal.meta.get("load_average_1m")
+        write_calibration(cal, out, header=(
+            f"ddlscope calibrate on {cal.meta.get('host')} at {cal.meta.get('created')}"
+            + (f", load average {load:.2f}" if load is not None else "")
+            + f"\nuse with: ddlscope predict --system-file {out}"))
+        s = cal.system
+        facts = {
+            "written": str(out),
+            "system": s.name,
+            "device": f"{s.gpu.name}: peak {s.gpu.peak_tflops.fp32 * 1e3:.1f} GFLOP/s FP32, memory "
+                      f"{s.gpu.memory_bandwidth_gb_s:.1f} GB/s",
+            "peak source": cal.meta.get("peak_source", s.gpu.source),
+            "devices per server": s.gpus_per_server,
+            "link between devices": f"{(s.nvlink or s.pcie).name} ({(s.nvlink or s.pcie).kind}): "
+                                    f"{(s.nvlink or s.pcie).bandwidth_gb_s:.3g} GB/s, "
+                                    f"{(s.nvlink or s.pcie).latency_us:.3g} us",
+            "efficiency": ", ".join(f"{k} {v:.3g}" for k, v in s.efficiency.model_dump().items()),
+            "op overhead (s per op)": cal.meta.get("op_overhead_s"),
+            "clock": cal.meta.get("clock"),
+            "load average (1 min)": load,
+        }
+        for note in cal.meta.get("notes", []) or []:
+            facts[f"note {len([k for k in facts if k.startswith('note')]) + 1}"] = note
+        if fmt == "json":
+            import json
+            import sys
+
+            from ddlscope.report.console import frame_records, to_jsonable
+
+            payload = {**facts, "efficiency": s.efficiency.model_dump(),
+                       "tables": {k: frame_records(v) for k, v in cal.tables.items()}, "fits": cal.fits}
+            sys.stdout.write(json.dumps(to_jsonable(payload), indent=2) + "\n")
+            return
+        for title, frame in summary_tables(cal).items():
+            emit(frame, "table", title=title)
+        emit(pl.DataFrame({"field": list(facts), "value": [str(v) for v in facts.values()]}), "table",
+             title="System profile")

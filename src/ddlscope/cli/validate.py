@@ -1,0 +1,127 @@
+"""``ddlscope validate``: the model against real training steps on this machine, or against
+published measurements."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import polars as pl
+import typer
+from rich.console import Console
+
+from ddlscope.cli.calibrate import DEFAULT_OUT, StageProgress
+from ddlscope.cli.common import FormatOpt, user_errors
+from ddlscope.report.console import emit
+
+
+def find_shared_data(given: Path | None) -> Path:
+    """``given``, else ``$DDLSCOPE_SHARED_DATA``, else the first ``shared/data`` in the working
+    folder or its parents.
+
+    Raises:
+        FileNotFoundError: none found.
+    """
+    if given is not None:
+        if not given.is_dir():
+            raise FileNotFoundError(f"--data {given}: not a folder")
+        return given
+    if env := os.environ.get("DDLSCOPE_SHARED_DATA"):
+        return Path(env)
+    for parent in [Path.cwd(), *Path.cwd().parents]:
+        if (parent / "shared" / "data").is_dir():
+            return parent / "shared" / "data"
+    raise FileNotFoundError("published data not found: give --data (the folder with dle_tables/ and pollux/) or set "
+                            "DDLSCOPE_SHARED_DATA")
+
+
+def _published(data: Path, fmt: str) -> None:
+    from ddlscope.validate.published import LEFT_OUT, published_validation
+
+    with Console(stderr=True).status("profiling ResNet-50, CIFAR ResNet-18, NeuMF; predicting every row"):
+        res = published_validation(data)
+    if fmt != "table":
+        emit(res.rows, fmt) if fmt == "csv" else emit(res.rows, fmt, extra={
+            "summary": res.summary.to_dicts(), "fitted": res.fitted, "skipped": res.skipped})
+        return
+    emit(res.summary.select(
+        "source", "table", "role", "rows", "mape", "median_ape", "max_ape", "bias",
+        *[c for c in ("sync_mape", "sync_measured_mean_s", "sync_predicted_mean_s") if c in res.summary.columns]),
+        "table", title=f"Published measurements ({data}): MAPE of throughput (dle) and step time (pollux)",
+        caption="role fit: rows the efficiencies were fitted on; test: the rest. sync_*: Pollux sync_time vs the "
+        "model's exposed communication, multi-GPU rows")
+    fitted = pl.DataFrame([{"fit": k, **{n: v.get(n) for n in ("eff_compute", "eff_memory", "eff_network",
+                                                                "overlap_fraction")}}
+                           for k, v in res.fitted.items()])
+    emit(fitted, "table", title="Fitted parameters")
+    for key, n in {**res.skipped, **{f"{k}: {v}": 0 for k, v in LEFT_OUT.items()}}.items():
+        if n:
+            Console(soft_wrap=True).print(f"skipped rows: {key}: {n}")
+        else:
+            Console(soft_wrap=True).print(f"left out: {key}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``validate`` to ``app``."""
+
+    @app.command()
+    @user_errors
+    def validate(
+        system_file: Annotated[Path | None, typer.Option(
+            "--system-file", help=f"calibrated profile (`ddlscope calibrate`; default {DEFAULT_OUT} if present, "
+            "else a quick calibration first)")] = None,
+        model: Annotated[list[str] | None, typer.Option(
+            "--model", "-m", help="validation model (repeatable; default all)")] = None,
+        processes: Annotated[int, typer.Option("--processes", "-p", help="DDP processes")] = 2,
+        steps: Annotated[int, typer.Option("--steps", help="timed steps per run")] = 5,
+        warmup: Annotated[int, typer.Option("--warmup", help="untimed steps first")] = 2,
+        no_ddp: Annotated[bool, typer.Option("--no-ddp", help="single-process runs only")] = False,
+        clock: Annotated[str, typer.Option(
+            "--clock", help="auto, wall or cpu (CPU time: robust on a shared host; auto = cpu for one-core devices)"
+        )] = "auto",
+        published: Annotated[bool, typer.Option(
+            "--published", help="validate against the published tables (Pollux, NVIDIA DLE) instead")] = False,
+        data: Annotated[Path | None, typer.Option("--data", help="folder of the published tables")] = None,
+        fmt: FormatOpt = "table",
+    ) -> None:
+        """Train zoo models for real on this machine (one process, and DDP over gloo) and compare the
+        measured step, compute-bound, memory-bound and communication times with the model's prediction
+        on the calibrated profile; or, with --published, predict the Pollux and NVIDIA ResNet-50 tables.
+        """
+        if published:
+            _published(find_shared_data(data), fmt)
+            return
+        from ddlscope.calibrate.profile_file import load_calibration
+        from ddlscope.validate.local import validate_local
+        from ddlscope.validate.models import CASES
+
+        load_before = os.getloadavg()[0]
+        path = system_file or (DEFAULT_OUT if DEFAULT_OUT.is_file() else None)
+        with StageProgress(quiet=fmt != "table") as view:
+            if path is None:
+                from ddlscope.calibrate.api import CalibrationPlan, run_calibration
+
+                cal = run_calibration(CalibrationPlan.quick(), progress=view.update)
+                source = "a quick calibration (no --system-file)"
+            else:
+                cal = load_calibration(path)
+                source = str(path)
+            frame = validate_local(cal, tuple(model or CASES), ranks=processes, steps=steps, warmup=warmup,
+                                   data_parallel=not no_ddp, clock=clock, progress=view.update)
+        step = frame.filter(pl.col("component") == "step")
+        median = float(step["error"].abs().median())
+        extra = {
+            "calibrated profile": source,
+            "median |error| of step time": median,
+            "mean |error| of step time": float(step["error"].abs().mean()),
+            "load average (1 min) before / after": f"{load_before:.2f} / {os.getloadavg()[0]:.2f}",
+        }
+        if fmt == "table":
+            emit(frame.select("model", "architecture", "processes", "component", "clock", "measured_s",
+                              "predicted_s", "error"), "table",
+                 title=f"Validation on this machine: measured vs predicted ({cal.system.name})",
+                 caption="error = predicted / measured - 1; other = the step outside ATen operators (no model "
+                 "term); clock cpu = CPU time (see docs/validation.md)", extra=extra)
+        else:
+            emit(frame, fmt, extra=extra if fmt == "json" else None)

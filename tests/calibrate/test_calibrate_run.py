@@ -1,0 +1,74 @@
+"""A real (tiny) calibration of this machine, and `ddlscope calibrate` with nccl-tests files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tests.calibrate.nccl_samples import ALL_REDUCE_8X_A100
+from typer.testing import CliRunner
+
+from ddlscope.calibrate.api import CalibrationPlan, run_calibration
+from ddlscope.calibrate.profile_file import load_calibration, write_calibration
+from ddlscope.cli.main import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def tiny_calibration():
+    plan = CalibrationPlan(matmul_sizes=(16, 64), conv_channels=(8,), elementwise_elements=(256, 4096),
+                           family_elements=(4096,), collective_sizes=(1024, 1 << 22), target_s=0.002, ranks=2)
+    steps = []
+    cal = run_calibration(plan, progress=lambda task, done, total: steps.append((task, done, total)))
+    return cal, steps
+
+
+def test_tiny_calibration_builds_a_valid_cpu_system(tiny_calibration, tmp_path):
+    cal, steps = tiny_calibration
+    s = cal.system
+    assert s.pcie.kind == "host" and s.nvlink is None and s.gpus_per_server >= 2
+    # the link is the all-reduce fit: per-step latency = intercept / 2 (p-1), beta = bus bandwidth
+    (ar,) = [f for f in cal.fits if f["collective"] == "all_reduce"]
+    assert ar["steps"] == 2 and s.pcie.latency_us == pytest.approx(ar["latency_us"])
+    assert s.pcie.bandwidth_gb_s == pytest.approx(ar["bandwidth_gb_s"])
+    assert {f["collective"] for f in cal.fits} == {"all_reduce", "all_gather", "alltoall"}
+    mm = cal.table("matmul")
+    peak = s.gpu.peak_tflops.fp32 * 1e12
+    assert mm["efficiency"].max() <= 1.0 + 1e-9 and (mm["flop_per_s"] / peak - mm["efficiency"]).abs().max() < 1e-9
+    assert s.gpu.memory_bandwidth_gb_s >= cal.table("stream")["bandwidth_gb_s"].max() - 1e-9
+    assert 0 < s.efficiency.compute <= 1 and 0 < s.efficiency.memory <= 1
+    assert {t for t, _, _ in steps} >= {"matmul", "stream", "element-wise", "gloo collectives x 2"}
+    assert cal.meta["clock"] in ("cpu", "wall") and cal.meta["op_overhead_s"] > 0
+    path = write_calibration(cal, tmp_path / "me.toml")
+    assert load_calibration(path).system == s
+
+
+def test_calibrate_cli_applies_nccl_tests_to_a_catalog_server(tmp_path):
+    log = tmp_path / "all_reduce_perf.txt"
+    log.write_text(ALL_REDUCE_8X_A100)
+    out = tmp_path / "dgx.toml"
+    res = runner.invoke(app, ["calibrate", "--no-bench", "--system", "dgx-a100", "--nccl-tests", f"{log}:nvlink",
+                              "-o", str(out), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    payload = json.loads(res.output)
+    (fit,) = payload["fits"]
+    assert fit["collective"] == "all_reduce" and fit["ranks"] == 8 and fit["slot"] == "nvlink"
+    res = runner.invoke(app, ["predict", "--system-file", str(out), "-a", "allreduce_local", "-w", "8",
+                              "--format", "json"])
+    assert res.exit_code == 0, res.output
+    row = json.loads(res.output)[0]
+    # the fitted link replaces NVLink: beta in bytes/s and alpha in seconds, efficiency 1
+    assert row["nvlink_bandwidth_bytes_per_s"] == pytest.approx(fit["bandwidth_gb_s"] * 1e9)
+    assert row["nvlink_latency_s"] == pytest.approx(fit["latency_us"] * 1e-6)
+    assert row["eff_nvlink"] == 1.0 and row["gpu"] == "A100-SXM4-80GB"
+
+
+def test_calibrate_cli_errors_name_the_line(tmp_path):
+    bad = tmp_path / "x.txt"
+    bad.write_text(ALL_REDUCE_8X_A100.replace("   134217728      33554432", "   134217728      zz"))
+    res = runner.invoke(app, ["calibrate", "--no-bench", "--system", "dgx-a100", "--nccl-tests", str(bad)])
+    assert res.exit_code == 2
+    assert "x.txt:" in res.output and "expected" in res.output
+    res = runner.invoke(app, ["calibrate", "--no-bench"])
+    assert res.exit_code == 2 and "nothing to do" in res.output

@@ -1,0 +1,66 @@
+"""The model against the published tables in shared/data: MAPE per table, on the rows not fitted."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from ddlscope.validate.published import ddp_buckets_expr, dle_validation, pollux_validation
+
+
+@pytest.fixture(scope="module")
+def dle(shared_data):
+    return dle_validation(shared_data)
+
+
+@pytest.fixture(scope="module")
+def pollux(shared_data):
+    return pollux_validation(shared_data)
+
+
+def _mape(res, table: str, role: str = "test") -> float:
+    row = res.summary.filter((pl.col("table") == table) & (pl.col("role") == role))
+    assert row.height == 1, f"no {role} rows for {table}"
+    return row["mape"][0]
+
+
+def test_ddp_bucket_count():
+    # ResNet-50's 102,228,128 gradient bytes: a 1 MiB first bucket, then ceil(101,179,552 / 26,214,400)
+    # = ceil(3.86) = 4 buckets of 25 MiB: 5 in all; nothing to send: 0
+    got = pl.DataFrame({"s": [102_228_128.0, 1.0, 0.0]}).select(ddp_buckets_expr(pl.col("s")))
+    assert got.to_series().to_list() == [5, 1, 0]
+
+
+def test_dle_resnet50_throughput(dle):
+    # fitted rows reproduce exactly (two efficiencies, two rows per GPU generation and table)
+    assert dle.rows.filter(pl.col("role") == "fit")["error"].abs().max() < 1e-9
+    # every other row is a prediction: the other V100 systems and every multi-GPU row
+    assert _mape(dle, "resnet50v1.5_pytorch_training_perf_ngc19.10.csv") <= 0.035
+    assert _mape(dle, "resnet50v1.5_pytorch_training_perf_ngc21.03.csv") <= 0.07
+    # the measured 8-GPU AMP scaling (6.7x-7.7x) is below the model's, which hides NVLink all-reduce
+    # entirely behind the backward: the model overestimates those rows, never underestimates by > 6 %
+    multi = dle.rows.filter(pl.col("gpus") > 1)
+    assert multi["error"].min() > -0.06 and multi.height == 12  # 19.10: 4 DGX-1 + 2 DGX-2; 21.03: 6
+    assert dle.summary["rows"].sum() == 24
+
+
+def test_pollux_step_time(pollux):
+    for table, bound in (("cifar10/placements.csv", 0.125), ("cifar10/scalability.csv", 0.13),
+                         ("ncf/placements.csv", 0.165), ("ncf/scalability.csv", 0.145)):
+        assert _mape(pollux, table) <= bound, table
+    # the fit subset itself (imagenet multi-GPU rows) is reproduced to about 10 %
+    assert _mape(pollux, "imagenet/scalability.csv", "fit") <= 0.12
+    # every row of the three jobs is predicted (uneven placements as their busiest node); yolov3 is
+    # counted as left out: 540 placement + 108 scalability rows (shared/data/pollux/SOURCES.md)
+    assert pollux.rows.height == (864 + 288) + (1183 + 329) + (1661 + 458)
+    assert pollux.skipped == {"yolov3: left out (not in the zoo, see LEFT_OUT)": 648}
+    net = pollux.fitted["network"]
+    assert 0 < net["eff_network"] < 0.2  # NCCL over TCP on the 50 Gb/s ENA reaches a small part of it
+
+
+def test_pollux_sync_time_is_compared(pollux):
+    multi = pollux.rows.filter(pl.col("gpus") > 1)
+    assert multi["measured_sync_s"].is_not_null().all() and (multi["predicted_sync_s"] >= 0).all()
+    s = pollux.summary.filter(pl.col("sync_mape").is_not_null())
+    assert set(s["table"]) == {"imagenet/placements.csv", "imagenet/scalability.csv", "cifar10/placements.csv",
+                               "cifar10/scalability.csv", "ncf/placements.csv", "ncf/scalability.csv"}
