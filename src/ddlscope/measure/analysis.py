@@ -269,10 +269,15 @@ def analyze(
     skipped: dict[str, int] = {}
     for t in kineto:
         for k, v in t.skipped.items():
-            skipped[k] = skipped.get(k, 0) + v
+            if k not in t.skipped_examples:  # bad data: one note per file below
+                skipped[k] = skipped.get(k, 0) + v
     if skipped:
         notes.append("events not used (all ranks): " + ", ".join(f"{v} {k}" for k, v in sorted(skipped.items()))
                      + " - flow (s/f), metadata (M), instant (i) and counter (C) events carry no GPU time")
+    for t in kineto:
+        for reason, example in t.skipped_examples.items():
+            notes.append(f"{t.source}: {t.skipped[reason]} {reason} left out, its time is missing from the "
+                         f"breakdown (first: {example})")
     if executions:
         notes.append(f"{len(executions)} execution trace(s) read: they give op shapes (FLOPs) for ranks whose "
                      "profiler trace has none")
