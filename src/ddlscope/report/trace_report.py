@@ -130,24 +130,40 @@ def collectives_figure(a: TraceAnalysis) -> Figure | None:
 
 
 def skew_figure(a: TraceAnalysis) -> Figure | None:
-    """Per-rank mean components (ms); the straggler is marked."""
+    """Per rank, the quantity that defines the straggler: its own time (step - exposed
+    communication, mean per iteration) stacked by component, with the median over ranks; beside
+    it, on the same scale, the exposed communication (where the other ranks wait for it)."""
     if a.skew.height < 2:
         return None
     s = a.skew.sort("rank")
-    fig, ax = new_figure(max(6.0, 0.5 * s.height + 4), 4.0)
+    fig, (ax, cax) = new_figure(max(8.0, 0.75 * s.height + 5), 4.2, 1, 2, sharey=True,
+                                gridspec_kw={"width_ratios": [1.6, 1.0]})
     parts = [(COMPONENT_LABELS[k], s[_COLUMN.get(k, f"{k}_us")].to_numpy() / 1e3, COMPONENT_COLORS[k])
-             for k in BREAKDOWN_COMPONENTS]
-    labels = [f"rank {r}" for r in s["rank"].to_list()]
+             for k in BREAKDOWN_COMPONENTS if k != "communication"]
+    labels = [str(r) for r in s["rank"].to_list()]
     _stacked(ax, labels, parts)
+    own = s["own_us"].to_numpy() / 1e3
+    median = float(np.median(own))
+    ax.axhline(median, color="#444444", linestyle="--", linewidth=1, label="median rank")
     straggler = a.skew_summary.get("straggler_rank")
     if straggler is not None:
         i = s["rank"].to_list().index(straggler)
-        top = float(s["step_us"][i]) / 1e3
-        ax.annotate("straggler", (i, top), xytext=(0, 6), textcoords="offset points", ha="center", fontsize=9)
+        ax.annotate(f"straggler\n+{own[i] - median:.2f} ms", (i, own[i]), xytext=(0, 4), textcoords="offset points",
+                    ha="center", va="bottom", fontsize=8)
+        ax.set_ylim(0, float(max(own.max(), (s["comm_exposed_us"] / 1e3).max())) * 1.2)
     ax.set_xlabel("rank")
     ax.set_ylabel("mean time per iteration (ms)")
-    ax.set_title("Rank skew: mean breakdown per rank")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    ax.set_title("own time = step - exposed comm. (defines the straggler)", fontsize=9)
+    exposed = s["comm_exposed_us"].to_numpy() / 1e3
+    cax.bar(np.arange(len(labels)), exposed, color=COMPONENT_COLORS["communication"], width=0.8,
+            label=COMPONENT_LABELS["communication"])
+    cax.set_xticks(np.arange(len(labels)), labels, fontsize=9)
+    cax.set_xlim(-0.7, len(labels) - 0.3)
+    cax.set_xlabel("rank")
+    cax.set_title("exposed comm. (includes waiting for the straggler)", fontsize=9)
+    fig.suptitle("Rank skew: the straggler is the rank with the most own time")
+    handles = {h.get_label(): h for axis in (ax, cax) for h in axis.get_legend_handles_labels()[0]}
+    cax.legend(list(handles.values()), list(handles), loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return fig
 
 
