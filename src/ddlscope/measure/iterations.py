@@ -132,7 +132,7 @@ def warmup_iterations(
     NCCL communicator set-up, lazy initialisation and compilation; this is why
     ``torch.profiler.schedule`` has ``warmup`` steps and benchmarks discard warm-up iterations. The
     factor 3 is a stated threshold (it flags the 4.45 s first step of ``param_dlrm/resnet_kineto``,
-    28x the median of the others). Only the first iteration is judged: later slow iterations (the
+    25.3x the median of the others, 175.8 ms). Only the first iteration is judged: later slow iterations (the
     300-800 ms data-loader stalls of the same trace) are the job's own behaviour and stay in.
 
     Args:
