@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
 from kineto_fixture import write_fixture
 from typer.testing import CliRunner
 
@@ -41,9 +46,16 @@ def test_csv_prints_the_breakdown(tmp_path):
 
 
 def test_html_report(tmp_path):
+    # the policy of every report folder (ddlscope.report.html.check_report_folder): the report's own
+    # entries are written, other files are left as they are and named in a note
     out = tmp_path / "report"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
     res = runner.invoke(app, ["trace", str(write_fixture(tmp_path)), "--out", str(out), "--scenario", "gpu-h100"])
     assert res.exit_code == 0, res.output
+    assert f"--out {out} already holds 1 other entry (notes.txt)" in res.output.replace("\n", "")
+    assert (out / "notes.txt").read_text() == "keep me"
+    assert sorted(p.name for p in out.iterdir()) == ["figures", "index.html", "notes.txt", "summary.json", "tables"]
     assert (out / "index.html").is_file()
     for fig in ("breakdown", "idle_causes", "collectives", "whatif", "model_check"):
         assert (out / "figures" / f"{fig}.png").is_file()
@@ -64,3 +76,48 @@ def test_bad_rules_file(tmp_path):
     rules.write_text("[[kernel]]\npattern = 'x'\nclass = \"fast\"\n")
     res = runner.invoke(app, ["trace", str(write_fixture(tmp_path)), "--rules", str(rules)])
     assert res.exit_code == 2 and "class: expected one of" in res.output.replace("\n", "")
+
+
+# -- options are checked before any trace is read (a missing trace would fail later) ----------------------
+@pytest.mark.parametrize(("args", "message"), [
+    (["--launch-gap-us", "-1"], "--launch-gap-us: expected a finite number of microseconds >= 0, got -1.0"),
+    (["--launch-gap-us", "nan"], "--launch-gap-us: expected a finite number of microseconds >= 0, got nan"),
+    (["--warmup-factor", "1"], "--warmup-factor: expected a finite number > 1, got 1.0"),
+    (["--system", "nosuch"], "--system: server: unknown server 'nosuch'"),
+    (["--gpu", "NOPE"], "--gpu: gpu: unknown GPU 'NOPE'"),
+    (["--scenario", "x:gpu=NOPE"], "scenario x: gpu: unknown GPU 'NOPE'"),
+    (["--scenario", "x:nic=nvlink2"], "scenario x: scenario nic: 'nvlink2' is a nvlink link"),
+    (["--scenario", "gpu-h100", "--no-whatif"], "--scenario and --no-whatif: choose one"),
+    (["--format", "xml"], "--format: expected one of table, json, csv, got 'xml'"),
+])
+def test_options_are_checked_up_front(tmp_path, args, message):
+    res = runner.invoke(app, ["trace", str(tmp_path / "not-read.json"), *args])
+    assert res.exit_code == 2
+    assert message in res.output.replace("\n", "") and "no such file" not in res.output
+
+
+def test_out_that_is_a_file_is_refused_up_front(tmp_path):
+    (tmp_path / "somefile").write_text("mine")
+    file = tmp_path / "somefile"
+    for out, message in ((file, f"--out {file}: is a file"),
+                         (file / "report", f"--out {file}/report: {file} is a file")):
+        res = runner.invoke(app, ["trace", str(tmp_path / "not-read.json"), "--out", str(out)])
+        assert res.exit_code == 2 and "no such file" not in res.output
+        assert f"{message}; expected a folder for the report" in res.output.replace("\n", "")
+
+
+def test_defaults_match_the_analysis():
+    from ddlscope.cli import trace as cli_trace
+    from ddlscope.measure.iterations import WARMUP_FACTOR
+    from ddlscope.measure.timeline import LAUNCH_GAP_US
+
+    assert (cli_trace.LAUNCH_GAP_US, cli_trace.WARMUP_FACTOR) == (LAUNCH_GAP_US, WARMUP_FACTOR)
+
+
+def test_the_command_module_imports_no_heavy_library():
+    # `ddlscope --help` imports every command module: the analysis and its libraries load when trace runs
+    code = ("import sys, ddlscope.cli.trace; print(sorted(m for m in ('ddlscope.measure', 'ddlscope.report', "
+            "'matplotlib', 'msgspec', 'scipy') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src")})
+    assert done.stdout.strip() == "[]"

@@ -7,11 +7,12 @@ import io
 import json
 import tarfile
 
+import polars as pl
 import pytest
-from kineto_fixture import fixture_trace, write_fixture
+from kineto_fixture import GEMM, fixture_trace, write_fixture
 
 from ddlscope.measure.analysis import analyze_traces
-from ddlscope.measure.reader import TraceReadError, read_traces
+from ddlscope.measure.reader import BAD_TIME, NEGATIVE_DUR, TraceReadError, read_traces
 
 
 def _error(path) -> str:
@@ -101,3 +102,90 @@ def test_execution_trace_alone(tmp_path):
     path.write_text(json.dumps({"schema": "1.0.1", "pid": 1, "nodes": [{"name": "aten::mm", "id": 2}]}))
     with pytest.raises(TraceReadError, match="no PyTorch profiler \\(Kineto\\) trace among the inputs"):
         read_traces([path])
+
+
+# -- times out of range: the event is dropped, counted and named (docs/trace.md, "Bad input") --------
+def _write(tmp_path, doc, name="bad.json", dump=json.dumps) -> str:
+    path = tmp_path / name
+    path.write_text(dump(doc))
+    return str(path)
+
+
+def test_huge_duration_is_dropped_and_named(tmp_path):
+    # K1 (traceEvents[18], the GEMM [25, 45) us) with "dur": 1e18 us: beyond int64 nanoseconds
+    doc = fixture_trace()
+    assert doc["traceEvents"][18]["name"] == GEMM
+    doc["traceEvents"][18]["dur"] = 1e18
+    path = _write(tmp_path, doc)
+    a = analyze_traces([path])
+    note = next(n for n in a.notes if "out-of-range" in n)
+    assert note.startswith(f"{path}: 1 complete event(s) with a non-finite or out-of-range ts/dur")
+    assert f"traceEvents[18] '{GEMM}' (kernel): dur = 1e+18 us" in note
+    # without K1, window 1 has no compute-bound time; [0, 45) is idle, before K2 (launched at 22,
+    # the data loader ran in [0, 20)): data_loader 25 + 20 = 45 us, idle 41 + 20 = 61 us
+    it1 = a.breakdown.filter(pl.col("iteration") == 1).row(0, named=True)
+    assert (it1["window_us"], it1["compute_bound_us"], it1["idle_us"], it1["idle_data_loader_us"]) == (
+        100.0, 0.0, 61.0, 45.0)
+
+
+def test_nan_infinity_and_negative_times_are_dropped_and_counted(tmp_path):
+    # Python's json module writes NaN and Infinity (not strict JSON); a negative dur is also bad
+    doc = fixture_trace()
+    doc["traceEvents"][19]["ts"] = float("nan")
+    doc["traceEvents"][20]["dur"] = float("inf")
+    doc["traceEvents"][21]["dur"] = -3
+    path = _write(tmp_path, doc)
+    (t,), _ = read_traces([path])
+    assert t.skipped[BAD_TIME] == 2 and t.skipped[NEGATIVE_DUR] == 1
+    assert t.skipped_examples[BAD_TIME].startswith("traceEvents[19] ") and "ts = NaN us" in t.skipped_examples[BAD_TIME]
+    assert t.skipped_examples[NEGATIVE_DUR].endswith("(gpu_memcpy): dur = -3 us")
+    assert t.events.height == 22 - 3  # the fixture's 22 complete events (26 events: M, i, s, f are not), 3 dropped
+
+
+def test_a_bad_first_timestamp_does_not_shift_the_others(tmp_path):
+    # a bare event array (Chrome's JSON array format) whose event [18] has ts -1e300: dropped, and
+    # the others keep their times relative to the earliest good event
+    events = fixture_trace()["traceEvents"]
+    events[18]["ts"] = -1e300
+    (t,), _ = read_traces([_write(tmp_path, events)])
+    assert t.skipped_examples[BAD_TIME] == f"$[18] '{GEMM}' (kernel): ts = -1e+300 us"
+    assert t.base_ts_us == 0.0 and t.events["end_ns"].max() == 200_000
+
+
+def test_only_bad_times_is_an_error(tmp_path):
+    doc = fixture_trace()
+    for e in doc["traceEvents"]:
+        if e["ph"] == "X":
+            e["dur"] = 1e300
+    msg = _error(_write(tmp_path, doc))
+    assert "no complete ('ph': 'X') event has a usable ts and dur (22 out of range" in msg
+
+
+# -- archives ------------------------------------------------------------------------------------------
+def _tar(path, members: dict[str, bytes]) -> str:
+    with tarfile.open(path, "w") as tar:
+        for name, body in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+    return str(path)
+
+
+def test_empty_archive(tmp_path):
+    path = _tar(tmp_path / "empty.tar", {})
+    assert _error(path) == f"{path}: the archive holds no trace file (it is empty)"
+    gz = tmp_path / "empty.tar.gz"
+    gz.write_bytes(gzip.compress((tmp_path / "empty.tar").read_bytes()))
+    assert _error(gz) == f"{gz}: the archive holds no trace file (it is empty)"
+
+
+def test_archive_without_trace_files_names_its_files(tmp_path):
+    path = _tar(tmp_path / "logs.tar", {"a/stdout.txt": b"hello", "b.csv": b"x,y"})
+    assert _error(path) == (f"{path}: the archive holds no trace file (its 2 file(s) (a/stdout.txt, b.csv) "
+                            "are not .json or .json.gz)")
+
+
+def test_file_named_tar_that_is_not_one(tmp_path):
+    path = tmp_path / "job.tar"
+    path.write_bytes(b"\x00\x01not an archive" * 100)
+    assert _error(path) == f"{path}: not a tar archive (the name says .tar; expected a tar of trace files)"

@@ -69,6 +69,8 @@ def test_user_csv_rules(tmp_path):
      "[[kernel]] #1: kind: a communication rule's kind must be one of"),
     ("[[precision]]\npattern = 'x'\nprecision = \"fp8\"\n", "[[precision]] #1: precision: expected one of"),
     ("[[iteration_marker]]\npattern = 'x'\nmode = \"middle\"\n", "[[iteration_marker]] #1: mode: expected"),
+    ("[[iteration_marker]]\npattern = 'x'\nmode = \"span\"\nwarmup_pattern = 'w('\n",
+     "[[iteration_marker]] #1 warmup_pattern: pattern 'w(' is not a valid"),
     ("[kernels]\n", "unknown section(s) ['kernels']"),
     ("[[kernel]\n", "not valid TOML"),
 ])

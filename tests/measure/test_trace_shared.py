@@ -132,3 +132,43 @@ def test_no_device_properties_skips_the_model(shared_data):
     assert any("--gpu" in n for n in a.notes)
     with_gpu = analyze_traces([f"{shared_data}/{p}" for p in TRACES["trace_filter"]], gpu="A100-SXM4-80GB")
     assert with_gpu.model_check is not None
+
+
+def _bar_tops(ax) -> dict[float, float]:
+    """Height of each stacked bar of ``ax`` (x centre -> top), from the drawn rectangles."""
+    tops: dict[float, float] = {}
+    for p in ax.patches:
+        x = round(p.get_x() + p.get_width() / 2, 6)
+        tops[x] = max(tops.get(x, 0.0), p.get_y() + p.get_height())
+    return tops
+
+
+def test_skew_figure_plots_the_quantity_that_defines_the_straggler(shared_data):
+    from ddlscope.report.figures import close
+    from ddlscope.report.trace_report import skew_figure
+
+    a = _analysis("dlrm", str(shared_data))
+    fig = skew_figure(a)
+    own_ax, comm_ax = fig.axes[:2]
+    s = a.skew.sort("rank")
+    tops = _bar_tops(own_ax)
+    # the left panel's bars are each rank's own time (step - exposed comm.), so the straggler's is tallest
+    assert [tops[float(i)] for i in range(8)] == pytest.approx((s["own_us"] / 1e3).to_list())
+    assert max(tops, key=tops.get) == s["rank"].to_list().index(a.skew_summary["straggler_rank"])
+    assert [t.get_text() for t in own_ax.texts] == [f"straggler\n+{a.skew_summary['straggler_excess_us'] / 1e3:.2f} ms"]
+    assert list(_bar_tops(comm_ax).values()) == pytest.approx((s["comm_exposed_us"] / 1e3).to_list())
+    close(fig)
+
+
+def test_breakdown_figure_puts_warmup_in_its_own_panel(shared_data):
+    from ddlscope.report.figures import close
+    from ddlscope.report.trace_report import breakdown_figure
+
+    a = _analysis("resnet", str(shared_data))
+    fig = breakdown_figure(a)
+    warm_ax, rest_ax = fig.axes[:2]
+    assert [t.get_text() for t in warm_ax.get_xticklabels()] == ["#0"]
+    assert len(rest_ax.get_xticklabels()) == 29
+    # each panel has its own scale: the 4.45 s warm-up does not flatten the ~0.16 s iterations
+    assert warm_ax.get_ylim()[1] > 4000 > 1000 > rest_ax.get_ylim()[1]
+    close(fig)

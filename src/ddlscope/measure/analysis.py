@@ -32,12 +32,16 @@ from ddlscope.measure.baseline import (
 from ddlscope.measure.comm import collective_calls, collectives_per_iteration, resolve_collectives
 from ddlscope.measure.flops import FLOP_OPERATORS, op_flops
 from ddlscope.measure.iterations import (
+    LABELLED,
+    SLOW_FIRST,
+    WARMUP_FACTOR,
     WHOLE_TRACE,
     assign_iteration,
     assign_window,
     cpu_iterations,
     gpu_span,
     gpu_windows,
+    warmup_iterations,
 )
 from ddlscope.measure.reader import ExecutionTrace, KinetoTrace, read_traces
 from ddlscope.measure.rules import TraceRules, load_rules
@@ -77,7 +81,11 @@ class TraceAnalysis:
             ``idle_<cause>_us`` (sum to ``idle_us``); ``comm_busy_us`` = ``comm_exposed_us +
             comm_overlapped_us``; busy (union) time per class ``busy_<class>_us``;
             ``cpu_step_us`` (the iteration marker's CPU duration), ``data_io_bytes`` (host<->device),
-            ``window_start_us`` (relative to the rank's first event).
+            ``window_start_us`` (relative to the rank's first event); ``warmup`` (``"labelled"``,
+            ``"slow first"`` or null: :func:`ddlscope.measure.iterations.warmup_iterations`) and
+            ``in_means`` (whether the row counts in the means, the rank skew, the model check and
+            the what-if baseline: every row that is not a warm-up, or all rows with
+            ``keep_warmup`` or when every row is one). :attr:`steady` is the rows in the means.
         collectives: per (rank, device, iteration, collective): calls, sizes, time, busy and exposed
             time, algorithm and bus bandwidth (:func:`ddlscope.measure.comm.collectives_per_iteration`).
         calls: one row per collective call (:func:`ddlscope.measure.comm.collective_calls`).
@@ -93,6 +101,10 @@ class TraceAnalysis:
         model_check: :func:`ddlscope.measure.baseline.model_check` (None when the GPU is unknown).
         hardware: the resolved hardware.
         precision: the dominant compute precision.
+        warmup: what :func:`ddlscope.measure.iterations.warmup_iterations` found (``labelled``,
+            ``slow_first_iteration``, ``slow_first_ratio``, ...) plus ``excluded`` (rows left out
+            of the means) and ``kept`` (warm-up rows kept in, by ``keep_warmup`` or because every row
+            is one).
         notes: what was assumed, inferred or left out, one line each.
     """
 
@@ -110,7 +122,13 @@ class TraceAnalysis:
     model_check: pl.DataFrame | None
     hardware: TraceHardware | None
     precision: str
+    warmup: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def steady(self) -> pl.DataFrame:
+        """The rows of :attr:`breakdown` that count in the means (``in_means``)."""
+        return self.breakdown.filter(c("in_means"))
 
 
 def analyze_traces(
@@ -123,6 +141,8 @@ def analyze_traces(
     gpu: str | None = None,
     launch_gap_us: float = LAUNCH_GAP_US,
     whole_trace: bool = False,
+    keep_warmup: bool = False,
+    warmup_factor: float = WARMUP_FACTOR,
 ) -> TraceAnalysis:
     """Read the traces in ``paths`` (one per rank; files, archives, folders) and analyse them.
 
@@ -133,6 +153,9 @@ def analyze_traces(
         server, gpu: hardware overrides (catalog names) for the what-if and model check.
         launch_gap_us: threshold of :func:`ddlscope.measure.timeline.idle_causes`.
         whole_trace: ignore iteration markers and analyse each rank as one window.
+        keep_warmup: keep warm-up iterations in the means and the what-if baseline.
+        warmup_factor: a first iteration longer than this times the median of the others is a
+            warm-up (:func:`ddlscope.measure.iterations.warmup_iterations`).
 
     Raises:
         TraceReadError: unreadable, truncated, non-JSON or wrong-schema input (naming the file).
@@ -145,7 +168,29 @@ def analyze_traces(
         rules = dataclasses.replace(rules, markers=())
     kineto, executions = read_traces(list(paths))
     return analyze(kineto, executions, rules, scenarios=scenarios, catalog=catalog, server=server, gpu=gpu,
-                   launch_gap_us=launch_gap_us)
+                   launch_gap_us=launch_gap_us, keep_warmup=keep_warmup, warmup_factor=warmup_factor)
+
+
+_LEFT_OUT = "left out of the means, the rank skew, the model check and the what-if baseline"
+
+
+def _warmup_notes(warm: dict[str, Any], keep_warmup: bool) -> list[str]:
+    """One line per kind of warm-up iteration found, saying what was done with it."""
+    out: list[str] = []
+    kept = keep_warmup or (warm["kept"] and not warm["excluded"])
+    fate = ("kept in the means (--keep-warmup)" if keep_warmup
+            else "kept in the means: every iteration is a warm-up" if kept
+            else f"{_LEFT_OUT} (--keep-warmup keeps them)")
+    if warm["labelled"]:
+        out.append(f"warm-up: {warm['labelled']} iteration(s) labelled warm-up by their marker (warmup = "
+                   f"'{LABELLED}' in the per-iteration table): {fate}")
+    if warm["slow_first_iteration"] is not None:
+        out.append(f"warm-up: iteration {warm['slow_first_iteration']} took {warm['slow_first_step_ns'] / 1e6:.1f} ms, "
+                   f"{warm['slow_first_ratio']:.1f}x the median of the later iterations "
+                   f"({warm['others_median_ns'] / 1e6:.1f} ms; threshold {warm['factor']:g}x): one-off set-up (cuDNN "
+                   f"autotuning, allocator growth, NCCL initialisation) is the usual cause (warmup = '{SLOW_FIRST}'): "
+                   f"{fate}")
+    return out
 
 
 def _us(ns: pl.Expr) -> pl.Expr:
@@ -162,6 +207,8 @@ def analyze(
     server: str | None = None,
     gpu: str | None = None,
     launch_gap_us: float = LAUNCH_GAP_US,
+    keep_warmup: bool = False,
+    warmup_factor: float = WARMUP_FACTOR,
 ) -> TraceAnalysis:
     """:func:`analyze_traces` on traces already read (see there)."""
     catalog = catalog or builtin_catalog()
@@ -213,6 +260,15 @@ def analyze(
     ]
     breakdown = bd.select(out_cols).sort(*keys)
 
+    # -- warm-up iterations: in the table, out of the means ----------------------------------------
+    flags, warm = warmup_iterations(win, its, warmup_factor)
+    breakdown = breakdown.join(flags, on=["rank", "iteration"], how="left")
+    n_warm = breakdown["warmup"].is_not_null().sum()
+    keep_all = keep_warmup or n_warm == breakdown.height
+    breakdown = breakdown.with_columns(in_means=c("warmup").is_null() | pl.lit(keep_all))
+    warm.update(excluded=int(breakdown.height - breakdown["in_means"].sum()), kept=int(n_warm) if keep_all else 0)
+    steady_keys = breakdown.filter(c("in_means")).select(keys)
+
     # -- kernels, unclassified, temporal shares --------------------------------------------------------
     kernels = (
         g.group_by("rank", "class", "kind").agg(kernels=pl.len(), time_us=_us(c("dur_ns").sum()))
@@ -261,6 +317,7 @@ def analyze(
     for marker, n in ranks.group_by("marker").agg(pl.len()).iter_rows():
         notes.append(f"iterations of {n} rank(s): {marker}"
                      + (" - one window from the first to the last GPU activity" if marker == WHOLE_TRACE else ""))
+    notes.extend(_warmup_notes(warm, keep_warmup))
     n_out = int(ranks["activities_outside_windows"].sum())
     if n_out:
         notes.append(f"{n_out} GPU activities ({ranks['busy_outside_windows_us'].sum() / 1e3:.3f} ms of kernel time) "
@@ -269,10 +326,15 @@ def analyze(
     skipped: dict[str, int] = {}
     for t in kineto:
         for k, v in t.skipped.items():
-            skipped[k] = skipped.get(k, 0) + v
+            if k not in t.skipped_examples:  # bad data: one note per file below
+                skipped[k] = skipped.get(k, 0) + v
     if skipped:
         notes.append("events not used (all ranks): " + ", ".join(f"{v} {k}" for k, v in sorted(skipped.items()))
                      + " - flow (s/f), metadata (M), instant (i) and counter (C) events carry no GPU time")
+    for t in kineto:
+        for reason, example in t.skipped_examples.items():
+            notes.append(f"{t.source}: {t.skipped[reason]} {reason} left out, its time is missing from the "
+                         f"breakdown (first: {example})")
     if executions:
         notes.append(f"{len(executions)} execution trace(s) read: they give op shapes (FLOPs) for ranks whose "
                      "profiler trace has none")
@@ -285,7 +347,7 @@ def analyze(
                      "'In msg nelems' args and no recorded shapes): their bandwidth is unknown")
 
     # -- rank skew ------------------------------------------------------------------------------------
-    skew, skew_summary = rank_skew(breakdown)
+    skew, skew_summary = rank_skew(breakdown.filter(c("in_means")))
 
     # -- hardware, what-if, model check ------------------------------------------------------------------
     precision = dominant_precision(g)
@@ -299,7 +361,8 @@ def analyze(
     demand = comm_demand(calls)
     if hw.system is not None:
         measured = (
-            bd_ns.join(demand, on=keys, how="left").join(h2d, on=keys, how="left")
+            bd_ns.join(steady_keys, on=keys, how="semi").join(demand, on=keys, how="left")
+            .join(h2d, on=keys, how="left")
             .select(
                 *keys,
                 window_s=c("window_ns") / 1e9, idle_s=c("idle_ns") / 1e9,
@@ -319,12 +382,13 @@ def analyze(
         if scenarios:
             whatif_rows = whatif_from_trace(measured, hw, precision, scenarios, catalog)
             whatif_table = whatif_summary(whatif_rows, scenarios)
-        check = model_check(_model_inputs(g, tb.cpu, its, measured, executions, notes), hw, precision)
+        steady_its = its.join(steady_keys.select("rank", "iteration").unique(), on=["rank", "iteration"], how="semi")
+        check = model_check(_model_inputs(g, tb.cpu, steady_its, measured, executions, notes), hw, precision)
     return TraceAnalysis(
         ranks=ranks, breakdown=breakdown, collectives=collectives, calls=calls, kernels=kernels,
         unclassified=unclassified, temporal=temporal, skew=skew, skew_summary=skew_summary,
         whatif=whatif_table, whatif_rows=whatif_rows, model_check=check, hardware=hw, precision=precision,
-        notes=notes,
+        warmup=warm, notes=notes,
     )
 
 
@@ -332,7 +396,8 @@ def _model_inputs(
     g: pl.DataFrame, cpu: pl.DataFrame, its: pl.DataFrame, measured: pl.DataFrame,
     executions: list[ExecutionTrace], notes: list[str],
 ) -> pl.DataFrame:
-    """Per rank, means per iteration, the inputs of :func:`ddlscope.measure.baseline.model_check`."""
+    """Per rank, means per iteration, the inputs of :func:`ddlscope.measure.baseline.model_check`
+    (``its`` and ``measured``: the iterations in the means)."""
     counted = op_flops(cpu.filter(c("name").is_in(FLOP_OPERATORS)))
     counted = counted.filter(c("flops").is_not_null())
     # FLOPs per CPU iteration (operators whose start lies in the iteration span)
@@ -345,7 +410,8 @@ def _model_inputs(
     n_it = its.group_by("rank").agg(_n=pl.len())
     flops = ops_it.group_by("rank").agg(_flops=c("flops").sum(), _ops=pl.len()).join(n_it, on="rank")
     # compute-bound kernels launched by a counted operator (the innermost counted op around the launch)
-    cb = g.filter((c("class") == "compute_bound") & c("launch_iteration").is_not_null())
+    cb = g.filter(c("class") == "compute_bound").join(
+        its.select("rank", launch_iteration="iteration"), on=["rank", "launch_iteration"], how="semi")
     attributed = enclosing(cb, counted, at="launch_ns", by=["rank", "launch_pid", "launch_tid"],
                            span_by=["rank", "pid", "tid"], keep=["cpu_id"], suffix="_op")
     cover = attributed.group_by("rank").agg(

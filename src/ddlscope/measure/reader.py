@@ -16,6 +16,14 @@ decoding to dicts and gives schema errors with the JSON path of the offending va
 Times: Kineto writes ``ts``/``dur`` in microseconds (integers, or floats with nanosecond
 fractions). They are stored as integer nanoseconds relative to the trace's earliest complete
 event (``ts_ns``, ``dur_ns``, ``end_ns = ts_ns + dur_ns``), so sums of durations are exact.
+
+Bad times are dropped and counted, never fatal (the policy of ``docs/trace.md``): a complete event
+whose ``ts`` or ``dur`` is not finite (``NaN``, ``Infinity``, or a number beyond the double
+range, which Python's ``json`` module writes and reads), or lies outside what int64 nanoseconds
+hold (|value| >= 9.2e15 us, about 292 years: e.g. a duration from an unsigned underflow, 1.8e16
+us), or has a negative ``dur``, is left out; :attr:`KinetoTrace.skipped` counts it under its
+reason and :attr:`KinetoTrace.skipped_examples` names the first one by its JSON path
+(``traceEvents[12]``), name and value.
 Source of the format: the Trace Event Format document (Google, "Trace Event Format", 2016) and
 PyTorch's Kineto ``ChromeTraceLogger``.
 """
@@ -25,6 +33,8 @@ from __future__ import annotations
 import gc
 import gzip
 import io
+import json
+import math
 import re
 import tarfile
 import zlib
@@ -35,6 +45,7 @@ from typing import Any
 import msgspec
 import polars as pl
 
+c = pl.col
 Scalar = int | float | str | None
 
 
@@ -120,7 +131,10 @@ class KinetoTrace:
             ``ts_ns``/``dur_ns``/``end_ns`` integer nanoseconds; ``args`` fields flattened
             (``correlation``, ``stream``, ``device``, ``bytes``, the NCCL
             message fields, and ``input_dims``/``input_types`` as raw JSON text).
-        skipped: events not used, by reason (phase other than X, X without ts or dur).
+        skipped: events not used, by reason (phase other than X, X without ts or dur, X with a
+            non-finite, out-of-range or negative time).
+        skipped_examples: for the reasons that mean bad data (bad times), the first such event:
+            ``"traceEvents[12] 'name' (cat): dur = 1e+18 us"``.
     """
 
     source: str
@@ -131,6 +145,7 @@ class KinetoTrace:
     base_ts_us: float
     events: pl.DataFrame
     skipped: dict[str, int] = field(default_factory=dict)
+    skipped_examples: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -161,10 +176,44 @@ def _is_tar(data: bytes) -> bool:
     return len(data) > 262 and data[257:262] == b"ustar"
 
 
+def _is_empty_tar(data: bytes) -> bool:
+    """An archive without members: only the end-of-archive marker (zero blocks of 512 bytes; POSIX
+    ustar, IEEE Std 1003.1 "pax" format)."""
+    return len(data) >= 1024 and len(data) % 512 == 0 and not data.strip(b"\0")
+
+
+_TAR_NAME = re.compile(r"\.(tar|tar\.gz|tgz)$", re.IGNORECASE)
+
+
+def _tar_members(label: str, data: bytes) -> list[tuple[str, bytes]]:
+    """(label, JSON bytes) of the trace files in a tar archive."""
+    out: list[tuple[str, bytes]] = []
+    others: list[str] = []
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            for member in tar.getmembers():
+                if not member.isfile():
+                    continue
+                if not re.search(r"\.json(\.gz)?$", member.name):
+                    others.append(member.name)
+                    continue
+                fh = tar.extractfile(member)
+                body = fh.read() if fh else b""
+                mlabel = f"{label}!{member.name}"
+                out.append((mlabel, _gunzip(body, mlabel) if body[:2] == b"\x1f\x8b" else body))
+    except tarfile.TarError as exc:
+        raise TraceReadError(f"{label}: truncated or corrupt tar archive ({exc})") from exc
+    if not out:
+        held = (f"its {len(others)} file(s) ({', '.join(others[:5])}{', ...' if len(others) > 5 else ''}) are not "
+                ".json or .json.gz") if others else "it is empty"
+        raise TraceReadError(f"{label}: the archive holds no trace file ({held})")
+    return out
+
+
 def _documents(path: Path) -> list[tuple[str, bytes]]:
     """(label, JSON bytes) for every document in ``path`` (file, archive or folder)."""
     if path.is_dir():
-        found = sorted(p for p in path.rglob("*") if p.is_file() and re.search(r"\.(json|gz|tar)$", p.name))
+        found = sorted(p for p in path.rglob("*") if p.is_file() and re.search(r"\.(json|gz|tar|tgz)$", p.name))
         if not found:
             raise TraceReadError(f"{path}: folder holds no .json, .json.gz or .tar(.gz) trace files")
         return [doc for p in found for doc in _documents(p)]
@@ -177,23 +226,19 @@ def _documents(path: Path) -> list[tuple[str, bytes]]:
     label = str(path)
     if data[:2] == b"\x1f\x8b":
         data = _gunzip(data, label)
-    if not _is_tar(data):
-        return [(label, data)]
-    out: list[tuple[str, bytes]] = []
-    try:
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            for member in tar.getmembers():
-                if not member.isfile() or not re.search(r"\.json(\.gz)?$", member.name):
-                    continue
-                fh = tar.extractfile(member)
-                body = fh.read() if fh else b""
-                mlabel = f"{label}!{member.name}"
-                out.append((mlabel, _gunzip(body, mlabel) if body[:2] == b"\x1f\x8b" else body))
-    except tarfile.TarError as exc:
-        raise TraceReadError(f"{label}: truncated or corrupt tar archive ({exc})") from exc
-    if not out:
-        raise TraceReadError(f"{label}: tar archive holds no .json or .json.gz files")
-    return out
+    if _is_empty_tar(data):
+        raise TraceReadError(f"{label}: the archive holds no trace file (it is empty)")
+    if _is_tar(data):
+        return _tar_members(label, data)
+    if _TAR_NAME.search(path.name) and data[:64].lstrip()[:1] not in (b"{", b"["):  # pre-POSIX tars have no magic
+        try:
+            with tarfile.open(fileobj=io.BytesIO(data)):
+                pass
+        except tarfile.TarError:
+            raise TraceReadError(f"{label}: not a tar archive (the name says .tar; expected a tar of trace "
+                                 "files)") from None
+        return _tar_members(label, data)
+    return [(label, data)]
 
 
 # -- decoding --------------------------------------------------------------------------------------
@@ -206,18 +251,64 @@ def _where(raw: bytes, exc: Exception) -> str:
     return f" at line {line}"
 
 
+# Non-finite numbers, which strict JSON cannot hold but Python's json module writes (NaN, Infinity,
+# -Infinity) and numbers beyond the double range (1e400) are read by the lenient path below as these
+# finite stand-ins, far outside every range the reader accepts, so they are dropped and counted like
+# any other out-of-range time; :func:`_show` prints them back by their meaning.
+_STAND_INS: dict[str, float] = {"NaN": 7.0e300, "Infinity": 8.0e300, "-Infinity": -8.0e300}
+_SHOW = {v: k for k, v in _STAND_INS.items()}
+
+
+def _show(value: float) -> str:
+    return _SHOW.get(value, f"{value:g}")
+
+
+def _lenient_float(text: str) -> float:
+    v = float(text)
+    return v if math.isfinite(v) else _STAND_INS["Infinity" if v > 0 else "-Infinity"]
+
+
+def _lenient_int(text: str) -> int | float:
+    v = int(text)
+    return v if abs(v) < 2**63 else _lenient_float(text)
+
+
+def _needs_lenient(raw: bytes, exc: Exception) -> bool:
+    """Whether msgspec failed on a non-finite or out-of-range number (see :data:`_STAND_INS`)."""
+    msg = str(exc)
+    if "Number out of range" in msg:
+        return True
+    m = re.search(r"invalid character \(byte (\d+)\)", msg)
+    return bool(m) and raw[int(m.group(1)):int(m.group(1)) + 9].startswith((b"NaN", b"Infinity", b"-Infinity"))
+
+
+def _lenient(raw: bytes) -> bytes:
+    """``raw`` re-encoded with non-finite and out-of-range numbers replaced by :data:`_STAND_INS`."""
+    obj = json.loads(raw, parse_constant=_STAND_INS.__getitem__, parse_float=_lenient_float, parse_int=_lenient_int)
+    return msgspec.json.encode(obj)
+
+
 def _decode(label: str, raw: bytes) -> _KinetoDoc | list[_Event] | _EtDoc:
     if not raw.strip():
         raise TraceReadError(f"{label}: empty file; expected a PyTorch profiler trace (JSON)")
     try:
         return _KINETO.decode(raw)
     except msgspec.ValidationError as exc:  # valid JSON, unexpected shape (a DecodeError subclass)
+        if _needs_lenient(raw, exc):
+            return _decode(label, _lenient(raw))
         kinetoerr = str(exc)
     except msgspec.DecodeError as exc:
         msg = str(exc)
         if "truncated" in msg:
             raise TraceReadError(f"{label}: truncated JSON (the file ends inside the document; was the "
                                  "profiler stopped while writing it?)") from None
+        if _needs_lenient(raw, exc):
+            try:
+                lenient = _lenient(raw)
+            except ValueError:
+                pass
+            else:
+                return _decode(label, lenient)
         raise TraceReadError(f"{label}: not valid JSON{_where(raw, exc)}: {msg}") from None
     try:
         return _ET.decode(raw)
@@ -253,10 +344,34 @@ def _series(name: str, values: list, dtype: pl.DataType) -> pl.Series:
         return pl.Series(name, values, strict=False).cast(dtype, strict=False)
 
 
-def _events_frame(label: str, events: list[_Event]) -> tuple[pl.DataFrame, float, dict[str, int]]:
-    """The complete (``X``) events as a frame of :data:`EVENT_SCHEMA`, the base time (us), and the
-    events not used by reason."""
+_NS_LIMIT = 9.2e18
+"""Largest magnitude (ns) a time may have: int64 holds +-9.22e18 ns (about 292 years)."""
+BAD_TIME = "complete event(s) with a non-finite or out-of-range ts/dur (beyond +-9.2e15 us)"
+NEGATIVE_DUR = "complete event(s) with a negative dur"
+
+
+def _kept_positions(events: list[_Event]) -> list[int]:
+    """Positions in ``events`` of the rows of the frame :func:`_events_frame` builds (same filters)."""
+    return [i for i, e in enumerate(events)
+            if e.ph == "X" and e.cat != "Trace" and e.ts is not None and e.dur is not None]
+
+
+def _example(bad: pl.DataFrame, events: list[_Event], where: str) -> str:
+    """``traceEvents[12] 'name' (cat): dur = 1e+18 us`` for the first row of ``bad`` (has ``_row``)."""
+    r = bad.row(0, named=True)
+    pos = _kept_positions(events)[r["_row"]]
+    name = r["name"] if len(r["name"] or "") <= 60 else r["name"][:57] + "..."
+    ts_ok = math.isfinite(r["ts"]) and abs(r["ts"] * 1e3) < _NS_LIMIT
+    what = f"dur = {_show(r['dur'])} us" if ts_ok else f"ts = {_show(r['ts'])} us"
+    return f"{where}[{pos}] {name!r} ({r['cat'] or 'no cat'}): {what}"
+
+
+def _events_frame(label: str, events: list[_Event], where: str = "traceEvents"
+                  ) -> tuple[pl.DataFrame, float, dict[str, int], dict[str, str]]:
+    """The complete (``X``) events as a frame of :data:`EVENT_SCHEMA`, the base time (us), the
+    events not used by reason, and an example (JSON path ``where[i]``) of each bad-time reason."""
     skipped: dict[str, int] = {}
+    examples: dict[str, str] = {}
     phases = pl.Series([e.ph for e in events], dtype=pl.String)
     for ph, n in phases.filter(phases != "X").value_counts().iter_rows():
         skipped[f"phase '{ph}' (not a complete event)"] = n
@@ -292,18 +407,32 @@ def _events_frame(label: str, events: list[_Event]) -> tuple[pl.DataFrame, float
                   dtype=pl.String),
     ]
     frame = pl.DataFrame(cols)
+
+    def drop(keep: pl.Expr, reason: str) -> None:
+        nonlocal frame
+        bad = frame.filter(~keep)
+        if bad.height:
+            skipped[reason] = skipped.get(reason, 0) + bad.height
+            examples.setdefault(reason, _example(bad, events, where))
+            frame = frame.filter(keep)
+
+    # times must be finite and fit int64 nanoseconds, also after rebasing (checked in floats)
+    in_range = lambda x: x.is_finite() & ((x * 1000.0).abs() < _NS_LIMIT)  # noqa: E731
+    frame = frame.with_row_index("_row")
+    drop(in_range(c("ts")) & in_range(c("dur")), BAD_TIME)
+    if frame.is_empty():
+        raise TraceReadError(f"{label}: no complete ('ph': 'X') event has a usable ts and dur "
+                             f"({skipped[BAD_TIME]} out of range, e.g. {examples[BAD_TIME]})")
     base = float(frame["ts"].min())
+    drop(((c("ts") - base) * 1000.0 + c("dur").abs() * 1000.0) < _NS_LIMIT, BAD_TIME)
+    drop(c("dur") >= 0, NEGATIVE_DUR)
     frame = frame.with_columns(
         pl.col("cat").fill_null(""),
         # subtract first (exact for nearby floats), then round to integer nanoseconds
         ts_ns=((pl.col("ts") - base) * 1000.0).round(0).cast(pl.Int64),
         dur_ns=(pl.col("dur") * 1000.0).round(0).cast(pl.Int64),
     ).with_columns(end_ns=pl.col("ts_ns") + pl.col("dur_ns"))
-    negative = frame.filter(pl.col("dur_ns") < 0).height
-    if negative:
-        skipped["complete event with negative dur"] = negative
-        frame = frame.filter(pl.col("dur_ns") >= 0)
-    return frame.select(list(EVENT_SCHEMA)), base, skipped
+    return frame.select(list(EVENT_SCHEMA)), base, skipped, examples
 
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker|trainer)[-_]?(\d+)", re.IGNORECASE)
@@ -319,7 +448,7 @@ def _kineto(label: str, doc: _KinetoDoc | list[_Event]) -> KinetoTrace:
         events, devices, dist = doc, [], {}
     else:
         events, devices, dist = doc.trace_events, doc.device_properties or [], doc.distributed_info or {}
-    frame, base, skipped = _events_frame(label, events)
+    frame, base, skipped, examples = _events_frame(label, events, "$" if isinstance(doc, list) else "traceEvents")
     rank = dist.get("rank")
     if not isinstance(rank, int):
         rank = _rank_from_name(label)
@@ -328,7 +457,7 @@ def _kineto(label: str, doc: _KinetoDoc | list[_Event]) -> KinetoTrace:
         source=label, rank=-1 if rank is None else rank,
         world_size=world if isinstance(world, int) and world > 0 else 1,
         devices=[d for d in devices if isinstance(d, dict)], distributed=dist,
-        base_ts_us=base, events=frame, skipped=skipped,
+        base_ts_us=base, events=frame, skipped=skipped, skipped_examples=examples,
     )
 
 

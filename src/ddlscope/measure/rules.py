@@ -45,12 +45,14 @@ class RulesError(ValueError):
 @dataclass(frozen=True)
 class IterationMarker:
     """How to find iterations from CPU events: see the ``[[iteration_marker]]`` section of the
-    built-in rules file for the meaning of ``mode`` and ``end_pattern``."""
+    built-in rules file for the meaning of ``mode``, ``end_pattern`` and ``warmup_pattern`` (a
+    marker event whose name matches it is a warm-up iteration)."""
 
     name: str
     pattern: str
     mode: str
     end_pattern: str | None = None
+    warmup_pattern: str | None = None
 
 
 @dataclass(frozen=True)
@@ -140,10 +142,11 @@ def _parse_toml(data: dict[str, Any], origin: str) -> dict[str, Any]:
         where = f"{origin}: [[iteration_marker]] #{i}"
         if e.get("mode") not in MARKER_MODES:
             raise RulesError(f"{where}: mode: expected one of {', '.join(MARKER_MODES)}, got {e.get('mode')!r}")
-        end = e.get("end_pattern")
+        end, warm = e.get("end_pattern"), e.get("warmup_pattern")
         markers.append(IterationMarker(
             name=str(e.get("name") or e.get("pattern")), pattern=_check_pattern(e.get("pattern"), where),
             mode=e["mode"], end_pattern=None if end is None else _check_pattern(end, f"{where} end_pattern"),
+            warmup_pattern=None if warm is None else _check_pattern(warm, f"{where} warmup_pattern"),
         ))
     return {"kernel": kernel, "precision": precision, "collective": collective, "host": host, "markers": markers}
 

@@ -64,6 +64,21 @@ def _hardware_changes(sc: Scenario, catalog: Catalog) -> dict[str, object]:
     return out
 
 
+def check_scenarios(scenarios: Sequence[Scenario], catalog: Catalog) -> None:
+    """Check that every hardware name the ``scenarios`` use is in ``catalog`` (and each link fits its
+    slot), without any jobs: commands call it before reading their input.
+
+    Raises:
+        ValueError: ``scenario NAME: <the catalog's message>`` (a :class:`CatalogError` is a
+            ValueError) for an unknown GPU, link or server, or a link of the wrong kind.
+    """
+    for sc in scenarios:
+        try:
+            _hardware_changes(sc, catalog)
+        except ValueError as exc:
+            raise ValueError(f"scenario {sc.name}: {exc}") from None
+
+
 def _is_upgrade(hw: dict[str, object]) -> pl.Expr:
     """Rows where every swapped part of ``hw`` is an upgrade: a link with at least the current
     bandwidth and at most the current latency, and better in one of them (any link is an upgrade

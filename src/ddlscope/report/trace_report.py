@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,7 @@ def _bar_frame(bd: pl.DataFrame) -> tuple[pl.DataFrame, str]:
         label = pl.format("r{} #{}", c("rank"), c("iteration")) if bd["rank"].n_unique() > 1 \
             else pl.format("#{}", c("iteration"))
         return bd.with_columns(label=label), "iteration"
-    means = bd.group_by("rank").agg(pl.exclude("device", "iteration").mean()).sort("rank")
+    means = bd.group_by("rank").agg(pl.exclude("device", "iteration", "warmup", "in_means").mean()).sort("rank")
     return means.with_columns(label=pl.format("rank {}", c("rank"))), "rank (mean over iterations)"
 
 
@@ -47,33 +48,65 @@ def _stacked(ax, labels: list[str], parts: list[tuple[str, np.ndarray, str]]) ->
         bottom += values
     ax.set_xticks(x, labels, rotation=60 if len(labels) > 12 else 0, ha="right" if len(labels) > 12 else "center",
                   fontsize=8 if len(labels) > 24 else 9)
+    pad = max(0.0, (3 - len(labels)) / 2)  # one or two bars stay bar-wide, not panel-wide
+    ax.set_xlim(-0.7 - pad, len(labels) - 0.3 + pad)
+
+
+PartsFn = Callable[[pl.DataFrame], list[tuple[str, np.ndarray, str]]]
+
+
+def _iteration_bars(a: TraceAnalysis, parts: PartsFn, ylabel: str, title: str, height_in: float) -> Figure:
+    """Stacked bars of every window; warm-up iterations (which can be 100x longer than the others)
+    in a panel of their own with its own scale, so that every iteration stays readable."""
+    bd = a.breakdown
+    warm, rest = bd.filter(c("warmup").is_not_null()), bd.filter(c("warmup").is_null())
+    if warm.is_empty() or rest.is_empty():
+        bars, xlabel = _bar_frame(bd)
+        fig, ax = new_figure(max(7.0, 0.22 * bars.height + 4), height_in)
+        _stacked(ax, bars["label"].to_list(), parts(bars))
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        return fig
+    wbars, wlabel = _bar_frame(warm)
+    rbars, rlabel = _bar_frame(rest)
+    widths = [max(wbars.height, 1) + 1.5, max(rbars.height, 3) + 1]
+    fig, (wax, rax) = new_figure(max(8.0, 0.22 * (wbars.height + rbars.height) + 5.5), height_in, 1, 2,
+                                 gridspec_kw={"width_ratios": widths})
+    kept = bool(warm["in_means"].all())
+    _stacked(wax, wbars["label"].to_list(), parts(wbars))
+    wax.set_title("warm-up\n(" + ("kept in the means)" if kept else "not in the means)"), fontsize=9)
+    wax.set_xlabel(wlabel)
+    wax.set_ylabel(ylabel)
+    _stacked(rax, rbars["label"].to_list(), parts(rbars))
+    rax.set_title("the other iterations (own scale)", fontsize=9)
+    rax.set_xlabel(rlabel)
+    rax.set_ylabel(ylabel)
+    fig.suptitle(title)
+    handles = {h.get_label(): h for ax in (wax, rax) for h in ax.get_legend_handles_labels()[0]}
+    rax.legend(list(handles.values()), list(handles), loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return fig
+
+
+def _component_parts(bars: pl.DataFrame) -> list[tuple[str, np.ndarray, str]]:
+    return [(COMPONENT_LABELS[k], bars[_COLUMN.get(k, f"{k}_us")].to_numpy() / 1e3, COMPONENT_COLORS[k])
+            for k in BREAKDOWN_COMPONENTS]
+
+
+def _idle_parts(bars: pl.DataFrame) -> list[tuple[str, np.ndarray, str]]:
+    return [(k.replace("_", " "), bars[f"idle_{k}_us"].to_numpy() / 1e3, IDLE_COLORS[k]) for k in IDLE_CAUSES]
 
 
 def breakdown_figure(a: TraceAnalysis) -> Figure:
-    """Stacked exclusive components of every window, in ms."""
-    bars, xlabel = _bar_frame(a.breakdown)
-    fig, ax = new_figure(max(7.0, 0.22 * bars.height + 4), 4.2)
-    parts = [(COMPONENT_LABELS[k], bars[_COLUMN.get(k, f"{k}_us")].to_numpy() / 1e3, COMPONENT_COLORS[k])
-             for k in BREAKDOWN_COMPONENTS]
-    _stacked(ax, bars["label"].to_list(), parts)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("time per iteration (ms)")
-    ax.set_title("Iteration breakdown (exclusive; comm. = exposed)")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    return fig
+    """Stacked exclusive components of every window, in ms (warm-up iterations in their own panel)."""
+    return _iteration_bars(a, _component_parts, "time per iteration (ms)",
+                           "Iteration breakdown (exclusive; comm. = exposed)", 4.2)
 
 
 def idle_figure(a: TraceAnalysis) -> Figure:
-    """Idle time of every window by visible cause, in ms."""
-    bars, xlabel = _bar_frame(a.breakdown)
-    fig, ax = new_figure(max(7.0, 0.22 * bars.height + 4), 3.8)
-    parts = [(k.replace("_", " "), bars[f"idle_{k}_us"].to_numpy() / 1e3, IDLE_COLORS[k]) for k in IDLE_CAUSES]
-    _stacked(ax, bars["label"].to_list(), parts)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("GPU idle time (ms)")
-    ax.set_title("GPU idle time by visible cause")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    return fig
+    """Idle time of every window by visible cause, in ms (warm-up iterations in their own panel)."""
+    return _iteration_bars(a, _idle_parts, "GPU idle time (ms)", "GPU idle time by visible cause", 3.8)
 
 
 def collectives_figure(a: TraceAnalysis) -> Figure | None:
@@ -97,24 +130,40 @@ def collectives_figure(a: TraceAnalysis) -> Figure | None:
 
 
 def skew_figure(a: TraceAnalysis) -> Figure | None:
-    """Per-rank mean components (ms); the straggler is marked."""
+    """Per rank, the quantity that defines the straggler: its own time (step - exposed
+    communication, mean per iteration) stacked by component, with the median over ranks; beside
+    it, on the same scale, the exposed communication (where the other ranks wait for it)."""
     if a.skew.height < 2:
         return None
     s = a.skew.sort("rank")
-    fig, ax = new_figure(max(6.0, 0.5 * s.height + 4), 4.0)
+    fig, (ax, cax) = new_figure(max(8.0, 0.75 * s.height + 5), 4.2, 1, 2, sharey=True,
+                                gridspec_kw={"width_ratios": [1.6, 1.0]})
     parts = [(COMPONENT_LABELS[k], s[_COLUMN.get(k, f"{k}_us")].to_numpy() / 1e3, COMPONENT_COLORS[k])
-             for k in BREAKDOWN_COMPONENTS]
-    labels = [f"rank {r}" for r in s["rank"].to_list()]
+             for k in BREAKDOWN_COMPONENTS if k != "communication"]
+    labels = [str(r) for r in s["rank"].to_list()]
     _stacked(ax, labels, parts)
+    own = s["own_us"].to_numpy() / 1e3
+    median = float(np.median(own))
+    ax.axhline(median, color="#444444", linestyle="--", linewidth=1, label="median rank")
     straggler = a.skew_summary.get("straggler_rank")
     if straggler is not None:
         i = s["rank"].to_list().index(straggler)
-        top = float(s["step_us"][i]) / 1e3
-        ax.annotate("straggler", (i, top), xytext=(0, 6), textcoords="offset points", ha="center", fontsize=9)
+        ax.annotate(f"straggler\n+{own[i] - median:.2f} ms", (i, own[i]), xytext=(0, 4), textcoords="offset points",
+                    ha="center", va="bottom", fontsize=8)
+        ax.set_ylim(0, float(max(own.max(), (s["comm_exposed_us"] / 1e3).max())) * 1.2)
     ax.set_xlabel("rank")
     ax.set_ylabel("mean time per iteration (ms)")
-    ax.set_title("Rank skew: mean breakdown per rank")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    ax.set_title("own time = step - exposed comm. (defines the straggler)", fontsize=9)
+    exposed = s["comm_exposed_us"].to_numpy() / 1e3
+    cax.bar(np.arange(len(labels)), exposed, color=COMPONENT_COLORS["communication"], width=0.8,
+            label=COMPONENT_LABELS["communication"])
+    cax.set_xticks(np.arange(len(labels)), labels, fontsize=9)
+    cax.set_xlim(-0.7, len(labels) - 0.3)
+    cax.set_xlabel("rank")
+    cax.set_title("exposed comm. (includes waiting for the straggler)", fontsize=9)
+    fig.suptitle("Rank skew: the straggler is the rank with the most own time")
+    handles = {h.get_label(): h for axis in (ax, cax) for h in axis.get_legend_handles_labels()[0]}
+    cax.legend(list(handles.values()), list(handles), loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return fig
 
 
@@ -173,11 +222,16 @@ def write_trace_report(a: TraceAnalysis, out_dir: str | Path, sections, summary:
     rep.add_note("Windows tile each rank's timeline: the exclusive components plus idle time add up to the "
                  "window, to the nanosecond. Communication is exposed time (no computation kernel running); "
                  "overlapped communication is reported separately.")
+    for n in summary.get("notes", []):
+        if n.startswith("warm-up:"):
+            rep.add_note(n)
     figures = [
         ("breakdown", breakdown_figure(a), "Exclusive breakdown of every iteration window (ms)"),
         ("idle_causes", idle_figure(a), "GPU idle time by visible cause (ms)"),
         ("collectives", collectives_figure(a), "Achieved bus bandwidth of each collective call"),
-        ("rank_skew", skew_figure(a), "Mean breakdown per rank; the straggler has the most non-communication time"),
+        ("rank_skew", skew_figure(a), "Per rank, the mean time outside exposed communication by component (the "
+         "straggler has the most; its peers wait for it inside the collectives) and, on the same scale, the exposed "
+         "communication"),
         ("whatif", whatif_figure(a), "Predicted step time under each scenario, from the measured baseline"),
         ("model_check", model_check_figure(a), "The analytical model's prediction beside the measured time"),
     ]
