@@ -40,6 +40,12 @@ ONES = Efficiency(compute=1, memory=1, pcie=1, nvlink=1, network=1, storage=1)
 
 
 @pytest.fixture()
+def toy_entries() -> dict:
+    """A deep copy of :data:`TOY_ENTRIES` to build variants from."""
+    return {k: {n: dict(v) for n, v in d.items()} for k, d in TOY_ENTRIES.items()}
+
+
+@pytest.fixture()
 def toy_catalog() -> Catalog:
     """The built-in-free toy catalog."""
     return Catalog(TOY_ENTRIES, origin="toy")

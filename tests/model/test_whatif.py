@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-from tests.model.conftest import TOY_ENTRIES
 
 from ddlscope.model.api import predict, predict_whatif
 from ddlscope.model.jobs import job_row, jobs_frame
@@ -18,21 +17,20 @@ from ddlscope.specs.workload import Workload
 ONES = Efficiency(compute=1, memory=1, pcie=1, nvlink=1, network=1, storage=1)
 
 
-def zero_latency_catalog() -> Catalog:
-    entries = {k: {n: dict(v) for n, v in d.items()} for k, d in TOY_ENTRIES.items()}
+def zero_latency_catalog(entries: dict) -> Catalog:
     for link in entries["link"].values():
         link["latency_us"] = 0.0
     return Catalog(entries, origin="toy, zero latency")
 
 
-def test_nic_4x_speedup_is_amdahl_with_network_share_062():
+def test_nic_4x_speedup_is_amdahl_with_network_share_062(toy_entries):
     """Overlap none, network share f = 0.62: a 4x faster NIC gives 1 / ((1 - f) + f / 4) = 1.869x.
 
     Job: ps_worker with 1 worker, 1 PS shard, no input. W = S = 0.31e9 bytes:
     network = 2 * max(W, W) / 1 GB/s = 0.62 s; PCIe = 2 * 1 * S / 10 GB/s = 0.062 s;
     compute-bound = 3.18e12 / 10e12 = 0.318 s; step = 0.62 + 0.062 + 0.318 = 1.0 s, f = 0.62.
     """
-    cat = zero_latency_catalog()
+    cat = zero_latency_catalog(toy_entries)
     w = Workload(batch_size=1, compute_bound_flops=3.18e12, memory_bound_bytes=0.0,
                  dense_param_bytes=0.31e9, num_gradient_tensors=1)
     arch = Architecture(kind="ps_worker", num_workers=1, num_ps=1)
@@ -67,8 +65,8 @@ def test_port_to_allreduce_local_only_where_the_job_fits(toy_catalog):
     assert out["speedup"][0] > 1
 
 
-def test_server_swap_respreads_multi_server_jobs(toy_catalog):
-    base = TOY_ENTRIES["server"]["toy-server"]
+def test_server_swap_respreads_multi_server_jobs(toy_catalog, toy_entries):
+    base = toy_entries["server"]["toy-server"]
     entries = {"server": {"big": {**base, "gpus_per_server": 8, "gpus_per_pcie_root": 4},
                           "small": {**base, "gpus_per_server": 2}}}
     toy_catalog.add(entries, "test")
