@@ -120,14 +120,14 @@ def register(app: typer.Typer) -> None:
         from ddlscope.population.jobs import assemble_jobs
         from ddlscope.population.workloads import WorkloadLibrary
         from ddlscope.report.characterize import write_characterization_report
+        from ddlscope.report.html import check_report_folder
 
         started = time.perf_counter()
         if fmt not in FORMATS:
             raise ValueError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
         if precision not in PRECISIONS:
             raise ValueError(f"--precision: expected one of {', '.join(PRECISIONS)}, got {precision!r}")
-        if out.exists() and not out.is_dir():
-            raise ValueError(f"--out: {out} is a file; expected a folder for the report")
+        folder_note = check_report_folder(out)
         if not trace:
             given = [flag for flag, value, default in (
                 ("--trace-format", trace_format, None), ("--map", map_pairs, None), ("--mapping", mapping, None),
@@ -144,6 +144,8 @@ def register(app: typer.Typer) -> None:
         for srv in [*servers.values(), *([system] if system else [])]:
             cat.server(srv)
         notes = [MODEL_NOTE]
+        if folder_note:
+            err_console.print(f"[yellow]note:[/yellow] {escape(folder_note)}")
         console = Console(stderr=True)
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
                       transient=True, disable=fmt != "table") as progress:
