@@ -9,7 +9,7 @@ import polars as pl
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ddlscope.report.figures import new_figure
+from ddlscope.report.figures import new_figure, no_data
 from ddlscope.report.html import HtmlReport
 from ddlscope.rpc.dissect import Dissection
 from ddlscope.rpc.schema import LATENCY_COLUMN, OPS, STAGES
@@ -42,16 +42,6 @@ MIN_BIN_RPCS = 20
 def _duration(us: float) -> str:
     """``12.3 µs`` or ``1.57 ms`` (3 significant digits)."""
     return f"{us / 1000:.3g} ms" if us >= 1000 else f"{us:.3g} µs"
-
-
-def _no_data(ax, text: str) -> None:
-    """Write ``text`` in the middle of an empty panel (instead of an empty plot or a legend of nothing)."""
-    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="#555", wrap=True)
-    ax.set_xticks([])
-    ax.set_yticks([])
-    ax.grid(False)
-    for spine in ax.spines.values():
-        spine.set_visible(False)
 
 
 def _ops(frame: pl.DataFrame) -> list[str]:
@@ -105,7 +95,7 @@ def latency_ccdf_figure(d: Dissection) -> Figure:
         drawn += 1
     ax.set_title("Latency distribution per op (complementary CDF)")
     if not drawn:
-        _no_data(ax, "no op has two RPCs with a latency above 0: no distribution to draw")
+        no_data(ax, "no op has two RPCs with a latency above 0: no distribution to draw")
         return fig
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -247,7 +237,7 @@ def size_figure(d: Dissection) -> Figure:
     ax.set_title("Latency against message size (bins of powers of two)")
     drawn = sp.filter((pl.col("rpcs") >= MIN_BIN_RPCS) & (pl.col("latency_p50_us") > 0)).height
     if not drawn:
-        _no_data(ax, f"no message-size bin holds {MIN_BIN_RPCS} RPCs or more with a latency above 0")
+        no_data(ax, f"no message-size bin holds {MIN_BIN_RPCS} RPCs or more with a latency above 0")
         return fig
     for op in _ops(d.rpcs):
         p = sp.filter((pl.col("op") == op) & (pl.col("rpcs") >= MIN_BIN_RPCS) & (pl.col("latency_p50_us") > 0))
