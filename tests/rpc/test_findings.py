@@ -85,5 +85,9 @@ def test_the_report_of_a_two_rpc_log_draws_without_warnings(tmp_path):
         warnings.simplefilter("error")
         write_dissection_report(d, tmp_path / "r")
     assert (tmp_path / "r" / "figures" / "latency_ccdf.png").exists()
+    # each server thread serves one connection: no threads figure, but the table and a sentence saying why
+    assert not (tmp_path / "r" / "figures" / "threads.png").exists()
+    assert (tmp_path / "r" / "tables" / "connections_per_thread.csv").exists()
+    assert "Every server thread serves 1 connection(s)" in (tmp_path / "r" / "index.html").read_text()
     fig = tail_servers_figure(d)
     assert fig.axes[0].get_legend() is None and len(fig.legends) == 1  # the legend sits below the axes

@@ -173,7 +173,8 @@ def read_table(path: str | Path, columns: list[str] | None = None) -> pl.DataFra
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: a missing column (the message lists the columns) or an unreadable file.
+        ValueError: a missing column (the message lists the columns), an unreadable or damaged
+            file, or a CSV line with more fields than the header (the message gives its line).
     """
     path = Path(path)
     suffix = path.suffix.lower()
@@ -193,7 +194,7 @@ def read_table(path: str | Path, columns: list[str] | None = None) -> pl.DataFra
         if "more fields" in str(exc) and (bad := first_extra_fields_line(path)) is not None:
             line, fields, expected = bad
             raise ValueError(f"{path}:{line}: {fields} fields, the header (line 1) has {expected}: not a CSV table "
-                             "(use --kind text for a text file)") from exc
+                             "with one record per line") from exc
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"{path}: cannot read as a {suffix or 'CSV'} table: {first}") from exc
 
