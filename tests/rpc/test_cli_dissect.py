@@ -8,8 +8,8 @@ from pathlib import Path
 import polars as pl
 from typer.testing import CliRunner
 
-from ddlscope.cli import rpc_dissect
 from ddlscope.cli.main import app
+from ddlscope.report import rpc_dissect as report_rpc_dissect
 from ddlscope.rpc.synthetic import synthetic_rpc_log
 
 runner = CliRunner()
@@ -54,7 +54,7 @@ def test_dissect_writes_a_report_and_prints_findings(tmp_path):
 def test_dissect_json_and_user_errors(tmp_path, monkeypatch):
     path = _log(tmp_path)
     # the report itself is checked above; here only what is printed (figures take seconds to render)
-    monkeypatch.setattr(rpc_dissect, "write_dissection_report", lambda d, out: Path(out) / "index.html")
+    monkeypatch.setattr(report_rpc_dissect, "write_dissection_report", lambda d, out: Path(out) / "index.html")
     res = runner.invoke(app, ["rpc", "dissect", str(path), "--format", "json", "--out", str(tmp_path / "r")])
     # without the mapping the server id column is missing: one red line, exit 2, no traceback
     assert res.exit_code == 2
@@ -67,3 +67,46 @@ def test_dissect_json_and_user_errors(tmp_path, monkeypatch):
     assert payload["tail"]["slowest 1%"]["rpcs"] == 200  # ceil(19998 * 0.01)
     res = runner.invoke(app, ["rpc", "dissect", str(path), "--format", "yaml"])
     assert res.exit_code == 2 and "expected table or json" in res.output
+
+
+def test_out_and_mapping_are_checked_before_the_analysis(tmp_path, monkeypatch):
+    path = _log(tmp_path)
+    import importlib
+
+    module = importlib.import_module("ddlscope.rpc.dissect")  # the module (the package exports the function)
+
+    def never(*args, **kwargs):
+        raise AssertionError("the analysis ran before the options were checked")
+
+    monkeypatch.setattr(module, "dissect", never)
+    res = runner.invoke(app, ["rpc", "dissect", str(path), "--out", str(path)])
+    assert res.exit_code == 2 and f"--out {path}: a file; expected a folder" in " ".join(res.output.split())
+    res = runner.invoke(app, ["rpc", "dissect", str(path), "--out", str(path / "sub")])
+    assert res.exit_code == 2 and f"{path} is a file" in " ".join(res.output.split())
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("my notes")
+    res = runner.invoke(app, ["rpc", "dissect", str(path), "--out", str(foreign)])
+    assert res.exit_code == 2 and "not empty and holds no ddlscope report" in " ".join(res.output.split())
+    res = runner.invoke(app, ["rpc", "dissect", str(path), "--mapping", str(tmp_path / "nonexist.toml")])
+    assert res.exit_code == 2 and "nonexist.toml: no such mapping file" in " ".join(res.output.split())
+    assert "Errno" not in res.output and "Traceback" not in res.output
+
+
+def test_overwrite_and_rerun_keep_the_users_files_and_drop_stale_ones(tmp_path):
+    from ddlscope.report.outdir import check_report_dir, clear_previous_report, is_report_folder
+
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("my notes")
+    assert check_report_dir(foreign, overwrite=True) == foreign   # --overwrite: allowed, nothing removed
+    assert clear_previous_report(foreign) == 0 and (foreign / "notes.txt").exists()
+    report = tmp_path / "report"
+    for name in ("figures/a.png", "figures/a.svg", "tables/rejected_rows.csv", "tables/rejected_rows.parquet"):
+        (report / name).parent.mkdir(parents=True, exist_ok=True)
+        (report / name).write_text("old")
+    (report / "index.html").write_text("<html>")
+    (report / "summary.json").write_text("{}")
+    assert is_report_folder(report) and check_report_dir(report) == report  # an earlier report: reused
+    assert clear_previous_report(report) == 4
+    assert not list((report / "tables").iterdir()) and (report / "index.html").exists()

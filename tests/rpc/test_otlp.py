@@ -15,12 +15,13 @@ ExportTraceServiceRequest):
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
 import pytest
 
-from ddlscope.rpc import ColumnMapping, decompose, read_rpc_log
+from ddlscope.rpc import ColumnMapping, decompose, dissect, read_rpc_log
 from ddlscope.rpc.schema import STAGE_COLUMNS
 
 DATA = Path(__file__).parent / "data"
@@ -92,3 +93,49 @@ def test_collector_export_of_plain_grpc_spans_with_a_mapping():
 def test_otlp_without_op_or_iteration_names_what_to_map():
     with pytest.raises(ValueError, match=r"missing required column\(s\) iteration, op, num_keys.*--map"):
         read_rpc_log(DATA / "grpc_semconv_collector.json")
+
+
+def _write_doc(tmp_path: Path, name: str, edit) -> Path:
+    doc = json.loads((DATA / "grpc_ps_ddlscope.otlp.json").read_text())
+    edit(doc)
+    path = tmp_path / name
+    path.write_text(json.dumps(doc, indent=2))
+    return path
+
+
+def test_broken_or_empty_otlp_files_say_what_is_wrong(tmp_path):
+    text = (DATA / "grpc_ps_ddlscope.otlp.json").read_text()
+    cut = len(text) // 2
+    (tmp_path / "trunc.json").write_text(text[:cut])
+    line = text[:cut].count("\n") + 1   # the document breaks off on the last line written
+    with pytest.raises(ValueError, match=rf"trunc.json: not valid JSON \(truncated\?\) at line {line},"):
+        read_rpc_log(tmp_path / "trunc.json")
+    (tmp_path / "none.json").write_text('{"resourceSpans": []}')
+    with pytest.raises(ValueError, match=r"none\.json: no spans in the file"):
+        read_rpc_log(tmp_path / "none.json")
+    (tmp_path / "empty.json").write_text("")
+    with pytest.raises(ValueError, match=r"empty\.json: the file is empty"):
+        dissect(tmp_path / "empty.json")
+
+    def drop_servers(doc):
+        for rs in doc["resourceSpans"]:
+            for ss in rs["scopeSpans"]:
+                ss["spans"] = [sp for sp in ss["spans"] if sp["kind"] != 2]
+
+    # the fixture has 3 client spans (one already without its server span)
+    path = _write_doc(tmp_path, "clients.json", drop_servers)
+    with pytest.raises(ValueError, match=r"3 client span\(s\) have no server span \(unmatched_client_span, the "
+                                         rf"first at {path}:\d+\)"):
+        dissect(path)
+
+
+def test_an_unreadable_span_time_is_a_bad_value(tmp_path):
+    def banana(doc):
+        doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["startTimeUnixNano"] = "banana"
+
+    path = _write_doc(tmp_path, "banana.json", banana)
+    log = read_rpc_log(path)
+    bad = log.rejected.filter(pl.col("reason") == "bad_value")
+    # the row's line is that of its client span's spanId (00f067aa0ba902b7, the first span)
+    assert bad.select("log_line", "detail").rows() == [(_line_of(path, "00f067aa0ba902b7"), "client_issue_ns=banana")]
+    assert log.rejected.filter(pl.col("reason") == "missing_timestamp").height == 0

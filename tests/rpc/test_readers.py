@@ -182,3 +182,67 @@ def test_a_text_value_after_the_inferred_json_lines_is_a_bad_value(tmp_path):
     log = read_rpc_log(tmp_path / "log.jsonl")
     assert log.frame.height == 1_199
     assert log.rejected.rows() == [(str(tmp_path / "log.jsonl"), 1_100, "bad_value", "request_bytes=12x")]
+
+
+def test_values_beyond_int64_and_implausible_rows_are_rejected_with_their_line(tmp_path):
+    cols = list(REQUIRED_COLUMNS)
+    rows = [_row(i) for i in range(8)]
+    rows[1]["client_done_ns"] = "99999999999999999999999"   # > 2^63: not an int64
+    rows[2]["client_done_ns"] = "1.5e300"                   # a float far outside int64
+    rows[3]["request_bytes"] = "99999999999999999999999"
+    rows[4]["request_bytes"] = 2**62                        # fits int64, but no RPC moves 4 EiB
+    rows[5].update({c: 0 for c in cols if c.endswith("_ns")})  # every timestamp 0: never set
+    rows[6].update({c: 0 for c in cols if c.startswith("server_")})  # the server side never set
+    path = tmp_path / "big.csv"
+    path.write_text(",".join(cols) + "\n" + "\n".join(_csv_line(r, cols) for r in rows) + "\n")
+    log = read_rpc_log(path)
+    assert log.frame.get_column("rpc_id").to_list() == [0, 7]
+    got = [(r["log_line"], r["reason"], r["detail"]) for r in log.rejected.sort("log_line").iter_rows(named=True)]
+    assert got == [(3, "bad_value", "client_done_ns=99999999999999999999999"),
+                   (4, "bad_value", "client_done_ns=1.5e300"),
+                   (5, "bad_value", "request_bytes=99999999999999999999999"),
+                   (6, "implausible_size", f"request_bytes={2**62} > 2^40"),
+                   (7, "zero_timestamps", "every timestamp is 0"),
+                   (8, "zero_timestamps", "server timestamps all 0")]
+
+
+def test_a_time_unit_that_overflows_int64_ns_is_a_bad_value(tmp_path):
+    frame = pl.DataFrame([_row(0), _row(1)])  # the same numbers read as seconds: up to 2.5e18 ns
+    frame = frame.with_columns(pl.when(pl.col("rpc_id") == 1).then(10**10).otherwise(pl.col("client_done_ns"))
+                               .alias("client_done_ns"))   # 1e10 s = 1e19 ns > 2^63 - 1
+    frame.write_parquet(tmp_path / "s.parquet")
+    log = read_rpc_log(tmp_path / "s.parquet", mapping=ColumnMapping(time_unit="s"))
+    rejected = log.rejected.select("log_line", "reason", "detail").rows()
+    assert rejected == [(2, "bad_value", "client_done_ns=10000000000")]
+
+
+def test_csv_lines_with_extra_fields_are_rejected_with_their_line(tmp_path):
+    frame = synthetic_rpc_log(50, seed=3)
+    frame.write_csv(tmp_path / "ok.csv")
+    lines = (tmp_path / "ok.csv").read_text().splitlines()
+    lines[7] += ',extra,"a,b"'      # data row 6 on line 8: two more fields (one quoted with a comma)
+    lines[20] += ",x"
+    (tmp_path / "ragged.csv").write_text("\n".join(lines) + "\n")
+    log = read_rpc_log(tmp_path / "ragged.csv")
+    n = len(frame.columns)
+    assert log.rejected.select("log_line", "reason", "detail").rows() == [
+        (8, "extra_fields", f"{n + 2} fields, the header has {n}"),
+        (21, "extra_fields", f"{n + 1} fields, the header has {n}")]
+    assert log.frame.height == 48
+    # the other rows keep their line and values (rpc_id k is on line k + 2)
+    assert (log.frame.get_column("log_line") - 2).to_list() == log.frame.get_column("rpc_id").to_list()
+    assert log.frame.select(frame.columns).equals(frame.filter(~pl.col("rpc_id").is_in([6, 19])))
+
+
+def test_damaged_empty_and_missing_inputs_are_clear_errors(tmp_path):
+    frame = synthetic_rpc_log(200, seed=5)
+    frame.write_parquet(tmp_path / "good.parquet")
+    data = (tmp_path / "good.parquet").read_bytes()
+    (tmp_path / "trunc.parquet").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"trunc.parquet: cannot read as Parquet"):
+        read_rpc_log(tmp_path / "trunc.parquet")
+    (tmp_path / "empty.csv").write_text("")
+    log = read_rpc_log([tmp_path / "empty.csv", tmp_path / "good.parquet"])
+    assert log.frame.height == 200 and f"{tmp_path / 'empty.csv'}: empty file, no rows" in log.notes
+    with pytest.raises(FileNotFoundError, match=r"nonexist\.toml: no such mapping file"):
+        ColumnMapping.from_file(tmp_path / "nonexist.toml")

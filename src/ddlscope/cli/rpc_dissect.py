@@ -1,25 +1,25 @@
-"""``ddlscope rpc dissect``: RPC latency dissection of parameter-server logs."""
+"""``ddlscope rpc dissect``: RPC latency dissection of parameter-server logs.
+
+The analysis and report modules (Polars, NumPy, matplotlib) are imported inside the command, so
+that ``ddlscope --help`` does not pay for them.
+"""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
 
-import polars as pl
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from ddlscope.cli.common import user_errors
-from ddlscope.report.console import emit, to_jsonable
-from ddlscope.report.rpc_dissect import write_dissection_report
-from ddlscope.rpc.dissect import dissect
-from ddlscope.rpc.readers import INPUT_FORMATS
-from ddlscope.rpc.validate import TIME_UNITS, ColumnMapping
 
 DEFAULT_OUT = Path("ddlscope-report/rpc-dissect")
+
+INPUT_FORMATS: tuple[str, ...] = ("auto", "csv", "parquet", "jsonl", "otlp")
+"""``--input-format`` values: :data:`ddlscope.rpc.readers.INPUT_FORMATS` (a test keeps them equal)."""
+TIME_UNITS: tuple[str, ...] = ("ns", "us", "ms", "s")
+"""``--time-unit`` values: the keys of :data:`ddlscope.rpc.validate.TIME_UNITS` (a test keeps them equal)."""
 
 
 def register(rpc_app: typer.Typer) -> None:
@@ -31,7 +31,11 @@ def register(rpc_app: typer.Typer) -> None:
         logs: Annotated[list[Path], typer.Argument(help="RPC log file(s): .csv/.tsv, .parquet, .jsonl/.ndjson, "
                                                    "or OTLP JSON (.json); several files form one log")],
         out: Annotated[Path, typer.Option("--out", "-o", help="report folder (index.html, figures/, tables/, "
-                                          "summary.json)")] = DEFAULT_OUT,
+                                          "summary.json); a new or empty folder, or an earlier report's")]
+        = DEFAULT_OUT,
+        overwrite: Annotated[bool, typer.Option("--overwrite", help="write the report's files into a non-empty "
+                                                "folder that holds no ddlscope report (its other files are "
+                                                "kept)")] = False,
         fmt: Annotated[str, typer.Option("--format", "-f", help="table or json (what is printed)")] = "table",
         column_map: Annotated[list[str] | None, typer.Option(
             "--map", help="rename a log column (or OTLP attribute) to a schema column: OLD=NEW (repeatable)")] = None,
@@ -54,27 +58,53 @@ def register(rpc_app: typer.Typer) -> None:
         contributors: concurrent reads/writes in flight, connection set-ups and reconnects, message
         size and iteration phase. Rows that fail a check are counted by reason with file:line.
         """
+        from ddlscope.report.outdir import check_report_dir, clear_previous_report
+        from ddlscope.rpc.validate import ColumnMapping
+
         if fmt not in ("table", "json"):
             raise ValueError(f"--format: expected table or json, got {fmt!r}")
+        if input_format not in INPUT_FORMATS:
+            raise ValueError(f"--input-format: expected one of {', '.join(INPUT_FORMATS)}, got {input_format!r}")
+        check_report_dir(out, "--out", overwrite)
         base = ColumnMapping.from_file(mapping_file) if mapping_file else None
         mapping = ColumnMapping.from_pairs(column_map or (), op_map or (), time_unit=time_unit, base=base)
+
+        from ddlscope.rpc.dissect import dissect
+
         d = dissect(logs, mapping=mapping, input_format=input_format)
+        from ddlscope.report.rpc_dissect import write_dissection_report  # matplotlib: after the input is read
+
+        check_report_dir(out, "--out", overwrite)  # again: the folder may have changed during the analysis
+        clear_previous_report(out)
         index = write_dissection_report(d, out)
-        if fmt == "json":
-            sys.stdout.write(json.dumps(to_jsonable({**d.summary, "report": str(index)}), indent=2) + "\n")
-            return
-        console = Console(width=None if sys.stdout.isatty() else 120)
-        console.print("[bold]RPC latency dissection[/bold]")
-        for i, line in enumerate(d.findings, 1):
-            console.print(f"{i}. {escape(line)}")
-        overall = d.percentiles.filter(pl.col("grouping") == "all").drop("grouping", "group")
-        emit(overall, "table", title="Stages over all RPCs (µs)")
-        by_op = d.percentiles.filter((pl.col("grouping") == "op") & (pl.col("stage") == "latency")).select(
-            pl.col("group").alias("op"), pl.exclude("grouping", "group", "stage"))
-        emit(by_op, "table", title="Latency per op (µs)")
-        counts = d.rejected_counts()
-        if counts.height:
-            emit(counts.drop("meaning"), "table", title="Rejected rows (not analysed)")
-        for note in d.notes:
-            console.print(f"[dim]note: {escape(note)}[/dim]")
-        console.print(f"report: {escape(str(index))}")
+        _print(d, index, fmt)
+
+
+def _print(d, index: Path, fmt: str) -> None:
+    """The findings, the stage and per-op tables, rejected rows and notes (or the JSON summary)."""
+    import json
+
+    import polars as pl
+    from rich.console import Console
+    from rich.markup import escape
+
+    from ddlscope.report.console import emit, to_jsonable
+
+    if fmt == "json":
+        sys.stdout.write(json.dumps(to_jsonable({**d.summary, "report": str(index)}), indent=2) + "\n")
+        return
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    console.print("[bold]RPC latency dissection[/bold]")
+    for i, line in enumerate(d.findings, 1):
+        console.print(f"{i}. {escape(line)}")
+    overall = d.percentiles.filter(pl.col("grouping") == "all").drop("grouping", "group")
+    emit(overall, "table", title="Stages over all RPCs (µs)")
+    by_op = d.percentiles.filter((pl.col("grouping") == "op") & (pl.col("stage") == "latency")).select(
+        pl.col("group").alias("op"), pl.exclude("grouping", "group", "stage"))
+    emit(by_op, "table", title="Latency per op (µs)")
+    counts = d.rejected_counts()
+    if counts.height:
+        emit(counts.drop("meaning"), "table", title="Rejected rows (not analysed)")
+    for note in d.notes:
+        console.print(f"[dim]note: {escape(note)}[/dim]")
+    console.print(f"report: {escape(str(index))}")

@@ -1,4 +1,10 @@
-"""``ddlscope rpc skew`` and ``ddlscope rpc offload``: parameter-update skew and the switch what-if."""
+"""``ddlscope rpc skew`` and ``ddlscope rpc offload``: parameter-update skew and the switch what-if.
+
+The analysis and report modules (Polars, NumPy, SciPy, matplotlib) are imported inside the
+commands, so that ``ddlscope --help`` does not pay for them; the option values below mirror the
+analysis modules' constants (a test keeps them equal). Every option is checked before the source
+is read.
+"""
 
 from __future__ import annotations
 
@@ -6,33 +12,37 @@ import re
 from pathlib import Path
 from typing import Annotated
 
-import polars as pl
 import typer
-from rich.console import Console
 
 from ddlscope.cli.common import FormatOpt, user_errors
-from ddlscope.report.console import emit
-from ddlscope.rpc import decompose, read_rpc_log
-from ddlscope.skew.frequency import DEFAULT_WINDOW_EVENTS, analyze_skew
-from ddlscope.skew.offload import (
-    DEFAULT_KEY_BYTES,
-    DEFAULT_METADATA_BYTES,
-    DEFAULT_SPACE_SAVING_COUNTERS,
-    DEFAULT_VALUE_BYTES,
-    POLICIES,
-    SwitchLayout,
-    budgets_for,
-    prepare_trace,
-    simulate_offload,
-)
-from ddlscope.skew.streams import SOURCE_KINDS, emulate_training, load_stream, with_vocabulary
+
+SOURCE_KINDS: tuple[str, ...] = ("auto", "text", "column", "rpc_log", "update_table")
+"""``--kind`` values: :data:`ddlscope.skew.streams.SOURCE_KINDS`."""
+DEFAULT_WINDOW_EVENTS = 8192
+"""``--window`` default: :data:`ddlscope.skew.frequency.DEFAULT_WINDOW_EVENTS`."""
+POLICIES: tuple[str, ...] = ("static", "lfu", "space_saving", "oracle")
+"""``--policy`` values: :data:`ddlscope.skew.offload.POLICIES`."""
+DEFAULT_VALUE_BYTES = 4
+"""``--value-bytes`` default: :data:`ddlscope.skew.offload.DEFAULT_VALUE_BYTES`."""
+DEFAULT_KEY_BYTES = 8
+"""``--key-bytes`` default: :data:`ddlscope.skew.offload.DEFAULT_KEY_BYTES`."""
+DEFAULT_METADATA_BYTES = 8
+"""``--metadata-bytes`` default: :data:`ddlscope.skew.offload.DEFAULT_METADATA_BYTES`."""
+DEFAULT_SPACE_SAVING_COUNTERS = 4.0
+"""``--ss-counters`` default: :data:`ddlscope.skew.offload.DEFAULT_SPACE_SAVING_COUNTERS`."""
+FORMATS: tuple[str, ...] = ("table", "json", "csv")
+
+MAX_BUDGET_BYTES = 1 << 40
+"""Largest ``--budget`` accepted (1 TiB): orders of magnitude beyond the on-chip memory of any
+switch ASIC, and far inside int64."""
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
 
 
 def parse_bytes(text: str) -> int:
     """``'256KiB'`` -> 262144. Units: B, kB/MB/GB (powers of 1000), KiB/MiB/GiB (powers of 1024);
-    a bare number is bytes.
+    a bare number is bytes. The size must be a whole number of bytes (``1.5KiB`` is, ``0.5B`` is
+    not), at most :data:`MAX_BUDGET_BYTES`.
 
     Raises:
         ValueError: anything else (the message shows the accepted forms).
@@ -41,7 +51,16 @@ def parse_bytes(text: str) -> int:
     unit = m.group(2).lower() if m else ""
     if not m or unit not in _UNITS:
         raise ValueError(f"--budget {text!r}: expected a size like 262144, 256KiB, 1MiB or 4MB")
-    return int(float(m.group(1)) * _UNITS[unit])
+    number = m.group(1)
+    whole, _, frac = number.partition(".")
+    # exact arithmetic on the digits: 1.5 MiB = 15 * 2^20 / 10
+    numerator, denominator = int(whole or "0") * 10 ** len(frac) + int(frac or "0"), 10 ** len(frac)
+    value, rest = divmod(numerator * _UNITS[unit], denominator)
+    if rest:
+        raise ValueError(f"--budget {text!r}: not a whole number of bytes")
+    if value > MAX_BUDGET_BYTES:
+        raise ValueError(f"--budget {text!r}: expected at most 1 TiB (a switch holds megabytes)")
+    return value
 
 
 SourceArg = Annotated[Path, typer.Argument(help="RPC log with keys (.parquet/.jsonl), per-key update-count table "
@@ -53,7 +72,32 @@ VocabularyOpt = Annotated[Path | None, typer.Option("--vocabulary", help="table 
                                                                          "optional table_id, label/feature/token "
                                                                          "column), e.g. ps-train's "
                                                                          "vocabulary.parquet")]
-ReportOpt = Annotated[Path | None, typer.Option("--report", "-o", help="write an HTML report folder here")]
+ReportOpt = Annotated[Path | None, typer.Option("--report", "-o", help="write an HTML report folder here (a new or "
+                                                                       "empty folder, or an earlier report's)")]
+OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="write the report's files into a non-empty folder that "
+                                                                "holds no ddlscope report (its other files are kept)")]
+
+
+def _check_common(fmt: str, kind: str, report: Path | None, overwrite: bool) -> None:
+    """``--format``, ``--kind`` and the report folder, before anything is read."""
+    from ddlscope.report.outdir import check_report_dir
+
+    if fmt not in FORMATS:
+        raise ValueError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
+    if kind not in SOURCE_KINDS:
+        raise ValueError(f"--kind: expected one of {', '.join(SOURCE_KINDS)}, got {kind!r}")
+    if report is not None:
+        check_report_dir(report, "--report", overwrite)
+
+
+def _write_report(report: Path, overwrite: bool, writer: str, *args: object) -> Path:
+    """Write a report folder with ``ddlscope.report.skew.<writer>`` after checking it again."""
+    from ddlscope.report import skew as skew_reports  # matplotlib: imported only when a report is written
+    from ddlscope.report.outdir import check_report_dir, clear_previous_report
+
+    check_report_dir(report, "--report", overwrite)
+    clear_previous_report(report)
+    return getattr(skew_reports, writer)(*args, report)
 
 
 def register(rpc_app: typer.Typer) -> None:
@@ -76,6 +120,7 @@ def register(rpc_app: typer.Typer) -> None:
         top: Annotated[int, typer.Option("--top", help="most frequent keys to print")] = 15,
         vocabulary: VocabularyOpt = None,
         report: ReportOpt = None,
+        overwrite: OverwriteOpt = False,
         fmt: FormatOpt = "table",
     ) -> None:
         """Per-key update frequency: rank-frequency, Zipf fit with goodness of fit, coverage of the
@@ -83,6 +128,22 @@ def register(rpc_app: typer.Typer) -> None:
 
         Text files are tokenised as lower-cased runs of the letters a-z.
         """
+        _check_common(fmt, kind, report, overwrite)
+        if window < 1:
+            raise ValueError(f"--window: expected >= 1 events, got {window}")
+        if not 0 < hot_fraction <= 1:
+            raise ValueError(f"--hot-fraction: expected a fraction in (0, 1], got {hot_fraction}")
+        if support is not None and support < 1:
+            raise ValueError(f"--support: expected >= 1 ranks, got {support}")
+        if top < 0:
+            raise ValueError(f"--top: expected >= 0, got {top}")
+        import polars as pl
+
+        from ddlscope.cli.common import err_console
+        from ddlscope.report.console import emit
+        from ddlscope.skew.frequency import analyze_skew
+        from ddlscope.skew.streams import load_stream, with_vocabulary
+
         stream = load_stream(source, kind, column)
         if vocabulary is not None:
             stream = with_vocabulary(stream, vocabulary)
@@ -120,10 +181,8 @@ def register(rpc_app: typer.Typer) -> None:
         else:
             emit(a.ranks.head(top), fmt, extra=summary)
         if report is not None:
-            from ddlscope.report.skew import skew_report  # matplotlib: imported only when needed
-
-            path = skew_report(a, report)
-            Console(stderr=True).print(f"report: {path}", soft_wrap=True)
+            path = _write_report(report, overwrite, "skew_report", a)
+            err_console.print(f"report: {path}")
 
     @rpc_app.command()
     @user_errors
@@ -156,6 +215,7 @@ def register(rpc_app: typer.Typer) -> None:
         batch_events: Annotated[int, typer.Option("--batch-events", help="events per worker mini-batch when "
                                                                          "replaying a raw stream")] = 1024,
         report: ReportOpt = None,
+        overwrite: OverwriteOpt = False,
         fmt: FormatOpt = "table",
     ) -> None:
         """Simulate a programmable switch holding a hot set within a memory budget: pushes
@@ -165,25 +225,58 @@ def register(rpc_app: typer.Typer) -> None:
         A raw stream (text, a column) is replayed as data-parallel training first (--workers,
         --batch-events).
         """
+        from ddlscope.cli.common import err_console
+
+        _check_common(fmt, kind, report, overwrite)
+        policies = tuple(policy) if policy else POLICIES
+        unknown = [p for p in policies if p not in POLICIES]
+        if unknown:
+            raise ValueError(f"--policy: expected some of {', '.join(POLICIES)}, got {', '.join(unknown)}")
+        for name, value, least in (("--dim", dim, 1), ("--value-bytes", value_bytes, 1), ("--key-bytes", key_bytes, 0),
+                                   ("--metadata-bytes", metadata_bytes, 0), ("--wire-value-bytes", wire_value_bytes, 1),
+                                   ("--refresh-iterations", refresh, 1), ("--workers", workers, 1),
+                                   ("--batch-events", batch_events, 1)):
+            if value < least:
+                raise ValueError(f"{name}: expected >= {least}, got {value}")
+        if warmup is not None and warmup < 1:
+            raise ValueError(f"--warmup-iterations: expected >= 1, got {warmup}")
+        if not ss_counters >= 1:
+            raise ValueError(f"--ss-counters: expected >= 1 counter per switch entry, got {ss_counters}")
+        from ddlscope.skew.offload import SwitchLayout, budgets_for, prepare_trace, simulate_offload
+
+        layout = SwitchLayout(dim, value_bytes, key_bytes, metadata_bytes, wire_value_bytes)
+        budgets = [parse_bytes(b) for b in budget] if budget else None
+        for text, b in zip(budget or [], budgets or [], strict=True):
+            if b < layout.entry_bytes:
+                raise ValueError(
+                    f"--budget {text}: holds no switch entry; an entry takes {layout.entry_bytes} B ({dim} x "
+                    f"{value_bytes} B values + {key_bytes} B key + {metadata_bytes} B metadata): give at least "
+                    f"{layout.entry_bytes}B")
+
+
+        from ddlscope.report.console import emit
+        from ddlscope.rpc import decompose, read_rpc_log
+        from ddlscope.skew.streams import emulate_training, load_stream, replay_hint
+
         stream = load_stream(source, kind, column)
+        if (hint := replay_hint(stream, workers, batch_events)) is not None:
+            raise ValueError(f"{stream.source}: the offload simulation needs at least 2 iterations (warm-up + "
+                             f"evaluation): {hint}")
         trained = emulate_training(stream, workers=workers, batch_events=batch_events)
         trace = prepare_trace(trained)
-        layout = SwitchLayout(dim, value_bytes, key_bytes, metadata_bytes, wire_value_bytes)
-        budgets = [parse_bytes(b) for b in budget] if budget else budgets_for(stream.num_keys, layout)
+        budgets = budgets or budgets_for(stream.num_keys, layout)
         stages = None
         if stream.kind == "rpc_log":
             try:
                 log = read_rpc_log(source)
                 stages = decompose(log.frame)
                 if log.rejected.height:
-                    Console(stderr=True).print(
+                    err_console.print(
                         f"note: latency estimate from {log.frame.height:,} RPCs; {log.rejected.height:,} rejected "
-                        "rows of the log left out (ddlscope rpc dissect lists them with file:line and reason)",
-                        soft_wrap=True)
+                        "rows of the log left out (ddlscope rpc dissect lists them with file:line and reason)")
             except ValueError as exc:
-                Console(stderr=True).print(f"note: no latency estimate ({exc})")
-        res = simulate_offload(trace, layout, budgets, tuple(policy) if policy else POLICIES, warmup, refresh,
-                               stages, ss_counters)
+                err_console.print(f"note: no latency estimate ({exc})")
+        res = simulate_offload(trace, layout, budgets, policies, warmup, refresh, stages, ss_counters)
         cols = ["policy", "budget_bytes", "capacity_keys", "push_aggregated_fraction", "pull_served_fraction",
                 "server_updates_saved_fraction", "server_bytes_saved_fraction", "switch_installs"]
         cols += [c for c in ("latency_mean_us_before", "latency_mean_us_after", "latency_speedup")
@@ -198,7 +291,5 @@ def register(rpc_app: typer.Typer) -> None:
             emit(res.table, fmt, extra=None if fmt == "csv" else {k: v for k, v in res.summary().items()
                                                                    if k != "curve"})
         if report is not None:
-            from ddlscope.report.skew import offload_report  # matplotlib: imported only when needed
-
-            path = offload_report(res, stream.source, report)
-            Console(stderr=True).print(f"report: {path}", soft_wrap=True)
+            path = _write_report(report, overwrite, "offload_report", res, stream.source)
+            err_console.print(f"report: {path}")

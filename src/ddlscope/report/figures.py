@@ -63,6 +63,17 @@ def new_figure(
     return fig, axes
 
 
+def no_data(ax, text: str) -> None:
+    """Say in the middle of an empty panel why it is empty (instead of an empty plot with
+    meaningless ticks, or a legend of nothing)."""
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="#555555", wrap=True)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.grid(False)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+
+
 def close(fig: Figure) -> None:
     """Release a figure's memory (figures are written to files, never shown)."""
     plt.close(fig)

@@ -9,7 +9,7 @@ import polars as pl
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ddlscope.report.figures import new_figure
+from ddlscope.report.figures import new_figure, no_data
 from ddlscope.report.html import HtmlReport
 from ddlscope.rpc.dissect import Dissection
 from ddlscope.rpc.schema import LATENCY_COLUMN, OPS, STAGES
@@ -81,20 +81,26 @@ def stage_breakdown_figure(d: Dissection) -> Figure:
 def latency_ccdf_figure(d: Dissection) -> Figure:
     """Complementary CDF of latency per op on log-log axes: the tail's shape."""
     fig, ax = new_figure(7.0, 4.0)
+    drawn = 0
     for op in _ops(d.rpcs):
         lat = np.sort(d.rpcs.filter(pl.col("op") == op).get_column(LATENCY_COLUMN).to_numpy()) / 1e3
         n = len(lat)
-        if n < 2:
+        if n < 2 or lat[-1] <= 0:
             continue
-        # points evenly spaced in log(tail probability), down to 1/n
+        # points evenly spaced in log(tail probability), down to 1/n; latencies of 0 cannot sit on a log axis
         p = np.unique(np.concatenate([np.logspace(0, -np.log10(n), 300), [1.0 / n]]))[::-1]
         idx = np.clip(np.ceil((1 - p) * n).astype(int), 0, n - 1)
-        ax.plot(lat[idx], p, color=OP_COLORS.get(op), label=op, lw=1.6)
+        keep = lat[idx] > 0
+        ax.plot(lat[idx][keep], p[keep], color=OP_COLORS.get(op), label=op, lw=1.6)
+        drawn += 1
+    ax.set_title("Latency distribution per op (complementary CDF)")
+    if not drawn:
+        no_data(ax, "no op has two RPCs with a latency above 0: no distribution to draw")
+        return fig
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("latency (µs, log scale)")
     ax.set_ylabel("fraction of RPCs slower (log scale)")
-    ax.set_title("Latency distribution per op (complementary CDF)")
     for q, lab in ((1e-2, "p99"), (1e-3, "p99.9")):
         ax.axhline(q, color="#999", lw=0.8, ls=":")
         ax.annotate(lab, (0.01, q), xycoords=("axes fraction", "data"), ha="left", va="bottom", fontsize=8,
@@ -139,7 +145,7 @@ def tail_servers_figure(d: Dissection, top: int = 16) -> Figure:
     ax.set_xlabel("server id (most tail RPCs first)")
     ax.set_ylabel("share")
     ax.set_title("Which servers hold the tail")
-    ax.legend(frameon=False)
+    fig.legend(loc="outside lower center", ncols=2, frameon=False)  # below the axes: never over a bar
     return fig
 
 
@@ -156,10 +162,13 @@ def concurrency_figure(d: Dissection, measure: str = "server_other_conn") -> Fig
             continue
         x = (p.get_column("in_flight_lo").to_numpy() + p.get_column("in_flight_hi").to_numpy()) / 2
         enough = p.get_column("rpcs").to_numpy() >= MIN_BIN_RPCS
-        ax.plot(x[enough], p.get_column("latency_p99_us").to_numpy()[enough], "o-", color="#d62728", ms=3,
-                label=f"p99 (bins of >= {MIN_BIN_RPCS} RPCs)")
-        ax.plot(x, p.get_column("latency_p50_us"), "o-", color="#1f77b4", ms=3, label="p50")
-        ax.plot(x, p.get_column("latency_mean_us"), "o", color="#333", ms=3, label="mean")
+        if enough.any():
+            ax.plot(x[enough], p.get_column("latency_p99_us").to_numpy()[enough], "o-", color="#d62728", ms=3,
+                    label=f"p99 (bins of >= {MIN_BIN_RPCS} RPCs)")
+        ax.plot(x, p.get_column("latency_p50_us"), "o-", color="#1f77b4", ms=5, label="p50")
+        ax.plot(x, p.get_column("latency_mean_us"), "x", color="#333", ms=5, label="mean")
+        if x.min() == x.max():  # one bin: keep the axis on whole counts around it
+            ax.set_xlim(x.min() - 1, x.max() + 1)
         slope = fit.get_column(f"us_per_{counted[:-1]}").to_list()[0] if fit.height else None
         if slope is not None:
             w = p.get_column("rpcs").to_numpy()
@@ -225,8 +234,13 @@ def size_figure(d: Dissection) -> Figure:
     """Median and p99 latency per message-size bin (bytes moved), per op, log-log."""
     fig, ax = new_figure(7.5, 4.0)
     sp = d.size_profile
+    ax.set_title("Latency against message size (bins of powers of two)")
+    drawn = sp.filter((pl.col("rpcs") >= MIN_BIN_RPCS) & (pl.col("latency_p50_us") > 0)).height
+    if not drawn:
+        no_data(ax, f"no message-size bin holds {MIN_BIN_RPCS} RPCs or more with a latency above 0")
+        return fig
     for op in _ops(d.rpcs):
-        p = sp.filter((pl.col("op") == op) & (pl.col("rpcs") >= MIN_BIN_RPCS))
+        p = sp.filter((pl.col("op") == op) & (pl.col("rpcs") >= MIN_BIN_RPCS) & (pl.col("latency_p50_us") > 0))
         if p.height == 0:
             continue
         x = np.sqrt(np.maximum(p.get_column("size_lo_bytes").to_numpy(), 1)
@@ -237,7 +251,6 @@ def size_figure(d: Dissection) -> Figure:
     ax.set_yscale("log")
     ax.set_xlabel("message bytes, request + response (log scale)")
     ax.set_ylabel("latency (µs, log scale)")
-    ax.set_title("Latency against message size (bins of powers of two)")
     ax.legend(frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
 
@@ -260,6 +273,10 @@ def phase_figure(d: Dissection) -> Figure:
     axes[0].set_ylabel("share of the op's RPCs")
     axes[0].set_title("When RPCs are issued within their worker's iteration")
     axes[0].legend(frameon=False, ncols=4, fontsize=8)
+    if not ph.filter(pl.col("rpcs") >= MIN_BIN_RPCS).height:
+        axes[1].text(0.5, 0.5, f"no tenth of an iteration holds {MIN_BIN_RPCS} or more RPCs of one op: no p99",
+                     transform=axes[1].transAxes, ha="center", va="center", color="#555")
+        axes[1].set_yticks([])
     axes[1].set_ylabel(f"p99 latency (µs)\n(bins of >= {MIN_BIN_RPCS} RPCs)")
     axes[1].set_xlabel("iteration phase at issue (0 = the iteration's first RPC, 1 = the next iteration's first RPC)")
     axes[1].set_xlim(0, 1)
@@ -304,33 +321,42 @@ def dissection_report(d: Dissection, title: str = "RPC latency dissection") -> H
                      "ddlscope.rpc.synthetic for tests and demos, not measured.")
     if d.notes:
         rep.add_note("Inferred by the reader or the analyzers: " + " | ".join(d.notes))
+    draw = s["dominant_stage"] is not None  # None: every latency is 0, nothing to plot
+
+    def figure(name: str, make, caption: str) -> None:
+        if draw:
+            rep.add_figure(name, make(d), caption)
+
+    if not draw:
+        rep.add_note("Every RPC has latency 0 (client_done_ns = client_issue_ns): no figures are drawn; the tables "
+                     "below list what was read.")
     rep.add_note("Stages are single-clock differences (client or server), the network stage the client's "
                  "round trip minus the server's residence, so clock offsets between hosts cancel. The stage "
                  "list and the contributors reconstruct the IMC 2020 study's analysis; its exact definitions "
                  "are not available to us. Fits are ordinary least squares; see docs/rpc.md.")
 
     rep.add_heading("Where an RPC's time goes")
-    rep.add_figure("stage_breakdown", stage_breakdown_figure(d), "Mean time per stage, per op: all RPCs and the "
+    figure("stage_breakdown", stage_breakdown_figure, "Mean time per stage, per op: all RPCs and the "
                    "slowest 1% of each op.")
-    rep.add_figure("latency_ccdf", latency_ccdf_figure(d), "Latency complementary CDF per op (log-log).")
+    figure("latency_ccdf", latency_ccdf_figure, "Latency complementary CDF per op (log-log).")
     rep.add_table("stage_percentiles", d.percentiles,
                   "Percentiles of every stage and of the whole latency (µs) per grouping: all, op, server, connection "
                   "and iteration phase", max_rows=45)
     rep.add_table("stage_summary", d.stage_summary, "Mean stage time and share of the mean latency, per op")
 
     rep.add_heading("Tail attribution")
-    rep.add_figure("tail_stages", tail_stages_figure(d), "Slowest 1% and 0.1% of all RPCs: how often each stage is "
+    figure("tail_stages", tail_stages_figure, "Slowest 1% and 0.1% of all RPCs: how often each stage is "
                    "the longest, and its share of the tail's excess latency over the rest.")
     rep.add_table("tail_attribution", d.tail, "Per scope (all, each op), tail and stage", max_rows=32)
-    rep.add_figure("tail_servers", tail_servers_figure(d), "Share of all RPCs and of the slowest 1% per server.")
+    figure("tail_servers", tail_servers_figure, "Share of all RPCs and of the slowest 1% per server.")
     rep.add_table("tail_servers", d.tail_servers, "Servers in the tail", max_rows=20)
     rep.add_table("tail_contributors", d.tail_contributors, "Mean contributors in the tail against the rest")
 
     rep.add_heading("Concurrency")
-    rep.add_figure("concurrency", concurrency_figure(d), "Latency against other reads (left) and writes (right) in "
+    figure("concurrency", concurrency_figure, "Latency against other reads (left) and writes (right) in "
                    "flight at the same server on other connections when the RPC arrives, with the linear fit "
                    "(through the weighted mean).")
-    rep.add_figure("concurrency_stages", concurrency_stages_figure(d), "Mean stage times per bin of RPCs in flight "
+    figure("concurrency_stages", concurrency_stages_figure, "Mean stage times per bin of RPCs in flight "
                    "at the same server.")
     rep.add_table("concurrency_fit", d.concurrency_fit, "stage = a_op + b_read * reads + b_write * writes per "
                   "in-flight measure (µs per RPC in flight)", max_rows=36)
@@ -338,7 +364,7 @@ def dissection_report(d: Dissection, title: str = "RPC latency dissection") -> H
                   max_rows=24)
 
     rep.add_heading("Connection management")
-    rep.add_figure("connection_events", connection_figure(d), "Latency per op on reused, new and reconnected "
+    figure("connection_events", connection_figure, "Latency per op on reused, new and reconnected "
                    "connections.")
     ct = d.connection_totals
     rep.add_key_values({"RPCs that opened a connection": ct["setup_rpcs"], "of which reconnects": ct["reconnect_rpcs"],
@@ -346,19 +372,24 @@ def dissection_report(d: Dissection, title: str = "RPC latency dissection") -> H
                         "connection set-up inside client queues (s)": ct["connect_s"]}, "What set-ups add")
     rep.add_table("connections", d.connections, "Latency by op and connection event")
     rep.add_table("connections_per_server", d.connections_per_server, "Connections per server (and per thread)")
-    tf = threads_figure(d)
-    if tf is not None:
-        rep.add_figure("threads", tf, "p99 server queue against connections per server thread.")
+    if d.connections_per_thread is not None:
+        tf = threads_figure(d) if draw else None
+        if tf is not None:
+            rep.add_figure("threads", tf, "p99 server queue against connections per server thread.")
+        elif draw:
+            n = d.connections_per_thread.get_column("connections").unique().to_list()
+            rep.add_text(f"Every server thread serves {n[0]} connection(s): no figure of queueing against "
+                         "connections per thread (the table lists each thread).")
         rep.add_table("connections_per_thread", d.connections_per_thread, "Connections per server thread")
 
     rep.add_heading("Message size")
-    rep.add_figure("message_size", size_figure(d), "Latency per message-size bin, per op.")
+    figure("message_size", size_figure, "Latency per message-size bin, per op.")
     rep.add_table("size_fits", d.size_fits, "Per op: stage = alpha + slope * regressor (alpha-beta model)",
                   max_rows=24)
     rep.add_table("size_profile", d.size_profile, "Latency and stages per op and size bin", max_rows=30)
 
     rep.add_heading("Iteration phase")
-    rep.add_figure("iteration_phase", phase_figure(d), "Share of each op's RPCs and p99 latency per tenth of the "
+    figure("iteration_phase", phase_figure, "Share of each op's RPCs and p99 latency per tenth of the "
                    "worker's iteration.")
     rep.add_table("phase_profile", d.phase_profile, "Per op and tenth of the iteration", max_rows=40)
 

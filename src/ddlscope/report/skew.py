@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 from scipy import special
 
-from ddlscope.report.figures import new_figure
+from ddlscope.report.figures import new_figure, no_data
 from ddlscope.report.html import HtmlReport
 from ddlscope.skew.fit import zipf_rank_probabilities
 from ddlscope.skew.frequency import SkewAnalysis
@@ -143,9 +143,15 @@ def coverage_figure(a: SkewAnalysis) -> Figure:
 
 
 def churn_figure(a: SkewAnalysis) -> Figure:
-    """Per window: churn of the top-k hot set, its own coverage and the previous window's."""
+    """Per window: churn of the top-k hot set, its own coverage and the previous window's (with one
+    window only, a panel saying so)."""
     fig, ax = new_figure(7.0, 3.8)
     ch = a.churn
+    if ch.height < 2:
+        ax.set_title(f"Hot-set churn (hot set = top {a.hot_keys:,} keys per window)")
+        hint = "" if a.churn_window == "iteration" else "; a smaller --window gives more windows"
+        no_data(ax, f"one window ({a.churn_window}): no churn to show{hint}")
+        return fig
     x = ch["window"].to_numpy()
     ax.plot(x, ch["churn"].to_numpy(), "o-", ms=3, color="#d62728", label="churn (new hot keys)")
     ax.plot(x, ch["hot_share"].to_numpy(), "-", color="#1f77b4", label="events on own hot set")

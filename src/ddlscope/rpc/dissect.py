@@ -9,6 +9,7 @@ Polars tables plus headline findings. Figures and the HTML report are made from 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,11 @@ from ddlscope.rpc.validate import ColumnMapping, check_rows, empty_rejected, rej
 
 MIN_FIT_R2 = 0.5
 """Size fits explaining less of the stage's variance than this are not quoted as a bandwidth."""
+MIN_FIT_RPCS = 30
+"""Fits (message size per op, concurrency) over fewer RPCs than this are not quoted as findings: a
+line through a handful of points says nothing about the system (the tables keep them)."""
+MIN_FIT_SIZES = 3
+"""A message-size fit needs at least this many distinct sizes (two points always fit a line)."""
 
 PERCENTILE_GROUPS: dict[str, str | None] = {
     "all": None, "op": "op", "server": "server_id", "connection": "connection_id",
@@ -92,6 +98,31 @@ class Dissection:
     def rejected_counts(self) -> pl.DataFrame:
         """Rejected rows per reason (:func:`~ddlscope.rpc.validate.rejected_counts`)."""
         return rejected_counts(self.rejected)
+
+
+_NO_ROWS_WHAT: dict[str, str] = {
+    "unmatched_client_span": "client span(s) have no server span",
+    "unmatched_server_span": "server span(s) have no client span",
+    "unparseable_line": "line(s) are not JSON",
+    "extra_fields": "line(s) have more fields than the header",
+}
+
+
+def no_rows_message(log: RpcLog) -> str:
+    """Why a log has no RPC to analyse: the rejections by reason (count, what, first
+    ``file:line``), or that the files are empty."""
+    where = ", ".join(log.files)
+    counts = log.rejected_counts()
+    if counts.height == 0:
+        empty = [n for n in log.notes if n.endswith("empty file, no rows")]
+        if len(empty) == len(log.files):
+            return f"{where}: the file is empty" if len(log.files) == 1 else f"every log file is empty ({where})"
+        return f"no RPC rows in {where}" + (f" ({'; '.join(log.notes)})" if log.notes else "")
+    parts = [f"{row['rows']:,} {_NO_ROWS_WHAT[row['reason']]} ({row['reason']}, the first at {row['first_at']})"
+             if row["reason"] in _NO_ROWS_WHAT else
+             f"{row['rows']:,} rejected as {row['reason']}: {row['meaning']} (the first at {row['first_at']}: "
+             f"{row['example']})" for row in counts.iter_rows(named=True)]
+    return f"no valid RPC rows in {where}: " + "; ".join(parts)
 
 
 def annotate(frame: pl.DataFrame, threads: int = 2) -> tuple[pl.DataFrame, list[str]]:
@@ -183,9 +214,12 @@ def dissect(
     else:
         log = read_rpc_log(source, mapping=mapping, input_format=input_format)
     if log.frame.height == 0:
-        counts = ", ".join(f"{r['reason']}: {r['rows']}" for r in log.rejected_counts().iter_rows(named=True))
-        raise ValueError(f"no valid RPC rows in {', '.join(log.files)}" + (f" (rejected: {counts})" if counts else ""))
+        raise ValueError(no_rows_message(log))
     rpcs, notes = annotate(log.frame, threads=threads)
+    zero = rpcs.select((pl.col(LATENCY_COLUMN) == 0).sum()).item()
+    if 0 < zero < rpcs.height:
+        notes.append(f"{_rpcs(zero)} ({_pct(zero / rpcs.height)}) have latency 0 (client_done_ns = "
+                     "client_issue_ns): the timestamps are coarser than these RPCs or were not set")
     conn_table, conn_totals = connection_summary(rpcs)
     per_server, per_thread = connections_per_server(rpcs)
     flagged = tail_flags(rpcs, levels, by_op=True)  # one selection pass shared by the tail analyzers
@@ -215,29 +249,136 @@ def dissect(
 
 # -- findings -------------------------------------------------------------------------------------
 
+def _finite(x: float | None) -> bool:
+    return x is not None and math.isfinite(x)
+
+
 def _us(x: float | None) -> str:
-    if x is None:
+    """``476 µs``, ``2.19 ms`` (3 significant digits; ``-`` when unknown)."""
+    if not _finite(x):
         return "-"
-    if x >= 1000:
-        return f"{x / 1000:.3g} ms"
-    return f"{x:.3g} µs"
+    sign = "-" if x < 0 else ""
+    if abs(x) >= 1000:
+        return f"{sign}{abs(x) / 1000:.3g} ms"
+    return f"{sign}{abs(x):.3g} µs"
 
 
 def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.3g}%"
+    return f"{100 * x:.3g}%" if _finite(x) else "-"
+
+
+def _rpcs(n: int) -> str:
+    return f"{n:,} RPC" + ("" if n == 1 else "s")
+
+
+def _synthetic(r: pl.DataFrame) -> bool:
+    """Whether the log's ``synthetic`` column (Boolean, or text ``true``/``1`` from a CSV read as
+    text) is set on any row."""
+    if "synthetic" not in r.columns:
+        return False
+    col = r.get_column("synthetic")
+    if col.dtype == pl.String:
+        col = col.str.strip_chars().str.to_lowercase().is_in(["true", "1"])
+    elif col.dtype != pl.Boolean:
+        col = col.cast(pl.Boolean, strict=False)
+    return bool(col.any())
+
+
+def _tail_sentence(level: float, t: pl.DataFrame, srv: dict[str, Any] | None, servers: int,
+                   ) -> tuple[str, dict[str, Any]]:
+    """The finding on one tail level (rows of :func:`~ddlscope.rpc.tail.tail_attribution` for
+    scope ``all``) and its summary entry."""
+    dom = t.sort("dominant_share", descending=True).row(0, named=True)
+    known = t.filter(pl.col("excess_share").is_not_nan() & pl.col("excess_share").is_not_null())
+    exc = known.sort("excess_share", descending=True).row(0, named=True) if known.height else None
+    entry = {
+        "rpcs": dom["tail_rpcs"], "threshold_us": dom["threshold_us"], "dominant_stage": dom["stage"],
+        "dominant_share": dom["dominant_share"], "excess_stage": exc["stage"] if exc else None,
+        "excess_share": exc["excess_share"] if exc else None,
+        "top_server": srv["server_id"] if srv else None,
+        "top_server_share_of_tail": srv["share_of_tail"] if srv else None,
+        "top_server_share_of_rpcs": srv["share_of_rpcs"] if srv else None,
+    }
+    text = (f"{tail_label(level).capitalize()} ({_rpcs(dom['tail_rpcs'])}, >= {_us(dom['threshold_us'])}): "
+            f"{dom['stage']} is the longest stage in {_pct(dom['dominant_share'])} of them")
+    if exc is not None:
+        share = exc["excess_share"]
+        stage_excess = exc["mean_tail_us"] - exc["mean_rest_us"]
+        if share > 1:
+            # the other stages together are shorter in the tail than in the rest
+            text += (f"; {exc['stage']} is {_us(stage_excess)} longer in them than in the rest, more than their "
+                     f"whole excess latency ({_us(stage_excess / share)}), because other stages are shorter in "
+                     "the tail")
+        elif exc["stage"] == dom["stage"]:
+            text += f" and carries {_pct(share)} of their excess latency over the rest"
+        else:
+            text += f"; {exc['stage']} carries the most excess latency ({_pct(share)})"
+    if srv and _finite(srv["over_representation"]) and srv["over_representation"] >= 1.5 and servers > 1:
+        text += (f"; server {srv['server_id']} holds {_pct(srv['share_of_tail'])} of them with "
+                 f"{_pct(srv['share_of_rpcs'])} of all RPCs")
+    return text + ".", entry
+
+
+def _slope_text(kind: str, b: float, stages: pl.DataFrame, key: str, first: bool) -> str:
+    """``each other write ... adds 98.5 µs ...`` or, for a negative slope, ``... is associated
+    with 186 µs less latency``, with the stage that moves most in the same direction."""
+    where = "in flight at the same server on another connection " if first else ""
+    if b >= 0:
+        st = stages.sort(key, descending=True, nulls_last=True).row(0, named=True)
+        adds = f"adds {_us(b)} to an RPC's latency" if first else _us(b)
+        return f"each other {kind} {where}{adds} (most in {st['stage']}, {_us(st[key])})"
+    st = stages.sort(key, descending=False, nulls_last=True).row(0, named=True)
+    return (f"each other {kind} {where}is associated with {_us(-b)} less latency (most in {st['stage']}; "
+            "a correlation, not a saving)")
+
+
+def _size_findings(d: Dissection, overall: pl.DataFrame) -> tuple[list[str], list[str]]:
+    """(findings, notes) on the alpha-beta fits of the network stage (see :data:`MIN_FIT_RPCS`)."""
+    net = d.size_fits.filter(pl.col("stage") == "network")
+    valid = net.filter((pl.col("rpcs") >= MIN_FIT_RPCS) & (pl.col("distinct_values") >= MIN_FIT_SIZES)
+                       & pl.col("r2").is_not_null())
+    notes = []
+    if net.height > valid.height:
+        few = ", ".join(net.filter(~pl.col("op").is_in(valid.get_column("op").to_list())).get_column("op").to_list())
+        notes.append(f"message-size fits not quoted for {few}: fewer than {MIN_FIT_RPCS} RPCs or "
+                     f"{MIN_FIT_SIZES} distinct message sizes (see tables/size_fits.csv)")
+    if valid.height == 0:
+        return [], notes
+    good = valid.filter((pl.col("r2") >= MIN_FIT_R2) & (pl.col("effective_gb_s") > 0) & (pl.col("alpha_us") >= 0))
+    negative = valid.filter((pl.col("r2") >= MIN_FIT_R2) & (pl.col("alpha_us") < 0))
+    out = []
+    if good.height:
+        out.append("Message size, network stage fit (alpha-beta): " + "; ".join(
+            f"{row['op']} {_us(row['alpha_us'])} + bytes / {row['effective_gb_s']:.3g} GB/s (R² {row['r2']:.2f})"
+            for row in good.iter_rows(named=True)) + ".")
+    elif negative.height == 0:
+        net_p50 = overall.filter(pl.col("stage") == "network").get_column("p50_us").item()
+        out.append(f"Message size explains little of the network stage (R² {valid.get_column('r2').max():.2f} at "
+                   f"most per op; median network stage {_us(net_p50)}): its cost is per-message latency, not "
+                   "bandwidth.")
+    if negative.height:
+        notes.append("network stage against message bytes: the straight-line fit of "
+                     + ", ".join(negative.get_column("op").to_list()) + " has a negative intercept, so the alpha-beta "
+                     "model does not hold over these sizes (see tables/size_profile.csv)")
+    return out, notes
 
 
 def findings(d: Dissection, levels: Sequence[float] = TAIL_LEVELS) -> tuple[list[str], dict[str, Any]]:
     """Headline findings (sentences) and the summary numbers of a dissection.
 
+    Degenerate logs read plainly: with every latency 0 the findings say so instead of quoting
+    shares; fits over fewer than :data:`MIN_FIT_RPCS` RPCs are not quoted; a negative slope reads
+    "is associated with ... less"; an excess share above 100 % is explained. Notes on what was not
+    quoted are appended to ``d.notes``.
+
     Returns:
         ``(findings, summary)``; ``summary`` keys: ``files``, ``rpcs``, ``synthetic`` (the log's
         ``synthetic`` column is set), ``rejected_rows``, ``rejected_by_reason``,
         ``workers``, ``servers``, ``connections``, ``latency_us`` (p50/p90/p99/p99_9/mean),
-        ``mean_stage_share``, ``dominant_stage``, ``tail`` (per level: threshold, top stage, its
-        dominant and excess share, top server), ``concurrency`` (latency slopes per measure),
-        ``connections_management`` (totals), ``phase`` (per pulls/pushes: mean phase, busiest
-        quarter and its share),
+        ``mean_stage_share``, ``dominant_stage`` (None when every latency is 0), ``tail`` (per
+        level: threshold, top stage, its dominant and excess share, top server), ``concurrency``
+        (latency slopes per measure), ``connections_management`` (totals), ``phase`` (per
+        pulls/pushes: mean phase, busiest quarter and its share),
         ``network_fit`` (per op alpha and effective bandwidth), ``notes``.
     """
     r = d.rpcs
@@ -250,108 +391,120 @@ def findings(d: Dissection, levels: Sequence[float] = TAIL_LEVELS) -> tuple[list
     overall = d.percentiles.filter(pl.col("grouping") == "all")
     lat = overall.filter(pl.col("stage") == "latency").row(0, named=True)
     s["latency_us"] = {k: lat[f"{k}_us"] for k in ("mean", "p50", "p90", "p99", "p99_9")}
-    s["synthetic"] = bool("synthetic" in r.columns and r.get_column("synthetic").any())
-    out.append(
-        ("SYNTHETIC log (generated, not measured): " if s["synthetic"] else "")
-        + f"{r.height:,} RPCs from {s['workers']} worker(s) to {s['servers']} server(s) over {s['connections']} "
-        f"connection(s): latency p50 {_us(lat['p50_us'])}, p99 {_us(lat['p99_us'])} "
-        f"({lat['p99_us'] / lat['p50_us']:.3g}x p50), p99.9 {_us(lat['p99_9_us'])}."
-        if lat["p50_us"] else f"{r.height:,} RPCs: latency p50 0.")
+    s["synthetic"] = _synthetic(r)
+    head = (("SYNTHETIC log (generated, not measured): " if s["synthetic"] else "")
+            + f"{_rpcs(r.height)} from {s['workers']} worker(s) to {s['servers']} server(s) over "
+            f"{s['connections']} connection(s): ")
+    all_zero = not lat["max_us"]
+    if all_zero:
+        out.append(head + "every RPC has latency 0 (client_done_ns = client_issue_ns), so the timestamps do not "
+                   "resolve the RPCs and there are no stage shares, tails or fits to report; check the log's "
+                   "timestamps and --time-unit.")
+    elif lat["p50_us"]:
+        out.append(head + f"latency p50 {_us(lat['p50_us'])}, p99 {_us(lat['p99_us'])} "
+                   f"({lat['p99_us'] / lat['p50_us']:.3g}x p50), p99.9 {_us(lat['p99_9_us'])}.")
+    else:
+        out.append(head + f"latency p50 0 µs (at least half the RPCs have latency 0), p99 {_us(lat['p99_us'])}, "
+                   f"p99.9 {_us(lat['p99_9_us'])}.")
     means = overall.filter(pl.col("stage") != "latency").select("stage", "mean_us").sort("mean_us", descending=True)
     shares = {st: (m / lat["mean_us"] if lat["mean_us"] else None) for st, m in means.iter_rows()}
     s["mean_stage_share"] = shares
-    top = means.row(0)
-    s["dominant_stage"] = top[0]
+    s["dominant_stage"] = None if all_zero else means.row(0)[0]
+    s["tail"], s["concurrency"], s["phase"], s["network_fit"] = {}, {}, {}, {}
+    s["connections_management"] = d.connection_totals
+    notes: list[str] = []
+    if not all_zero:
+        out.extend(_body_findings(d, levels, s, overall, means, shares, notes))
+    if d.rejected.height:
+        out.append(f"{d.rejected.height:,} input row(s) rejected and not analysed: "
+                   + ", ".join(f"{k} {v:,}" for k, v in s["rejected_by_reason"].items()) + ".")
+    d.notes.extend(n for n in notes if n not in d.notes)
+    s["notes"] = d.notes
+    s["findings"] = out
+    return out, s
+
+
+def _body_findings(d: Dissection, levels: Sequence[float], s: dict[str, Any], overall: pl.DataFrame,
+                   means: pl.DataFrame, shares: dict[str, float | None], notes: list[str]) -> list[str]:
+    """Findings 2.. of :func:`findings` for a log with some non-zero latency (fills ``s``)."""
+    r = d.rpcs
+    out: list[str] = []
+    top = means.row(0)[0]
     per_op = []
     for row in d.stage_summary.iter_rows(named=True):
+        if not row["latency_mean_us"]:
+            per_op.append(f"{row['op']} all stages 0")
+            continue
         best = max(STAGES, key=lambda st: row[f"{st}_share"] or 0)
         per_op.append(f"{row['op']} {best} {_pct(row[f'{best}_share'])}")
-    out.append(f"Dominant stage: {top[0]} takes {_pct(shares[top[0]])} of the mean RPC time; "
+    out.append(f"Dominant stage: {top} takes {_pct(shares[top])} of the mean RPC time; "
                f"second {means.row(1)[0]} ({_pct(shares[means.row(1)[0]])}). Largest stage per op: "
                + "; ".join(per_op) + ".")
     # tail
-    s["tail"] = {}
     tail_all = d.tail.filter(pl.col("scope") == "all")
-    parts = []
     for level in levels:
         t = tail_all.filter(pl.col("tail") == tail_label(level))
         if t.height == 0:
             continue
-        dom = t.sort("dominant_share", descending=True).row(0, named=True)
-        exc = t.sort("excess_share", descending=True, nulls_last=True).row(0, named=True)
-        srv = d.tail_servers.filter(pl.col("tail") == tail_label(level)).row(0, named=True)
-        s["tail"][tail_label(level)] = {
-            "rpcs": dom["tail_rpcs"], "threshold_us": dom["threshold_us"], "dominant_stage": dom["stage"],
-            "dominant_share": dom["dominant_share"], "excess_stage": exc["stage"], "excess_share": exc["excess_share"],
-            "top_server": srv["server_id"], "top_server_share_of_tail": srv["share_of_tail"],
-            "top_server_share_of_rpcs": srv["share_of_rpcs"],
-        }
-        text = (f"{tail_label(level).capitalize()} ({dom['tail_rpcs']:,} RPCs, >= {_us(dom['threshold_us'])}): "
-                f"{dom['stage']} is the longest stage in {_pct(dom['dominant_share'])} of them")
-        text += (f" and carries {_pct(exc['excess_share'])} of their excess latency over the rest"
-                 if exc["stage"] == dom["stage"] else
-                 f"; {exc['stage']} carries the most excess latency ({_pct(exc['excess_share'])})")
-        if srv["over_representation"] and srv["over_representation"] >= 1.5 and s["servers"] > 1:
-            text += (f"; server {srv['server_id']} holds {_pct(srv['share_of_tail'])} of them with "
-                     f"{_pct(srv['share_of_rpcs'])} of all RPCs")
-        parts.append(text + ".")
-    out.extend(parts)
+        servers = d.tail_servers.filter(pl.col("tail") == tail_label(level))
+        srv = servers.row(0, named=True) if servers.height else None
+        text, entry = _tail_sentence(level, t, srv, s["servers"])
+        s["tail"][tail_label(level)] = entry
+        out.append(text)
+    if r.height < 1000:
+        notes.append(f"{_rpcs(r.height)}: the slowest 0.1% is "
+                     f"{_rpcs(math.ceil(round(r.height * 0.001, 6)))}; tail shares of so few RPCs are anecdotes")
     # concurrency
     fit = d.concurrency_fit.filter(pl.col("stage") == "latency")
     s["concurrency"] = {row["measure"]: {"us_per_read": row["us_per_read"], "us_per_write": row["us_per_write"],
                                          "partial_r2": row["partial_r2"]} for row in fit.iter_rows(named=True)}
     oc = d.concurrency_fit.filter(pl.col("measure") == "server_other_conn")
     lat_oc = oc.filter(pl.col("stage") == "latency").row(0, named=True)
-    if lat_oc["us_per_write"] is not None or lat_oc["us_per_read"] is not None:
+    if r.height < MIN_FIT_RPCS:
+        notes.append(f"concurrency fit not quoted: {_rpcs(r.height)}, fewer than {MIN_FIT_RPCS}")
+    else:
         stages_oc = oc.filter(pl.col("stage") != "latency")
-        by_w = stages_oc.sort("us_per_write", descending=True, nulls_last=True).row(0, named=True)
-        by_r = stages_oc.sort("us_per_read", descending=True, nulls_last=True).row(0, named=True)
-        out.append(
-            "Concurrency: each other write in flight at the same server on another connection adds "
-            f"{_us(lat_oc['us_per_write'])} to an RPC's latency (most in {by_w['stage']}, "
-            f"{_us(by_w['us_per_write'])}), each other read {_us(lat_oc['us_per_read'])} (most in {by_r['stage']}); "
-            f"the two counts explain {_pct(lat_oc['partial_r2'])} of the latency variance within an op "
-            "(linear fit, op as fixed effect)."
-        )
+        known = [(kind, key) for kind, key in (("write", "us_per_write"), ("read", "us_per_read"))
+                 if _finite(lat_oc[key])]
+        parts = [_slope_text(kind, lat_oc[key], stages_oc, key, i == 0) for i, (kind, key) in enumerate(known)]
+        if parts:
+            out.append("Concurrency: " + ", ".join(parts) + f"; the two counts explain {_pct(lat_oc['partial_r2'])} "
+                       "of the latency variance within an op (linear fit, op as fixed effect).")
     tc = d.tail_contributors
     first = tail_label(levels[0])
     w_row = tc.filter(pl.col("metric") == "server_other_conn in flight: writes")
     r_row = tc.filter(pl.col("metric") == "server_other_conn in flight: reads")
     if w_row.height and r_row.height:
         w, rr = w_row.row(0, named=True), r_row.row(0, named=True)
-        out.append(f"The {first} start with {w[first]:.3g} writes and {rr[first]:.3g} reads in flight at their server "
-                   f"on other connections, against {w['rest']:.3g} and {rr['rest']:.3g} for the rest.")
+        if all(_finite(v) for v in (w[first], rr[first], w["rest"], rr["rest"])):
+            out.append(f"The {first} start with {w[first]:.3g} writes and {rr[first]:.3g} reads in flight at their "
+                       f"server on other connections, against {w['rest']:.3g} and {rr['rest']:.3g} for the rest.")
     # connections
     ct = d.connection_totals
-    s["connections_management"] = ct
     if ct["setup_rpcs"]:
         setup_rows = d.connections.filter(pl.col("connection_event") != "reuse").sort("rpcs", descending=True)
         example = setup_rows.row(0, named=True) if setup_rows.height else None
-        text = (f"Connection management: {ct['setup_rpcs']:,} RPCs ({_pct(ct['setup_rpcs'] / r.height)}) opened a "
+        text = (f"Connection management: {_rpcs(ct['setup_rpcs'])} ({_pct(ct['setup_rpcs'] / r.height)}) opened a "
                 f"connection ({ct['reconnect_rpcs']:,} after a reconnect)")
-        if ct["added_s"] is not None:
+        if _finite(ct["added_s"]) and _finite(ct["added_share"]):
             text += (f"; they add {ct['added_s']:.3g} s over reused connections, "
-                     f"{_pct(ct['added_share'])} of all RPC time")
-        if example is not None and example["added_p50_us"] is not None:
+                     f"{_pct(ct['added_share'])} of all RPC time" if ct["added_s"] >= 0 else
+                     f"; they take {-ct['added_s']:.3g} s less than the reuse median would")
+        if example is not None and _finite(example["added_p50_us"]):
             where = "on a new connection" if example["connection_event"] == "new" else "after a reconnect"
-            text += f"; median +{_us(example['added_p50_us'])} for {example['op']} {where}"
+            added = example["added_p50_us"]
+            text += (f"; median +{_us(added)} for {example['op']} {where}" if added >= 0 else
+                     f"; median {_us(-added)} less for {example['op']} {where}")
         out.append(text + ".")
     # size
     net = d.size_fits.filter(pl.col("stage") == "network")
     s["network_fit"] = {row["op"]: {"alpha_us": row["alpha_us"], "effective_gb_s": row["effective_gb_s"],
-                                    "r2": row["r2"]} for row in net.iter_rows(named=True)}
-    fits = [f"{row['op']} {_us(row['alpha_us'])} + bytes / {row['effective_gb_s']:.3g} GB/s (R² {row['r2']:.2f})"
-            for row in net.iter_rows(named=True)
-            if row["effective_gb_s"] and row["r2"] is not None and row["r2"] >= MIN_FIT_R2]
-    r2s = [row["r2"] for row in net.iter_rows(named=True) if row["r2"] is not None]
-    if fits:
-        out.append("Message size, network stage fit (alpha-beta): " + "; ".join(fits) + ".")
-    elif r2s:
-        net_p50 = overall.filter(pl.col("stage") == "network").get_column("p50_us").item()
-        out.append(f"Message size explains little of the network stage (R² {max(r2s):.2f} at most per op; median "
-                   f"network stage {_us(net_p50)}): its cost is per-message latency, not bandwidth.")
+                                    "r2": row["r2"], "rpcs": row["rpcs"],
+                                    "distinct_values": row["distinct_values"]} for row in net.iter_rows(named=True)}
+    size_out, size_notes = _size_findings(d, overall)
+    out.extend(size_out)
+    notes.extend(size_notes)
     # phase
-    phase: dict[str, Any] = {}
     texts = []
     for kind, ops in (("pulls", ("pull_sparse", "pull_dense")), ("pushes", ("push_sparse", "push_dense"))):
         sub = r.filter(pl.col("op").cast(pl.String).is_in(list(ops)))
@@ -359,20 +512,14 @@ def findings(d: Dissection, levels: Sequence[float] = TAIL_LEVELS) -> tuple[list
             continue
         mean_phase = sub.get_column("iteration_phase").mean()
         q = sub.group_by("iteration_phase_bin").len().sort("len", descending=True).row(0)
-        phase[kind] = {"mean_phase": mean_phase, "busiest_quarter": str(q[0]),
-                       "busiest_quarter_share": q[1] / sub.height}
+        s["phase"][kind] = {"mean_phase": mean_phase, "busiest_quarter": str(q[0]),
+                            "busiest_quarter_share": q[1] / sub.height}
         texts.append(f"{kind} are issued at a mean phase of {mean_phase:.2f} ({_pct(q[1] / sub.height)} in the "
                      f"{q[0]} quarter)")
-    s["phase"] = phase
     if texts:
         pq = d.percentiles.filter((pl.col("grouping") == "iteration_phase") & (pl.col("stage") == "latency"))
-        p99 = "; ".join(f"{row['group']} {_us(row['p99_us'])} ({row['rpcs']:,} RPCs)"
+        p99 = "; ".join(f"{row['group']} {_us(row['p99_us'])} ({_rpcs(row['rpcs'])})"
                         for row in pq.iter_rows(named=True))
         out.append("Iteration phase (0 = step start, 1 = next step): " + "; ".join(texts)
                    + f". p99 latency per quarter of the step: {p99}.")
-    if d.rejected.height:
-        out.append(f"{d.rejected.height:,} input row(s) rejected and not analysed: "
-                   + ", ".join(f"{k} {v:,}" for k, v in s["rejected_by_reason"].items()) + ".")
-    s["notes"] = d.notes
-    s["findings"] = out
-    return out, s
+    return out

@@ -61,6 +61,7 @@ SPAN_KIND_SERVER = 2
 SPAN_KIND_CLIENT = 3
 _KINDS = {"SPAN_KIND_SERVER": SPAN_KIND_SERVER, "SPAN_KIND_CLIENT": SPAN_KIND_CLIENT,
           "SERVER": SPAN_KIND_SERVER, "CLIENT": SPAN_KIND_CLIENT}
+_SPANS_KEYS = {"resourceSpans", "resource_spans"}
 _SPAN_ID_LINE = re.compile(r'"span_?[iI]d"\s*:\s*"([^"]+)"')
 
 
@@ -127,8 +128,8 @@ def _documents(path: Path) -> tuple[list[tuple[dict, int | None]], list[tuple[in
         if not isinstance(doc, dict):
             raise ValueError(f"{path}: expected an OTLP JSON object with resourceSpans, got {type(doc).__name__}")
         return [(doc, None)], [], span_line
-    except json.JSONDecodeError:
-        pass
+    except json.JSONDecodeError as exc:
+        whole_error = exc
     docs, bad = [], []
     for i, ln in enumerate(lines, start=1):
         if not ln.strip():
@@ -142,6 +143,10 @@ def _documents(path: Path) -> tuple[list[tuple[dict, int | None]], list[tuple[in
             docs.append((doc, i))
         else:
             bad.append((i, f"expected an OTLP JSON object, got {type(doc).__name__}"))
+    if text.strip() and not any(_SPANS_KEYS & d.keys() for d, _ in docs):
+        # neither one document nor JSON lines of requests: a broken (e.g. truncated) document
+        e = whole_error
+        raise ValueError(f"{path}: not valid JSON (truncated?) at line {e.lineno}, column {e.colno}: {e.msg}")
     return docs, bad, span_line
 
 
@@ -164,13 +169,20 @@ def _spans(docs: list[tuple[dict, int | None]], span_line: dict[str, int]) -> tu
                         "kind": kind, "trace": _norm_id(sp.get("traceId", sp.get("trace_id"))), "span": sid,
                         "parent": _norm_id(sp.get("parentSpanId", sp.get("parent_span_id"))),
                         "name": sp.get("name", ""),
-                        "start": _to_int(sp.get("startTimeUnixNano", sp.get("start_time_unix_nano"))),
-                        "end": _to_int(sp.get("endTimeUnixNano", sp.get("end_time_unix_nano"))),
+                        "start": _to_int(start := sp.get("startTimeUnixNano", sp.get("start_time_unix_nano"))),
+                        "end": _to_int(end := sp.get("endTimeUnixNano", sp.get("end_time_unix_nano"))),
+                        "start_raw": _raw_time(start), "end_raw": _raw_time(end),
                         "attrs": _attrs(sp.get("attributes")), "resource": res,
                         "events": sorted((e for e in events if e[0] is not None), key=lambda e: e[0]),
                         "line": doc_line if doc_line is not None else span_line.get(sid, 1),
                     })
     return out, other
+
+
+def _raw_time(v: Any) -> Any:
+    """A span time as given when it is not an integer (kept so the row is rejected as a bad value
+    rather than a missing timestamp), else None."""
+    return v if v not in (None, "") and _to_int(v) is None else None
 
 
 def _to_int(v: Any) -> int | None:
@@ -222,11 +234,16 @@ def read_otlp_raw(path: Path, mapping: ColumnMapping | None = None,
         notes on defaults and fallbacks used.
 
     Raises:
-        ValueError: the file is JSON but not an OTLP object.
+        ValueError: the file is JSON but not an OTLP object; it is not valid JSON (e.g. a
+            truncated document; the message gives the line); or it holds no CLIENT or SERVER span.
     """
     mapping = mapping or ColumnMapping()
     docs, bad_lines, span_line = _documents(path)
     spans, other = _spans(docs, span_line)
+    if not spans and docs:
+        raise ValueError(f"{path}: no spans in the file" + (
+            f" ({other:,} span(s) of kinds other than CLIENT and SERVER)" if other else "")
+            + (f"; {len(bad_lines):,} line(s) not JSON, the first at line {bad_lines[0][0]}" if bad_lines else ""))
     clients = [s for s in spans if s["kind"] == SPAN_KIND_CLIENT]
     servers: dict[tuple[str, str], list[dict]] = {}
     for s in spans:
@@ -277,10 +294,12 @@ def read_otlp_raw(path: Path, mapping: ColumnMapping | None = None,
         row["_client_events"] = ce
         row.update({
             "trace_id": c["trace"], "client_span_id": c["span"], "server_span_id": s["span"], "rpc_name": c["name"],
-            "client_issue_ns": c["start"], "client_send_start_ns": send_start, "client_send_end_ns": send_end,
-            "client_recv_end_ns": recv_end, "client_done_ns": c["end"],
-            "server_recv_start_ns": s["start"], "server_recv_end_ns": s_recv_end, "server_proc_start_ns": proc_start,
-            "server_proc_end_ns": proc_end, "server_send_end_ns": s["end"],
+            "client_issue_ns": _first(c["start"], c["start_raw"])[0], "client_send_start_ns": send_start,
+            "client_send_end_ns": send_end, "client_recv_end_ns": recv_end,
+            "client_done_ns": _first(c["end"], c["end_raw"])[0],
+            "server_recv_start_ns": _first(s["start"], s["start_raw"])[0], "server_recv_end_ns": s_recv_end,
+            "server_proc_start_ns": proc_start, "server_proc_end_ns": proc_end,
+            "server_send_end_ns": _first(s["end"], s["end_raw"])[0],
             "log_line": c["line"],
         })
         rows.append(row)

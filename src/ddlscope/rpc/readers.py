@@ -70,6 +70,12 @@ class RpcLog:
         return rejected_counts(self.rejected)
 
 
+def empty_rpc_frame() -> pl.DataFrame:
+    """An RPC table without rows: the required schema columns and ``log_file``/``log_line``."""
+    return pl.DataFrame(schema={**{name: dtype for name, (dtype, req, _) in RPC_SCHEMA.items() if req},
+                                "log_file": pl.String, "log_line": pl.Int64})
+
+
 def detect_format(path: Path) -> str:
     """``csv``, ``parquet``, ``jsonl`` or ``otlp`` from the suffix (``.json`` sniffed for ``resourceSpans``).
 
@@ -102,10 +108,78 @@ def _schema_sources(mapping: ColumnMapping) -> set[str]:
     return {inverse.get(name, name) for name in RPC_SCHEMA}
 
 
-def read_csv_raw(path: Path, mapping: ColumnMapping) -> pl.DataFrame:
-    """A CSV/TSV log as a raw table: schema columns as text (checked later), others inferred.
+def _first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (Polars adds hints on further lines)."""
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def csv_lines(data: bytes) -> pl.Series:
+    """The lines of CSV text (String; a final newline ends the last line rather than starting an
+    empty one; a trailing carriage return is dropped)."""
+    lines = data.decode("utf-8", errors="replace").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return pl.Series("line", lines, dtype=pl.String).str.strip_suffix("\r")
+
+
+def csv_field_counts(lines: pl.Series, sep: str = ",") -> pl.Series:
+    """Fields per line of :func:`csv_lines` (UInt32, the header first).
+
+    Separators inside double-quoted fields do not count (RFC 4180 quoting, ``""`` an escaped
+    quote); records are assumed to be one per line (no quoted newlines).
+    """
+    return lines.str.replace_all(r'"(?:[^"]|"")*"', "").str.count_matches(sep, literal=True) + 1
+
+
+def first_extra_fields_line(path: Path, sep: str = ",") -> tuple[int, int, int] | None:
+    """``(line, fields, header_fields)`` of the first line of a CSV file with more fields than
+    its header (1-based line numbers), or None when every line fits."""
+    counts = csv_field_counts(csv_lines(path.read_bytes()), sep)
+    extra = (counts > counts[0]).arg_true() if counts.len() else counts
+    if extra.len() == 0:
+        return None
+    i = int(extra[0])
+    return i + 1, int(counts[i]), int(counts[0])
+
+
+def _read_csv_without_extra_fields(path: Path, sep: str, text_cols: dict[str, pl.DataType],
+                                   ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The lines of a CSV whose field count does not exceed the header's, read like
+    :func:`read_csv_raw` with ``log_line``/``log_file``; and the other lines as rejected rows
+    (``extra_fields``)."""
+    lines = csv_lines(path.read_bytes())
+    counts = csv_field_counts(lines, sep)
+    expected = int(counts[0])
+    numbers = pl.Series("log_line", range(1, counts.len() + 1), dtype=pl.Int64)
+    extra = counts > expected
+    body = (lines.filter(~extra).str.join("\n").item() + "\n").encode()
+    try:
+        frame = pl.read_csv(io.BytesIO(body), separator=sep, schema_overrides=text_cols, infer_schema_length=10_000)
+    except pl.exceptions.PolarsError:
+        try:
+            frame = pl.read_csv(io.BytesIO(body), separator=sep, infer_schema=False)
+        except pl.exceptions.PolarsError as exc:
+            raise ValueError(f"{path}: cannot parse as CSV: {_first_line(exc)}") from exc
+    good_numbers = numbers.filter(~extra)[1:]  # line 1 is the header
+    bad_numbers = numbers.filter(extra)
+    if frame.height != good_numbers.len():  # quoted newlines: rows are not lines, no line numbers
+        first = int(bad_numbers[0])
+        raise ValueError(f"{path}:{first}: {int(counts[first - 1])} fields, the header has {expected}; "
+                         "fix the line (line numbers need one record per line)")
+    frame = frame.with_columns(good_numbers, pl.lit(str(path)).alias("log_file"))
+    rejected = pl.DataFrame({
+        "log_line": bad_numbers, "detail": counts.filter(extra).cast(pl.String) + f" fields, the header has {expected}",
+    }).select(pl.lit(str(path)).alias("log_file"), "log_line", pl.lit("extra_fields").alias("reason"), "detail")
+    return frame, rejected
+
+
+def read_csv_raw(path: Path, mapping: ColumnMapping) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A CSV/TSV log as a raw table: schema columns as text (checked later), others inferred;
+    and the rejected lines.
 
     ``log_line`` is the line in the file (the header is line 1), assuming one record per line.
+    A line with more fields than the header is rejected (``extra_fields``, with its line) and the
+    others are read as text; a line with fewer fields has nulls in the missing ones.
 
     Raises:
         ValueError: the file cannot be parsed as CSV.
@@ -114,16 +188,46 @@ def read_csv_raw(path: Path, mapping: ColumnMapping) -> pl.DataFrame:
     try:
         header = pl.read_csv(path, separator=sep, n_rows=0).columns
     except pl.exceptions.PolarsError as exc:
-        raise ValueError(f"{path}: cannot read the CSV header: {exc}") from exc
+        raise ValueError(f"{path}: cannot read the CSV header: {_first_line(exc)}") from exc
     text_cols = {c: pl.String for c in header if c in _schema_sources(mapping)}
     try:
         frame = pl.read_csv(path, separator=sep, schema_overrides=text_cols, infer_schema_length=10_000)
-    except pl.exceptions.PolarsError:
+    except pl.exceptions.PolarsError as exc:
+        if "more fields" in str(exc):
+            return _read_csv_without_extra_fields(path, sep, text_cols)
         try:  # an extra column changes type after the inferred rows: read everything as text
             frame = pl.read_csv(path, separator=sep, infer_schema=False)
-        except pl.exceptions.PolarsError as exc:
-            raise ValueError(f"{path}: cannot parse as CSV: {exc}") from exc
-    return _source_columns(frame, str(path), 2)
+        except pl.exceptions.PolarsError as exc2:
+            if "more fields" in str(exc2):
+                return _read_csv_without_extra_fields(path, sep, text_cols)
+            raise ValueError(f"{path}: cannot parse as CSV: {_first_line(exc2)}") from exc2
+    return _source_columns(frame, str(path), 2), empty_rejected()
+
+
+def read_parquet_table(path: Path, columns: list[str] | None = None) -> pl.DataFrame:
+    """A Parquet file (optionally only ``columns``).
+
+    Raises:
+        ValueError: the file is not Parquet or is damaged (e.g. truncated), or a column is missing.
+    """
+    try:
+        return pl.read_parquet(path, columns=columns)
+    except pl.exceptions.ColumnNotFoundError as exc:
+        raise ValueError(f"{path}: no column {columns} (columns: {', '.join(parquet_columns(path))})") from exc
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise ValueError(f"{path}: cannot read as Parquet: {_first_line(exc)}") from exc
+
+
+def parquet_columns(path: Path) -> list[str]:
+    """The column names of a Parquet file.
+
+    Raises:
+        ValueError: the file is not Parquet or is damaged.
+    """
+    try:
+        return list(pl.read_parquet_schema(path))
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise ValueError(f"{path}: cannot read as Parquet: {_first_line(exc)}") from exc
 
 
 def read_parquet_raw(path: Path) -> pl.DataFrame:
@@ -132,11 +236,7 @@ def read_parquet_raw(path: Path) -> pl.DataFrame:
     Raises:
         ValueError: the file is not Parquet.
     """
-    try:
-        frame = pl.read_parquet(path)
-    except pl.exceptions.PolarsError as exc:
-        raise ValueError(f"{path}: cannot read as Parquet: {exc}") from exc
-    return _source_columns(frame, str(path), 1)
+    return _source_columns(read_parquet_table(path), str(path), 1)
 
 
 def read_jsonl_raw(path: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -210,6 +310,9 @@ def read_rpc_log(
         FileNotFoundError: a path does not exist.
         ValueError: unknown format, unreadable file, mapped/required columns missing (the message
             names the file and columns), or a time unit other than ns with OTLP input.
+
+    An empty file contributes no rows (a note says so); a file whose every line or span was
+    rejected contributes its rejected rows only, so that the caller can report why.
     """
     from ddlscope.rpc.otlp import read_otlp_raw  # the OTLP reader imports this module's helpers
 
@@ -227,27 +330,37 @@ def read_rpc_log(
     for p in map(Path, paths):
         if not p.exists():
             raise FileNotFoundError(f"{p}: no such file")
+        if not p.is_file():
+            raise ValueError(f"{p}: a folder, not a log file")
+        if p.stat().st_size == 0:
+            notes.append(f"{p}: empty file, no rows")
+            continue
         fmt = detect_format(p) if input_format == "auto" else input_format
         if fmt == "csv":
-            raws.append(read_csv_raw(p, mapping))
+            raw, bad = read_csv_raw(p, mapping)
         elif fmt == "parquet":
-            raws.append(read_parquet_raw(p))
+            raw, bad = read_parquet_raw(p), empty_rejected()
         elif fmt == "jsonl":
             raw, bad = read_jsonl_raw(p)
-            raws.append(raw)
-            rejected.append(bad)
         else:
             if mapping.time_unit != "ns":
                 raise ValueError(f"{p}: OTLP timestamps are always ns; drop --time-unit for OTLP input")
             raw, bad, otlp_notes = read_otlp_raw(p, mapping)
-            raws.append(raw)
-            rejected.append(bad)
             notes.extend(f"{p}: {n}" for n in otlp_notes)
+        rejected.append(bad)
+        if raw.height == 0 and (fmt in ("jsonl", "otlp") or bad.height):
+            # nothing parsed (every span or line rejected): no columns to check, the rejections say why
+            notes.append(f"{p}: no RPC rows read" + (f" ({bad.height:,} rejected)" if bad.height else ""))
+            continue
         # mapped names must exist in each file (a clear error naming the file)
-        apply_column_mapping(raws[-1].head(0), mapping, str(p))
+        apply_column_mapping(raw.head(0), mapping, str(p))
+        raws.append(raw)
     what = files[0] if len(files) == 1 else f"{len(files)} log files"
-    raw_all = pl.concat(raws, how="diagonal_relaxed") if len(raws) > 1 else raws[0]
-    rows, bad_rows, norm_notes = normalize(raw_all, mapping, what)
-    rejected.append(bad_rows)
+    if not raws:
+        rows, norm_notes = empty_rpc_frame(), []
+    else:
+        raw_all = pl.concat(raws, how="diagonal_relaxed") if len(raws) > 1 else raws[0]
+        rows, bad_rows, norm_notes = normalize(raw_all, mapping, what)
+        rejected.append(bad_rows)
     all_rejected = pl.concat(rejected, how="vertical_relaxed") if rejected else empty_rejected()
     return RpcLog(frame=rows, rejected=all_rejected, files=files, notes=notes + norm_notes)

@@ -77,10 +77,12 @@ def size_fits(frame: pl.DataFrame, pairs: tuple[tuple[str, str], ...] = SIZE_FIT
         pairs: (stage or ``latency``, regressor column) pairs.
 
     Returns:
-        One row per (op, stage): ``op``, ``stage``, ``regressor``, ``rpcs``, ``alpha_us``
-        (intercept), ``ns_per_unit`` (slope), ``effective_gb_s`` (``1 / slope`` in GB/s = bytes/ns
-        for byte regressors with a positive slope, else null) and ``r2``. Null where the regressor
-        does not vary within the op.
+        One row per (op, stage): ``op``, ``stage``, ``regressor``, ``rpcs``, ``distinct_values``
+        (of the regressor), ``alpha_us`` (intercept), ``ns_per_unit`` (slope), ``effective_gb_s``
+        (``1 / slope`` in GB/s = bytes/ns for byte regressors with a positive slope, else null) and
+        ``r2``. Null where the regressor does not vary within the op. The fit is whatever least
+        squares gives: with few RPCs or few distinct sizes the intercept can be negative
+        (:func:`~ddlscope.rpc.dissect.findings` quotes only fits with enough of both).
     """
     rows = []
     for op, g in frame.group_by("op", maintain_order=True):
@@ -88,7 +90,8 @@ def size_fits(frame: pl.DataFrame, pairs: tuple[tuple[str, str], ...] = SIZE_FIT
         for stage, reg in pairs:
             ycol = LATENCY_COLUMN if stage == "latency" else stage_column(stage)
             x, y = pl.col(reg).cast(pl.Float64), pl.col(ycol).cast(pl.Float64)
-            m = g.select(pl.len().alias("n"), x.mean().alias("mx"), y.mean().alias("my"),
+            m = g.select(pl.len().alias("n"), pl.col(reg).n_unique().alias("distinct"), x.mean().alias("mx"),
+                         y.mean().alias("my"),
                          ((x - x.mean()) * (y - y.mean())).sum().alias("sxy"),
                          ((x - x.mean()) ** 2).sum().alias("sxx"),
                          ((y - y.mean()) ** 2).sum().alias("syy")).row(0, named=True)
@@ -97,10 +100,12 @@ def size_fits(frame: pl.DataFrame, pairs: tuple[tuple[str, str], ...] = SIZE_FIT
             alpha = (m["my"] - slope * m["mx"]) / 1e3 if ok else None
             r2 = (m["sxy"] ** 2 / (m["sxx"] * m["syy"])) if ok and m["syy"] else None
             gbs = 1.0 / slope if ok and reg.endswith("_bytes") and slope > 0 else None
-            rows.append({"op": op_name, "stage": stage, "regressor": reg, "rpcs": m["n"], "alpha_us": alpha,
-                         "ns_per_unit": slope, "effective_gb_s": gbs, "r2": r2})
-    schema = {"op": pl.String, "stage": pl.String, "regressor": pl.String, "rpcs": pl.Int64, "alpha_us": pl.Float64,
-              "ns_per_unit": pl.Float64, "effective_gb_s": pl.Float64, "r2": pl.Float64}
+            rows.append({"op": op_name, "stage": stage, "regressor": reg, "rpcs": m["n"],
+                         "distinct_values": m["distinct"], "alpha_us": alpha, "ns_per_unit": slope,
+                         "effective_gb_s": gbs, "r2": r2})
+    schema = {"op": pl.String, "stage": pl.String, "regressor": pl.String, "rpcs": pl.Int64,
+              "distinct_values": pl.Int64, "alpha_us": pl.Float64, "ns_per_unit": pl.Float64,
+              "effective_gb_s": pl.Float64, "r2": pl.Float64}
     return pl.DataFrame(rows, schema=schema).sort("op", maintain_order=True)
 
 

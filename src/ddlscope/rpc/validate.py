@@ -35,14 +35,18 @@ TIME_UNITS: dict[str, int] = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_
 
 REJECT_REASONS: dict[str, str] = {
     "unparseable_line": "the line is not valid JSON (JSON lines / OTLP)",
+    "extra_fields": "a CSV line with more fields than the header",
     "unmatched_client_span": "OTLP client span without a server span (same traceId, parentSpanId = its spanId)",
     "unmatched_server_span": "OTLP server span without its client span",
     "duplicate_server_span": "OTLP: a second server span under the same client span (retry/hedge); first kept",
-    "bad_value": "a value that cannot be read as the column's type (e.g. text in a number column)",
+    "bad_value": "a value that cannot be read as the column's type (e.g. text in a number column, or a number "
+    "beyond the 64-bit integer range)",
     "missing_field": "a required id, op or size field is empty",
     "missing_timestamp": "a required timestamp is empty",
     "unknown_op": f"op is not one of {', '.join(OPS)} (map other names with an op mapping)",
     "negative_size": "request_bytes, response_bytes or num_keys < 0",
+    "implausible_size": "request_bytes or response_bytes above 1 TiB (2^40 bytes), or num_keys above 2^40",
+    "zero_timestamps": "every client timestamp, or every server timestamp, is 0 (the fields were never set)",
     "reversed_client_order": "client timestamps out of order: need issue <= send_start <= send_end <= recv_end <= done",
     "reversed_server_order": "server timestamps out of order: need recv_start <= recv_end <= proc_start <= proc_end "
     "<= send_end",
@@ -62,6 +66,15 @@ Parquet), the reason (a key of :data:`REJECT_REASONS`) and a detail naming colum
 ID_COLUMNS: tuple[str, ...] = ("worker_id", "server_id", "connection_id")
 """Id columns that may also be given as text (host names, addresses): they are then encoded as
 0-based integer codes in sorted order of the text and the text is kept in ``<column>_label``."""
+
+MAX_SIZE = 1 << 40
+"""Largest ``request_bytes``/``response_bytes``/``num_keys`` accepted (1 TiB; 2^40 keys). Protocol
+Buffers messages, which gRPC carries, are limited to 2 GiB (``kint32max`` bytes, protobuf's
+``io/coded_stream.h``), and a frame of a PS framework's own protocol is far smaller than a TiB; a
+larger value is a unit or logging error (and request + response must not overflow int64)."""
+
+_INT64_LIMIT = 9.223372036854775e18
+"""The largest float below 2^63: a float beyond it is outside the int64 range (a bad value)."""
 
 SOURCE_COLUMNS: tuple[str, ...] = ("log_file", "log_line")
 """Columns every reader adds: the file (path as given) and the 1-based line (row for Parquet)."""
@@ -136,11 +149,20 @@ class ColumnMapping:
         A file with only top-level ``name = "schema name"`` string pairs is a column mapping.
 
         Raises:
-            ValueError: the file cannot be parsed, or a value is not a string.
+            FileNotFoundError: no such file.
+            ValueError: the file cannot be read or parsed, or a value is not a string.
         """
         p = Path(path)
+        if not p.exists():
+            raise FileNotFoundError(f"{p}: no such mapping file")
+        if not p.is_file():
+            raise ValueError(f"{p}: the mapping file is a folder; expected a TOML or JSON file")
         try:
-            data = json.loads(p.read_text()) if p.suffix == ".json" else tomllib.loads(p.read_text())
+            text = p.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{p}: cannot read the mapping file: {exc}") from exc
+        try:
+            data = json.loads(text) if p.suffix == ".json" else tomllib.loads(text)
         except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
             raise ValueError(f"{p}: cannot parse the mapping file: {exc}") from exc
         if not isinstance(data, dict):
@@ -189,38 +211,51 @@ def _as_string(col: str) -> pl.Expr:
     return pl.col(col).cast(pl.String)
 
 
+def _float_to_int(f: pl.Expr) -> pl.Expr:
+    """A Float64 expression as Int64, null where it is not finite or outside the int64 range."""
+    return pl.when(f.is_finite() & (f.abs() <= _INT64_LIMIT)).then(f).cast(pl.Int64, strict=False)
+
+
+def _scaled(as_int: pl.Expr, scale: int) -> pl.Expr:
+    """``as_int * scale`` (Int64), null where the product would overflow int64."""
+    if scale == 1:
+        return as_int
+    limit = (1 << 63) // scale - 1
+    return pl.when(as_int.abs() <= limit).then(as_int * scale)
+
+
 def _cast_int(col: str, dtype: pl.DataType) -> pl.Expr:
-    """``col`` as Int64; text is parsed, floats must be whole numbers (else null = bad value)."""
+    """``col`` as Int64; text is parsed, floats must be whole numbers in the int64 range (else
+    null = bad value)."""
     if dtype == pl.String:
         as_int = pl.col(col).str.strip_chars().cast(pl.Int64, strict=False)
         as_float = pl.col(col).str.strip_chars().cast(pl.Float64, strict=False)
-        whole = pl.when(as_float.is_finite() & (as_float == as_float.round(0))).then(as_float.cast(pl.Int64))
+        whole = pl.when(as_float == as_float.round(0)).then(_float_to_int(as_float))
         return pl.coalesce(as_int, whole)
     if dtype.is_float():
-        return pl.when(pl.col(col).is_finite() & (pl.col(col) == pl.col(col).round(0))).then(
-            pl.col(col).cast(pl.Int64))
+        return pl.when(pl.col(col) == pl.col(col).round(0)).then(_float_to_int(pl.col(col)))
     if dtype.is_integer() or dtype == pl.Boolean:
         return pl.col(col).cast(pl.Int64, strict=False)
     return pl.lit(None, pl.Int64)
 
 
 def _quick_int(col: str, dtype: pl.DataType, scale: int) -> pl.Expr:
-    """A plain integer parse of a text column, times ``scale`` (null where the text is not a bare integer)."""
-    out = pl.col(col).cast(pl.Int64, strict=False)
-    return out * scale if scale != 1 else out
+    """A plain integer parse of a text column, times ``scale`` (null where the text is not a bare
+    integer or the product overflows int64)."""
+    return _scaled(pl.col(col).cast(pl.Int64, strict=False), scale)
 
 
 def _cast_timestamp(col: str, dtype: pl.DataType, scale: int) -> pl.Expr:
-    """``col`` in ns as Int64: integers are multiplied exactly; floats and decimal text rounded."""
+    """``col`` in ns as Int64: integers are multiplied exactly; floats and decimal text rounded.
+    Null (a bad value) where the result is outside the int64 range."""
     if dtype.is_integer():
-        return pl.col(col).cast(pl.Int64, strict=False) * scale
+        return _scaled(pl.col(col).cast(pl.Int64, strict=False), scale)
     if dtype == pl.String:
-        as_int = pl.col(col).str.strip_chars().cast(pl.Int64, strict=False) * scale
+        as_int = _scaled(pl.col(col).str.strip_chars().cast(pl.Int64, strict=False), scale)
         as_float = pl.col(col).str.strip_chars().cast(pl.Float64, strict=False) * scale
-        return pl.coalesce(as_int, pl.when(as_float.is_finite()).then(as_float.round(0).cast(pl.Int64)))
+        return pl.coalesce(as_int, _float_to_int(as_float.round(0)))
     if dtype.is_float():
-        f = pl.col(col) * scale
-        return pl.when(f.is_finite()).then(f.round(0).cast(pl.Int64))
+        return _float_to_int((pl.col(col) * scale).round(0))
     return pl.lit(None, pl.Int64)
 
 
@@ -371,6 +406,14 @@ def check_rows(frame: pl.DataFrame, extra_checks: bool = False) -> tuple[pl.Data
         ("negative_size", pl.any_horizontal([pl.col(c) < 0 for c in sizes]),
          pl.concat_str([pl.when(pl.col(c) < 0).then(pl.format(f"{c}={{}}", pl.col(c))) for c in sizes],
                        separator=", ", ignore_nulls=True)),
+        ("implausible_size", pl.any_horizontal([pl.col(c) > MAX_SIZE for c in sizes]),
+         pl.concat_str([pl.when(pl.col(c) > MAX_SIZE).then(pl.format(f"{c}={{}} > 2^40", pl.col(c))) for c in sizes],
+                       separator=", ", ignore_nulls=True)),
+        ("zero_timestamps", pl.all_horizontal([pl.col(c) == 0 for c in CLIENT_TIMESTAMPS])
+         | pl.all_horizontal([pl.col(c) == 0 for c in SERVER_TIMESTAMPS]),
+         pl.when(pl.all_horizontal([pl.col(c) == 0 for c in ts])).then(pl.lit("every timestamp is 0"))
+         .when(pl.all_horizontal([pl.col(c) == 0 for c in CLIENT_TIMESTAMPS])).then(pl.lit("client timestamps all 0"))
+         .otherwise(pl.lit("server timestamps all 0"))),
         ("reversed_client_order", client_bad, client_detail),
         ("reversed_server_order", server_bad, server_detail),
         ("reversed_connect_order", connect_bad,
@@ -427,6 +470,6 @@ def rejected_counts(rejected: pl.DataFrame) -> pl.DataFrame:
 
 
 __all__ = [
-    "CONNECTION_EVENTS", "REJECTED_SCHEMA", "REJECT_REASONS", "TIME_UNITS", "ColumnMapping", "check_rows",
+    "CONNECTION_EVENTS", "MAX_SIZE", "REJECTED_SCHEMA", "REJECT_REASONS", "TIME_UNITS", "ColumnMapping", "check_rows",
     "empty_rejected", "normalize", "rejected_counts",
 ]

@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from ddlscope.rpc.readers import first_extra_fields_line, parquet_columns, read_parquet_table
 from ddlscope.rpc.schema import OPS
 
 EVENT_OPS: tuple[str, ...] = ("pull", "push", "access")
@@ -172,15 +173,16 @@ def read_table(path: str | Path, columns: list[str] | None = None) -> pl.DataFra
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: a missing column (the message lists the columns) or an unreadable file.
+        ValueError: a missing column (the message lists the columns), an unreadable or damaged
+            file, or a CSV line with more fields than the header (the message gives its line).
     """
     path = Path(path)
     suffix = path.suffix.lower()
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
+    if suffix == ".parquet":
+        return read_parquet_table(path, columns)  # the RPC reader's: damaged files are clear errors
     try:
-        if suffix == ".parquet":
-            return pl.read_parquet(path, columns=columns)
         if suffix in (".jsonl", ".ndjson", ".json"):
             frame = pl.read_ndjson(path)
             return frame.select(columns) if columns else frame
@@ -189,16 +191,30 @@ def read_table(path: str | Path, columns: list[str] | None = None) -> pl.DataFra
         header = _columns_of(path)
         raise ValueError(f"{path}: no column {columns} (columns: {', '.join(header)})") from exc
     except pl.exceptions.PolarsError as exc:
-        raise ValueError(f"{path}: cannot read as a {suffix or 'CSV'} table: {exc}") from exc
+        if "more fields" in str(exc) and (bad := first_extra_fields_line(path)) is not None:
+            line, fields, expected = bad
+            raise ValueError(f"{path}:{line}: {fields} fields, the header (line 1) has {expected}: not a CSV table "
+                             "with one record per line") from exc
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{path}: cannot read as a {suffix or 'CSV'} table: {first}") from exc
 
 
 def _columns_of(path: Path) -> list[str]:
+    """Column names of a Parquet, JSON-lines or CSV table.
+
+    Raises:
+        ValueError: the file cannot be read as that kind of table.
+    """
     suffix = path.suffix.lower()
     if suffix == ".parquet":
-        return list(pl.read_parquet_schema(path))
-    if suffix in (".jsonl", ".ndjson", ".json"):
-        return pl.read_ndjson(path, n_rows=1).columns
-    return pl.read_csv(path, n_rows=0, infer_schema=False).columns
+        return parquet_columns(path)
+    try:
+        if suffix in (".jsonl", ".ndjson", ".json"):
+            return pl.read_ndjson(path, n_rows=1).columns
+        return pl.read_csv(path, n_rows=0, infer_schema=False).columns
+    except pl.exceptions.PolarsError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{path}: cannot read as a {suffix or 'CSV'} table: {first}") from exc
 
 
 def read_categorical_column(path: str | Path, column: str) -> KeyStream:
@@ -456,3 +472,30 @@ def emulate_training(stream: KeyStream, workers: int = 8, batch_events: int = 10
     note = (f"replayed as training: {workers} workers x {batch_events} events per mini-batch = "
             f"{n_iter} iterations; per worker and iteration one pull and one push per distinct key")
     return KeyStream(events, stream.keys, stream.source, stream.kind, stream.skipped, (*stream.notes, note))
+
+
+def replay_hint(stream: KeyStream, workers: int, batch_events: int, target_iterations: int = 10) -> str | None:
+    """Why a raw stream replayed by :func:`emulate_training` gives fewer than 2 iterations (the
+    offload simulation needs a warm-up and an evaluated one), with ``--workers``/``--batch-events``
+    that give about ``target_iterations``; None when the replay gives 2 or more, or the stream
+    already has iterations.
+
+    The suggestion keeps ``workers`` and takes ``batch_events = floor(M / (workers * T))`` for
+    ``M`` events and ``T = min(target_iterations, M)``; when that is below 1, one event per
+    mini-batch and ``floor(M / T)`` workers (at least 1).
+    """
+    if (stream.events["op"] != "access").all():
+        return None
+    m = stream.num_events
+    iterations = math.ceil(m / (workers * batch_events))
+    if iterations >= 2:
+        return None
+    if m < 2:
+        return f"the stream has {m} event(s); at least 2 are needed"
+    t = min(target_iterations, m)
+    w, b = workers, m // (workers * t)
+    if b < 1:
+        w, b = max(1, m // t), 1
+    return (f"{m:,} events at {workers} worker(s) x {batch_events} events per mini-batch make {iterations} "
+            f"iteration; lower --workers or --batch-events, e.g. --workers {w} --batch-events {b} gives "
+            f"{math.ceil(m / (w * b))} iterations")

@@ -1,0 +1,93 @@
+"""Findings and figures on small and degenerate logs read plainly and draw without warnings."""
+
+from __future__ import annotations
+
+import warnings
+
+import polars as pl
+import pytest
+from rpclog_builders import rpc_frame, rpc_row
+
+from ddlscope.rpc import dissect
+from ddlscope.rpc.dissect import _slope_text
+from ddlscope.rpc.synthetic import synthetic_rpc_log
+
+
+def test_one_rpc_gives_findings_not_a_traceback():
+    d = dissect(rpc_frame([rpc_row(0, issue_ns=0, stages={"network": 300, "server_processing": 100})]))
+    assert d.findings[0] == ("1 RPC from 1 worker(s) to 1 server(s) over 1 connection(s): latency p50 0.4 µs, "
+                             "p99 0.4 µs (1x p50), p99.9 0.4 µs.")
+    # the tail of one RPC is that RPC; with no rest there is no excess to share out
+    assert d.findings[2] == "Slowest 1% (1 RPC, >= 0.4 µs): network is the longest stage in 100% of them."
+    assert "concurrency fit not quoted: 1 RPC, fewer than 30" in d.notes
+
+
+def test_a_line_through_too_few_sizes_or_with_a_negative_intercept_is_not_a_finding():
+    # network = 90 ns per byte - 80 us: 1000 B -> 10 us, 2000 B -> 100 us (3000 B -> 190 us)
+    def rows(n: int, sizes: list[int]) -> list[dict]:
+        return [rpc_row(i, issue_ns=10**6 * i, request_bytes=sizes[i % len(sizes)], response_bytes=0,
+                        stages={"network": 90 * sizes[i % len(sizes)] - 80_000}) for i in range(n)]
+
+    two = dissect(rpc_frame(rows(2, [1_000, 2_000])))
+    fit = two.size_fits.filter(pl.col("stage") == "network").row(0, named=True)
+    assert fit["alpha_us"] == pytest.approx(-80.0)  # the table keeps what least squares gives
+    assert not any("alpha-beta" in f for f in two.findings)
+    assert any("fewer than 30 RPCs or 3 distinct message sizes" in n for n in two.notes)
+    many = dissect(rpc_frame(rows(30, [1_000, 2_000, 3_000])))   # enough points, still a negative intercept
+    assert not any("alpha-beta" in f or "Message size" in f for f in many.findings)
+    assert any("pull_sparse has a negative intercept" in n for n in many.notes)
+
+
+def test_all_equal_timestamps_say_so_and_draw_nothing(tmp_path):
+    frame = synthetic_rpc_log(2_400, seed=1)
+    stamps = [c for c in frame.columns if c.startswith(("client_", "server_")) and c.endswith("_ns")
+              and "connect" not in c]
+    d = dissect(frame.with_columns(pl.lit(1_700_000_000_000_000_000).alias(c) for c in stamps))
+    assert d.findings[0].endswith("every RPC has latency 0 (client_done_ns = client_issue_ns), so the timestamps do "
+                                  "not resolve the RPCs and there are no stage shares, tails or fits to report; "
+                                  "check the log's timestamps and --time-unit.")
+    assert len(d.findings) == 1 and d.summary["dominant_stage"] is None
+    from ddlscope.report.rpc_dissect import write_dissection_report
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        write_dissection_report(d, tmp_path / "r")
+    assert not list((tmp_path / "r" / "figures").iterdir())
+    assert "Every RPC has latency 0" in (tmp_path / "r" / "index.html").read_text()
+
+
+def test_an_excess_share_above_one_is_explained():
+    # 99 RPCs: network 500 ns; RPC 99: network 100 ns and a 1000 ns server queue (latency 1100 ns).
+    # The slowest 1% is RPC 99: its excess latency is 1100 - 500 = 600 ns, of which the server queue carries
+    # 1000 - 0 = 1000 ns (167%) and the network -400 ns.
+    rows = [rpc_row(i, issue_ns=10**5 * i, stages={"network": 500}) for i in range(99)]
+    rows.append(rpc_row(99, issue_ns=10**5 * 99, stages={"network": 100, "server_queue": 1_000}))
+    d = dissect(rpc_frame(rows))
+    assert d.findings[2] == ("Slowest 1% (1 RPC, >= 1.1 µs): server_queue is the longest stage in 100% of them; "
+                             "server_queue is 1 µs longer in them than in the rest, more than their whole excess "
+                             "latency (0.6 µs), because other stages are shorter in the tail.")
+
+
+def test_a_negative_slope_reads_as_less_latency():
+    stages = pl.DataFrame({"stage": ["network", "server_queue"], "us_per_read": [-150.0, 20.0]})
+    assert _slope_text("read", -186.0, stages, "us_per_read", first=False) == (
+        "each other read is associated with 186 µs less latency (most in network; a correlation, not a saving)")
+    assert _slope_text("read", 55.7, stages, "us_per_read", first=True) == (
+        "each other read in flight at the same server on another connection adds 55.7 µs to an RPC's latency "
+        "(most in server_queue, 20 µs)")
+
+
+def test_the_report_of_a_two_rpc_log_draws_without_warnings(tmp_path):
+    from ddlscope.report.rpc_dissect import tail_servers_figure, write_dissection_report
+
+    d = dissect(synthetic_rpc_log(2, seed=1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        write_dissection_report(d, tmp_path / "r")
+    assert (tmp_path / "r" / "figures" / "latency_ccdf.png").exists()
+    # each server thread serves one connection: no threads figure, but the table and a sentence saying why
+    assert not (tmp_path / "r" / "figures" / "threads.png").exists()
+    assert (tmp_path / "r" / "tables" / "connections_per_thread.csv").exists()
+    assert "Every server thread serves 1 connection(s)" in (tmp_path / "r" / "index.html").read_text()
+    fig = tail_servers_figure(d)
+    assert fig.axes[0].get_legend() is None and len(fig.legends) == 1  # the legend sits below the axes
