@@ -46,14 +46,16 @@ def test_csv_prints_the_breakdown(tmp_path):
 
 
 def test_html_report(tmp_path):
-    # the policy of every report folder (ddlscope.report.html.check_report_folder): the report's own
-    # entries are written, other files are left as they are and named in a note
+    # the policy of every report folder (ddlscope.report.outdir): a non-empty folder that holds no
+    # report is refused unless --overwrite, which writes the report's entries and keeps the rest
     out = tmp_path / "report"
     out.mkdir()
     (out / "notes.txt").write_text("keep me")
     res = runner.invoke(app, ["trace", str(write_fixture(tmp_path)), "--out", str(out), "--scenario", "gpu-h100"])
+    assert res.exit_code == 2 and "--overwrite" in res.output
+    res = runner.invoke(app, ["trace", str(write_fixture(tmp_path)), "--out", str(out), "--scenario", "gpu-h100",
+                              "--overwrite"])
     assert res.exit_code == 0, res.output
-    assert f"--out {out} already holds 1 other entry (notes.txt)" in res.output.replace("\n", "")
     assert (out / "notes.txt").read_text() == "keep me"
     assert sorted(p.name for p in out.iterdir()) == ["figures", "index.html", "notes.txt", "summary.json", "tables"]
     assert (out / "index.html").is_file()

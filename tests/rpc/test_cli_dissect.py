@@ -80,7 +80,7 @@ def test_out_and_mapping_are_checked_before_the_analysis(tmp_path, monkeypatch):
 
     monkeypatch.setattr(module, "dissect", never)
     res = runner.invoke(app, ["rpc", "dissect", str(path), "--out", str(path)])
-    assert res.exit_code == 2 and f"--out {path}: a file; expected a folder" in " ".join(res.output.split())
+    assert res.exit_code == 2 and f"--out {path}: is a file; expected a folder" in " ".join(res.output.split())
     res = runner.invoke(app, ["rpc", "dissect", str(path), "--out", str(path / "sub")])
     assert res.exit_code == 2 and f"{path} is a file" in " ".join(res.output.split())
     foreign = tmp_path / "mine"

@@ -8,6 +8,7 @@ and tables.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Annotated
@@ -22,6 +23,7 @@ from ddlscope.cli.common import (
     CatalogFiles,
     FormatOpt,
     OverlapOpt,
+    OverwriteOpt,
     err_console,
     parse_scenarios,
     user_catalog,
@@ -38,7 +40,7 @@ from ddlscope.cli.ingest import (
     TraceFormatOpt,
     read_trace,
 )
-from ddlscope.report.console import FORMATS, emit, terminal
+from ddlscope.report.console import FORMATS, emit, terminal, to_jsonable
 from ddlscope.specs.examples import EXAMPLE_SERVER
 from ddlscope.specs.workload import PRECISIONS
 
@@ -70,7 +72,9 @@ def register(app: typer.Typer) -> None:
             list[Path] | None,
             typer.Argument(help="cluster trace files or directories; none: the built-in population"),
         ] = None,
-        out: Annotated[Path, typer.Option("--out", "-o", help="report folder")] = Path("ddlscope-report"),
+        out: Annotated[Path, typer.Option("--out", "-o", help="report folder (new, empty, or an earlier report's)")
+                       ] = Path("ddlscope-report"),
+        overwrite: OverwriteOpt = False,
         scenario: Annotated[
             list[str] | None,
             typer.Option("--scenario", help="built-in name, scenario file, or inline 'name:key=value,...' "
@@ -120,14 +124,14 @@ def register(app: typer.Typer) -> None:
         from ddlscope.population.jobs import assemble_jobs
         from ddlscope.population.workloads import WorkloadLibrary
         from ddlscope.report.characterize import write_characterization_report
-        from ddlscope.report.html import check_report_folder
+        from ddlscope.report.outdir import check_report_dir, clear_previous_report
 
         started = time.perf_counter()
         if fmt not in FORMATS:
             raise ValueError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
         if precision not in PRECISIONS:
             raise ValueError(f"--precision: expected one of {', '.join(PRECISIONS)}, got {precision!r}")
-        folder_note = check_report_folder(out)
+        check_report_dir(out, "--out", overwrite)
         if not trace:
             given = [flag for flag, value, default in (
                 ("--trace-format", trace_format, None), ("--map", map_pairs, None), ("--mapping", mapping, None),
@@ -144,8 +148,6 @@ def register(app: typer.Typer) -> None:
         for srv in [*servers.values(), *([system] if system else [])]:
             cat.server(srv)
         notes = [MODEL_NOTE]
-        if folder_note:
-            err_console.print(f"[yellow]note:[/yellow] {escape(folder_note)}")
         console = Console(stderr=True)
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
                       transient=True, disable=fmt != "table") as progress:
@@ -208,19 +210,22 @@ def register(app: typer.Typer) -> None:
                        "system": system, "precision": precision, "overlap": overlap,
                        "model_wall_time_s": round(time.perf_counter() - started, 2)}
             index = None
+            check_report_dir(out, "--out", overwrite)  # again: the folder may have changed meanwhile
+            clear_previous_report(out)
+            tables = out / "tables"
+            tables.mkdir(parents=True, exist_ok=True)
             if all_rows:
-                (out / "tables").mkdir(parents=True, exist_ok=True)
-                ch.results.write_parquet(out / "tables" / "job_scenarios.parquet", compression="lz4")
+                ch.results.write_parquet(tables / "job_scenarios.parquet", compression="lz4")
             if figures:
                 index = write_characterization_report(
                     ch, out, title="ddlscope characterization", subtitle=source, accounting=accounting,
                     malformed=malformed, extra_summary=summary)
-            else:
-                out.mkdir(parents=True, exist_ok=True)
-                ch.per_job().write_parquet(out / "jobs.parquet", compression="lz4")
-                accounting.write_csv(out / "accounting.csv")
+            else:  # the tables and the summary, in the report's layout, without figures or HTML
+                ch.per_job().write_parquet(tables / "jobs.parquet", compression="lz4")
+                accounting.write_csv(tables / "accounting.csv")
                 if malformed is not None:
-                    malformed.write_csv(out / "malformed_rows.csv")
+                    malformed.write_csv(tables / "malformed_rows.csv")
+                (out / "summary.json").write_text(json.dumps(to_jsonable({**ch.headline, **summary}), indent=2))
         summary["wall_time_s"] = round(time.perf_counter() - started, 2)
         _print(ch, accounting, malformed, summary, index, out, fmt)
 

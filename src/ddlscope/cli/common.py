@@ -84,6 +84,11 @@ OverlapOpt = Annotated[
     str, typer.Option("--overlap", help="communication/computation overlap: none, full, or a fraction")
 ]
 FormatOpt = Annotated[str, typer.Option("--format", "-f", help="table, json or csv")]
+OverwriteOpt = Annotated[
+    bool,
+    typer.Option("--overwrite", help="write the report's files into a non-empty folder that holds no ddlscope "
+                 "report (its other files are kept)"),
+]
 
 
 def resolve_system(

@@ -10,9 +10,16 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from ddlscope.cli.common import CatalogFiles, FormatOpt, err_console, parse_scenarios, user_catalog, user_errors
+from ddlscope.cli.common import (
+    CatalogFiles,
+    FormatOpt,
+    OverwriteOpt,
+    err_console,
+    parse_scenarios,
+    user_catalog,
+    user_errors,
+)
 from ddlscope.specs.scenario import BUILTIN_SCENARIOS
 
 LAUNCH_GAP_US = 10.0
@@ -56,7 +63,9 @@ def register(app: typer.Typer) -> None:
         warmup_factor: Annotated[float, typer.Option(
             "--warmup-factor", help="a first iteration longer than this many times the median of the later ones "
                                     "is a warm-up iteration")] = WARMUP_FACTOR,
-        out: Annotated[Path | None, typer.Option("--out", help="write an HTML report folder here")] = None,
+        out: Annotated[Path | None, typer.Option("--out", help="write an HTML report folder here (new, empty, or "
+                                                 "an earlier report's)")] = None,
+        overwrite: OverwriteOpt = False,
         fmt: FormatOpt = "table",
     ) -> None:
         """Where each iteration's GPU time goes, measured from PyTorch profiler traces.
@@ -82,11 +91,9 @@ def register(app: typer.Typer) -> None:
         if no_whatif and scenario:
             raise ValueError("--scenario and --no-whatif: choose one (--no-whatif skips the what-if)")
         if out is not None:
-            from ddlscope.report.html import check_report_folder
+            from ddlscope.report.outdir import check_report_dir
 
-            folder_note = check_report_folder(out)
-            if folder_note:
-                err_console.print(f"[yellow]note:[/yellow] {escape(folder_note)}", emoji=False)
+            check_report_dir(out, "--out", overwrite)
         cat = user_catalog(catalog)
         for flag, value, lookup in (("--system", system, cat.server), ("--gpu", gpu, cat.gpu)):
             if value is not None:
@@ -115,7 +122,10 @@ def register(app: typer.Typer) -> None:
         else:
             emit_sections(secs, fmt, summary=head)
         if out is not None:
+            from ddlscope.report.outdir import check_report_dir, clear_previous_report
             from ddlscope.report.trace_report import write_trace_report
 
+            check_report_dir(out, "--out", overwrite)  # again: the folder may have changed meanwhile
+            clear_previous_report(out)
             index = write_trace_report(a, out, secs, head, "ddlscope trace: measured step breakdown")
             err_console.print(f"report written to {index}")

@@ -23,7 +23,6 @@ import base64
 import html
 import io
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,48 +148,6 @@ class HtmlReport:
         index.write_text("\n".join(parts))
         (out / "summary.json").write_text(json.dumps(to_jsonable(self.summary), indent=2) + "\n")
         return index
-
-
-REPORT_ENTRIES: tuple[str, ...] = ("index.html", "summary.json", "figures", "tables")
-"""What :meth:`HtmlReport.write` writes into a report folder."""
-
-
-def check_report_folder(out: str | Path, option: str = "--out") -> str | None:
-    """Check, before any work, that a report can be written to folder ``out``.
-
-    The policy (the same for every command that writes a report folder): the folder may be new,
-    empty, or hold other files; the report writes only :data:`REPORT_ENTRIES` (replacing files of
-    those names, e.g. an earlier report) and leaves everything else as it is. A path that is a
-    file, or lies under a file, is refused.
-
-    Returns:
-        None, or a note to show the user when the folder already holds entries that are not the
-        report's (naming up to five of them).
-
-    Raises:
-        ValueError: ``out`` is a file, lies under a file, or its nearest existing parent folder is
-            not writable (the message starts with ``option``).
-    """
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"{option} {out}: is a file; expected a folder for the report")
-    parent = out
-    while not parent.exists():
-        if parent.parent == parent:
-            break
-        parent = parent.parent
-    if parent.exists() and not parent.is_dir():
-        raise ValueError(f"{option} {out}: {parent} is a file; expected a folder for the report")
-    if parent.exists() and not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"{option} {out}: cannot write in {parent} (permission denied)")
-    if not out.is_dir():
-        return None
-    others = sorted(p.name for p in out.iterdir() if p.name not in REPORT_ENTRIES)
-    if not others:
-        return None
-    shown = ", ".join(others[:5]) + (", ..." if len(others) > 5 else "")
-    return (f"{option} {out} already holds {len(others)} other entr{'y' if len(others) == 1 else 'ies'} ({shown}); "
-            f"the report writes only {', '.join(REPORT_ENTRIES)} there and leaves them as they are")
 
 
 def _html_table(frame: pl.DataFrame) -> str:

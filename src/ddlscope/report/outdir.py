@@ -24,12 +24,13 @@ _OWN_SUFFIXES = {"figures": (".png", ".svg"), "tables": (".csv", ".parquet")}
 
 
 def is_report_folder(path: Path) -> bool:
-    """Whether ``path`` is a folder holding a ddlscope report and nothing else (``index.html``
-    and ``summary.json`` present, no entry outside :data:`REPORT_ENTRIES`)."""
+    """Whether ``path`` is a folder holding a ddlscope report and nothing else (``summary.json``
+    present — a report written without figures has no ``index.html`` — and no entry outside
+    :data:`REPORT_ENTRIES`)."""
     if not path.is_dir():
         return False
     names = {p.name for p in path.iterdir()}
-    return {"index.html", "summary.json"} <= names and names <= REPORT_ENTRIES
+    return "summary.json" in names and names <= REPORT_ENTRIES
 
 
 def check_report_dir(out: str | Path, option: str = "--out", overwrite: bool = False) -> Path:
@@ -50,7 +51,7 @@ def check_report_dir(out: str | Path, option: str = "--out", overwrite: bool = F
     """
     out = Path(out)
     if out.exists() and not out.is_dir():
-        raise ValueError(f"{option} {out}: a file; expected a folder for the report")
+        raise ValueError(f"{option} {out}: is a file; expected a folder for the report")
     if out.is_dir():
         if any(out.iterdir()) and not is_report_folder(out) and not overwrite:
             raise ValueError(f"{option} {out}: the folder is not empty and holds no ddlscope report; name a new or "
