@@ -51,9 +51,22 @@ def ring_allgather_bytes_per_rank(size_bytes: N, ranks: N) -> N:
     return (ranks - 1) / ranks * size_bytes
 
 
+def ring_allgather_steps(ranks: N) -> N:
+    """Sequential steps (latency terms) of a ring all-gather or reduce-scatter: p-1."""
+    return ranks - 1
+
+
 def alltoall_bytes_per_rank(size_bytes: N, ranks: N) -> N:
     """Bytes each rank sends to the others in an all-to-all of ``size_bytes`` per rank: (p-1)/p * S."""
     return (ranks - 1) / ranks * size_bytes
+
+
+def alltoall_bytes_to_peers(size_bytes: N, ranks: N, peers: N) -> N:
+    """Bytes a rank sends to ``peers`` of the other ranks in an all-to-all of ``size_bytes`` per
+    rank (each of the ``ranks`` destinations gets ``S / p``): ``S * peers / p``. With ``peers = p-1``
+    it is :func:`alltoall_bytes_per_rank`; splitting the peers into those on the same server and
+    the others splits the traffic between the intra-server link and the NIC."""
+    return size_bytes * peers / ranks
 
 
 def allreduce_busbw(size_bytes: N, time_s: N, ranks: N) -> N:

@@ -66,6 +66,14 @@ from __future__ import annotations
 
 import polars as pl
 
+from ddlscope.model.collectives import (
+    alltoall_bytes_to_peers,
+    alpha_beta_s,
+    ring_allgather_bytes_per_rank,
+    ring_allgather_steps,
+    ring_allreduce_bytes_per_rank,
+    ring_allreduce_steps,
+)
 from ddlscope.model.jobs import check_jobs_frame
 
 COMPONENTS: tuple[str, ...] = ("data_io", "compute_bound", "memory_bound", "pcie", "nvlink", "network")
@@ -152,12 +160,22 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     is_gather = arch.is_in(["allreduce_local", "allreduce_cluster"]).cast(f)
     is_pearl = (arch == "pearl").cast(f)
     is_ps = arch == "ps_worker"
-    # host traffic (GPU <-> host memory over the shared PCIe uplink)
+    # host traffic (GPU <-> host memory over the shared PCIe uplink): up, then down
     host_bytes = is_host_ps * 2 * r * (S + E)
     host_msgs = is_host_ps * 2 * k
-    # intra-server collective traffic (per GPU)
-    intra_bytes = is_ring * 2 * (g - 1) / g * S + is_gather * (g - 1) * m * E + is_pearl * 2 * (g - 1) / p * E
-    intra_msgs = is_ring * k * 2 * (g - 1) + is_gather * sp * (g - 1) + is_pearl * sp * 2 * (g - 1)
+    # intra-server collective traffic (per GPU): the dense ring (reduce-scatter + all-gather among the
+    # server's g GPUs), the sparse rows' hierarchical all-gather (each GPU gathers the m E rows its
+    # server holds from its g-1 neighbours), and pearl's two all-to-alls with the g-1 neighbours
+    intra_bytes = (
+        is_ring * ring_allreduce_bytes_per_rank(S, g)
+        + is_gather * ring_allgather_bytes_per_rank(g * m * E, g)
+        + is_pearl * 2 * alltoall_bytes_to_peers(E, p, g - 1)
+    )
+    intra_msgs = (
+        is_ring * k * ring_allreduce_steps(g)
+        + is_gather * sp * ring_allgather_steps(g)
+        + is_pearl * sp * 2 * (g - 1)
+    )
     # network traffic (per NIC) and messages
     workers = c("num_workers").cast(f)
     workers_per_server = ((c("num_workers") + c("num_servers") - 1) // c("num_servers")).cast(f)
@@ -165,19 +183,24 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     nics = c("nics_per_server").cast(f)
     worker_bytes = S + c("gpus_per_worker").cast(f) * E
     ps_net_bytes = 2 * pl.max_horizontal(workers_per_server * worker_bytes / nics, workers * worker_bytes / ps_shards)
+    # per server, all its g GPUs on its NICs: the ring of the m servers over the dense gradients
+    # (each GPU its S/g shard: S per server), the sparse rows' all-gather across servers, and pearl's
+    # all-to-all with the p-g GPUs of other servers
     ring_net_bytes = (
-        is_ring * 2 * (m - 1) / m * S + is_gather * g * (m - 1) * E + is_pearl * 2 * g * (p - g) / p * E
+        is_ring * ring_allreduce_bytes_per_rank(S, m)
+        + is_gather * g * ring_allgather_bytes_per_rank(m * E, m)
+        + is_pearl * 2 * g * alltoall_bytes_to_peers(E, p, p - g)
     ) / nics
     network_bytes = pl.when(is_ps).then(ps_net_bytes).otherwise(ring_net_bytes)
     network_msgs = pl.when(is_ps).then(2 * (k / ps_shards).ceil()).otherwise(
-        is_ring * k * 2 * (m - 1) + is_gather * sp * (m - 1) + is_pearl * sp * 2 * (p - g)
+        is_ring * k * ring_allreduce_steps(m) + is_gather * sp * ring_allgather_steps(m) + is_pearl * sp * 2 * (p - g)
     )
     pcie_bytes = host_bytes + pl.when(has_nv).then(0.0).otherwise(intra_bytes)
     pcie_msgs = host_msgs + pl.when(has_nv).then(0.0).otherwise(intra_msgs)
     nvlink_bytes = pl.when(has_nv).then(intra_bytes).otherwise(0.0)
-    nvlink_s = pl.when(has_nv).then(intra_msgs * c("nvlink_latency_s") + intra_bytes / B_nv).otherwise(0.0)
-    pcie_s = pcie_msgs * c("pcie_latency_s") + pcie_bytes / B_pcie
-    network_s = network_msgs * c("nic_latency_s") + network_bytes / B_nic
+    nvlink_s = pl.when(has_nv).then(alpha_beta_s(intra_msgs, c("nvlink_latency_s"), intra_bytes, B_nv)).otherwise(0.0)
+    pcie_s = alpha_beta_s(pcie_msgs, c("pcie_latency_s"), pcie_bytes, B_pcie)
+    network_s = alpha_beta_s(network_msgs, c("nic_latency_s"), network_bytes, B_nic)
 
     # -- memory capacity -------------------------------------------------------------------------
     table = c("embedding_table_bytes")
