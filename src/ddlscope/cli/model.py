@@ -33,7 +33,7 @@ from ddlscope.model.api import predict_whatif
 from ddlscope.model.step_time import COMPONENTS
 from ddlscope.report.console import FORMATS, emit
 from ddlscope.specs.examples import example_architecture, example_workload
-from ddlscope.specs.scenario import BUILTIN_SCENARIOS, MIXED_PRECISION_BYTES_FACTOR
+from ddlscope.specs.scenario import BUILTIN_SCENARIOS
 from ddlscope.specs.workload import Workload, load_workload
 
 WorkloadFile = Annotated[
@@ -72,28 +72,7 @@ def _workload(workload_file: Path | None, batch_size: int | None, precision: str
     if given:
         raise ValueError(f"{', '.join(given)}: only with --model (they are profiling options)")
     w = load_workload(workload_file) if workload_file else example_workload()
-    changes: dict[str, object] = {}
-    if batch_size is not None and batch_size != w.batch_size:
-        # per-sample quantities scale with the batch; parameters do not
-        f = batch_size / w.batch_size
-        changes = {
-            "batch_size": batch_size,
-            "compute_bound_flops": w.compute_bound_flops * f,
-            "memory_bound_bytes": w.memory_bound_bytes * f,
-            "memory_bound_flops": w.memory_bound_flops * f,
-            "input_bytes": w.input_bytes * f,
-            "stored_input_bytes": None if w.stored_input_bytes is None else w.stored_input_bytes * f,
-            "sparse_bytes_per_step": min(w.sparse_bytes_per_step * f, w.embedding_table_bytes),
-            "peak_memory_bytes": None,  # weights and optimizer state do not scale, activations do: unknown
-        }
-    if precision is not None and precision != w.precision:
-        # the same rule as the mixed-precision scenario: memory-bound bytes by bytes per element
-        was16, to16 = w.precision in ("fp16", "bf16"), precision in ("fp16", "bf16")
-        factor = MIXED_PRECISION_BYTES_FACTOR if to16 and not was16 else (
-            1 / MIXED_PRECISION_BYTES_FACTOR if was16 and not to16 else 1.0)
-        base = changes.get("memory_bound_bytes", w.memory_bound_bytes)
-        changes |= {"precision": precision, "memory_bound_bytes": base * factor}
-    return Workload.model_validate({**w.model_dump(), **changes}) if changes else w
+    return w.at(batch_size=batch_size, precision=precision)
 
 
 def _warn_memory(out: pl.DataFrame) -> None:

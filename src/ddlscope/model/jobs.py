@@ -18,7 +18,7 @@ import polars as pl
 
 from ddlscope.specs.architecture import ARCHITECTURES, Architecture
 from ddlscope.specs.overlap import overlap_fraction
-from ddlscope.specs.system import System
+from ddlscope.specs.system import GPUSpec, LinkSpec, System
 from ddlscope.specs.workload import PRECISIONS, Workload
 
 ArchitectureEnum = pl.Enum(list(ARCHITECTURES))
@@ -104,30 +104,42 @@ def workload_columns(w: Workload) -> dict[str, Any]:
     }
 
 
+def gpu_columns(gpu: GPUSpec) -> dict[str, Any]:
+    """The GPU's columns of :data:`JOB_SCHEMA` in base units (FLOP/s, bytes/s, bytes)."""
+    return {
+        "gpu": gpu.name,
+        "gpu_peak_fp32_flop_per_s": gpu.peak_tflops.fp32 * 1e12,
+        "gpu_peak_tf32_flop_per_s": gpu.peak_tflops.tf32 * 1e12,
+        "gpu_peak_fp16_flop_per_s": gpu.peak_tflops.fp16 * 1e12,
+        "gpu_peak_bf16_flop_per_s": gpu.peak_tflops.bf16 * 1e12,
+        "gpu_memory_bandwidth_bytes_per_s": gpu.memory_bandwidth_gb_s * 1e9,
+        "gpu_memory_bytes": gpu.memory_gb * 1e9,
+    }
+
+
+def link_columns(slot: str, link: LinkSpec | None) -> dict[str, Any]:
+    """One link slot's columns (``pcie``, ``nvlink`` or ``nic``: name, bandwidth in bytes/s, latency
+    in s); ``None`` (no NVLink) gives an empty name, bandwidth 0 and latency 0."""
+    if link is None:
+        return {slot: "", f"{slot}_bandwidth_bytes_per_s": 0.0, f"{slot}_latency_s": 0.0}
+    return {
+        slot: link.name,
+        f"{slot}_bandwidth_bytes_per_s": link.bandwidth_gb_s * 1e9,
+        f"{slot}_latency_s": link.latency_us * 1e-6,
+    }
+
+
 def system_columns(s: System) -> dict[str, Any]:
     """The system's columns of :data:`JOB_SCHEMA`, converted to base units (bytes/s, FLOP/s, s)."""
-    nv = s.nvlink
     e = s.efficiency
     return {
         "system": s.name,
-        "gpu": s.gpu.name,
-        "gpu_peak_fp32_flop_per_s": s.gpu.peak_tflops.fp32 * 1e12,
-        "gpu_peak_tf32_flop_per_s": s.gpu.peak_tflops.tf32 * 1e12,
-        "gpu_peak_fp16_flop_per_s": s.gpu.peak_tflops.fp16 * 1e12,
-        "gpu_peak_bf16_flop_per_s": s.gpu.peak_tflops.bf16 * 1e12,
-        "gpu_memory_bandwidth_bytes_per_s": s.gpu.memory_bandwidth_gb_s * 1e9,
-        "gpu_memory_bytes": s.gpu.memory_gb * 1e9,
+        **gpu_columns(s.gpu),
         "server_gpus": s.gpus_per_server,
-        "pcie": s.pcie.name,
-        "pcie_bandwidth_bytes_per_s": s.pcie.bandwidth_gb_s * 1e9,
-        "pcie_latency_s": s.pcie.latency_us * 1e-6,
+        **link_columns("pcie", s.pcie),
         "gpus_per_pcie_root": s.gpus_per_pcie_root,
-        "nvlink": nv.name if nv else "",
-        "nvlink_bandwidth_bytes_per_s": nv.bandwidth_gb_s * 1e9 if nv else 0.0,
-        "nvlink_latency_s": nv.latency_us * 1e-6 if nv else 0.0,
-        "nic": s.nic.name,
-        "nic_bandwidth_bytes_per_s": s.nic.bandwidth_gb_s * 1e9,
-        "nic_latency_s": s.nic.latency_us * 1e-6,
+        **link_columns("nvlink", s.nvlink),
+        **link_columns("nic", s.nic),
         "nics_per_server": s.nics_per_server,
         "storage_read_bytes_per_s": s.storage_read_gb_s * 1e9,
         "eff_compute": e.compute,

@@ -12,12 +12,13 @@ from collections.abc import Iterator, Sequence
 
 import polars as pl
 
-from ddlscope.model.jobs import JOB_SCHEMA, check_jobs_frame, system_columns
+from ddlscope.model.jobs import JOB_SCHEMA, check_jobs_frame, gpu_columns, link_columns, system_columns
 from ddlscope.model.step_time import breakdown_lazy
 from ddlscope.specs.catalog import Catalog, builtin_catalog
 from ddlscope.specs.overlap import overlap_fraction
-from ddlscope.specs.scenario import MIXED_PRECISION_BYTES_FACTOR, Scenario
+from ddlscope.specs.scenario import Scenario
 from ddlscope.specs.system import PCIE_SLOT_KINDS
+from ddlscope.specs.workload import precision_bytes_factor
 
 c = pl.col
 _EFFICIENCY = ("eff_compute", "eff_memory", "eff_pcie", "eff_nvlink", "eff_network", "eff_storage")
@@ -26,16 +27,12 @@ _EFFICIENCY = ("eff_compute", "eff_memory", "eff_pcie", "eff_nvlink", "eff_netwo
 def _link_columns(catalog: Catalog, slot: str, name: str) -> dict[str, object]:
     """Columns of one link slot (``pcie``, ``nvlink``, ``nic``) set to catalog link ``name``."""
     if slot == "nvlink" and name.strip().lower() == "none":
-        return {"nvlink": "", "nvlink_bandwidth_bytes_per_s": 0.0, "nvlink_latency_s": 0.0}
+        return link_columns("nvlink", None)
     link = catalog.link(name)
     expected = {"pcie": PCIE_SLOT_KINDS, "nvlink": ("nvlink",), "nic": ("ethernet", "infiniband")}[slot]
     if link.kind not in expected:
         raise ValueError(f"scenario {slot}: {name!r} is a {link.kind} link, expected {' or '.join(expected)}")
-    return {
-        slot: link.name,
-        f"{slot}_bandwidth_bytes_per_s": link.bandwidth_gb_s * 1e9,
-        f"{slot}_latency_s": link.latency_us * 1e-6,
-    }
+    return link_columns(slot, link)
 
 
 def _hardware_changes(sc: Scenario, catalog: Catalog) -> dict[str, object]:
@@ -45,16 +42,7 @@ def _hardware_changes(sc: Scenario, catalog: Catalog) -> dict[str, object]:
         cols = system_columns(catalog.system(sc.server))
         out.update({k: v for k, v in cols.items() if k not in _EFFICIENCY and k != "system"})
     if sc.gpu:
-        gpu = catalog.gpu(sc.gpu)
-        out.update({
-            "gpu": gpu.name,
-            "gpu_peak_fp32_flop_per_s": gpu.peak_tflops.fp32 * 1e12,
-            "gpu_peak_tf32_flop_per_s": gpu.peak_tflops.tf32 * 1e12,
-            "gpu_peak_fp16_flop_per_s": gpu.peak_tflops.fp16 * 1e12,
-            "gpu_peak_bf16_flop_per_s": gpu.peak_tflops.bf16 * 1e12,
-            "gpu_memory_bandwidth_bytes_per_s": gpu.memory_bandwidth_gb_s * 1e9,
-            "gpu_memory_bytes": gpu.memory_gb * 1e9,
-        })
+        out.update(gpu_columns(catalog.gpu(sc.gpu)))
     for slot in ("pcie", "nvlink", "nic"):
         name = getattr(sc, slot)
         if name:
@@ -174,10 +162,9 @@ def apply_scenario(
         applies = applies & (~single | (p <= c("_G_new")))
     if scenario.precision:
         new["precision"] = pl.lit(scenario.precision).cast(JOB_SCHEMA["precision"][0])
-        was16 = c("precision").is_in(["fp16", "bf16"])
-        to16 = scenario.precision in ("fp16", "bf16")
-        factor = (pl.when(was16).then(1.0).otherwise(MIXED_PRECISION_BYTES_FACTOR) if to16
-                  else pl.when(was16).then(1.0 / MIXED_PRECISION_BYTES_FACTOR).otherwise(1.0))
+        factor = (pl.when(c("precision").is_in(["fp16", "bf16"]))
+                  .then(precision_bytes_factor("fp16", scenario.precision))
+                  .otherwise(precision_bytes_factor("fp32", scenario.precision)))
         new["memory_bound_bytes"] = c("memory_bound_bytes") * factor
     if scenario.memory_bound_scale != 1.0:
         new["memory_bound_scale"] = c("memory_bound_scale") * scenario.memory_bound_scale

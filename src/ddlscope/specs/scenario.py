@@ -29,12 +29,6 @@ from ddlscope.specs.files import read_toml_or_json
 from ddlscope.specs.overlap import overlap_fraction
 from ddlscope.specs.workload import Precision
 
-MIXED_PRECISION_BYTES_FACTOR = 0.5
-"""Memory-bound bytes of a step moved from 32-bit to 16-bit arithmetic are multiplied by this
-(element-wise and normalisation ops stream 2-byte instead of 4-byte activations). An approximation
-stated here: AMP's FP32 master weights and optimizer update do not shrink, so the true factor lies
-a little above 0.5."""
-
 
 class Scenario(BaseModel):
     """One what-if: the fields given override the baseline job's.
@@ -51,7 +45,7 @@ class Scenario(BaseModel):
     - ``gpu``, ``nic``, ``nvlink`` (``"none"`` removes NVLink), ``pcie``: swap one part.
     - ``nics_per_server``: NICs per server.
     - ``precision``: new arithmetic precision; memory-bound bytes scale by bytes per element
-      (:data:`MIXED_PRECISION_BYTES_FACTOR` from 32 to 16 bit, its inverse back).
+      (:func:`~ddlscope.specs.workload.precision_bytes_factor`).
     - ``memory_bound_scale``: factor on memory-bound bytes (op fusion), in (0, 1].
     - ``overlap``: overlap policy (``none``, ``full``) or fraction.
     - ``upgrade_only``: apply the GPU and link swaps only to jobs for which they are upgrades (a

@@ -24,6 +24,24 @@ accumulate and FP32 master weights and gradients)."""
 
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")
 
+MIXED_PRECISION_BYTES_FACTOR = 0.5
+"""Memory-bound bytes of a step moved from 32-bit to 16-bit arithmetic are multiplied by this
+(element-wise and normalisation ops stream 2-byte instead of 4-byte activations). An approximation
+stated here: AMP's FP32 master weights and optimizer update do not shrink, so the true factor lies
+a little above 0.5."""
+
+
+def precision_bytes_factor(source: str, target: str) -> float:
+    """Factor on memory-bound bytes when a step moves from precision ``source`` to ``target``:
+    :data:`MIXED_PRECISION_BYTES_FACTOR` from 32 to 16 bit, its inverse back, 1 otherwise
+    (``fp32``/``tf32`` stream 4-byte, ``fp16``/``bf16`` 2-byte activations)."""
+    was16, to16 = source in ("fp16", "bf16"), target in ("fp16", "bf16")
+    if to16 and not was16:
+        return MIXED_PRECISION_BYTES_FACTOR
+    if was16 and not to16:
+        return 1.0 / MIXED_PRECISION_BYTES_FACTOR
+    return 1.0
+
 
 class Workload(BaseModel):
     """Per-step demand of one data-parallel replica.
@@ -81,6 +99,21 @@ class Workload(BaseModel):
     peak_memory_bytes: float | None = Field(None, ge=0)
     source: str = Field("", description="where the numbers come from (profile command, file)")
 
+    def at(self, *, batch_size: int | None = None, precision: str | None = None) -> Workload:
+        """This workload at another batch size and/or precision, without re-profiling.
+
+        Per-sample quantities (FLOPs, memory-bound bytes, input bytes, sparse bytes touched, capped
+        at the tables) scale with the batch; parameters and gradients do not; the peak memory becomes
+        unknown (activations scale, weights and optimizer state do not). A precision change scales
+        the memory-bound bytes by :func:`precision_bytes_factor`, as the mixed-precision scenario
+        does. Re-profile (``ddlscope profile``) for exact figures.
+
+        Raises:
+            pydantic.ValidationError: a batch size or precision the spec rejects.
+        """
+        changes = _scaled(self, batch_size, precision)
+        return Workload.model_validate({**self.model_dump(), **changes}) if changes else self
+
     @model_validator(mode="after")
     def _consistent(self) -> Workload:
         if not (self.compute_bound_flops or self.memory_bound_bytes or self.memory_bound_flops or self.input_bytes
@@ -101,6 +134,26 @@ class Workload(BaseModel):
                 "touch more embedding bytes than the tables hold"
             )
         return self
+
+
+def _scaled(w: Workload, batch_size: int | None, precision: str | None) -> dict:
+    changes: dict = {}
+    if batch_size is not None and batch_size != w.batch_size:
+        f = batch_size / w.batch_size
+        changes = {
+            "batch_size": batch_size,
+            "compute_bound_flops": w.compute_bound_flops * f,
+            "memory_bound_bytes": w.memory_bound_bytes * f,
+            "memory_bound_flops": w.memory_bound_flops * f,
+            "input_bytes": w.input_bytes * f,
+            "stored_input_bytes": None if w.stored_input_bytes is None else w.stored_input_bytes * f,
+            "sparse_bytes_per_step": min(w.sparse_bytes_per_step * f, w.embedding_table_bytes),
+            "peak_memory_bytes": None,  # weights and optimizer state do not scale, activations do: unknown
+        }
+    if precision is not None and precision != w.precision:
+        base = changes.get("memory_bound_bytes", w.memory_bound_bytes)
+        changes |= {"precision": precision, "memory_bound_bytes": base * precision_bytes_factor(w.precision, precision)}
+    return changes
 
 
 def load_workload(path: str | Path) -> Workload:
