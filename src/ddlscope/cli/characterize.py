@@ -8,14 +8,12 @@ and tables.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Annotated
 
 import polars as pl
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -40,7 +38,7 @@ from ddlscope.cli.ingest import (
     TraceFormatOpt,
     read_trace,
 )
-from ddlscope.report.console import FORMATS, emit, terminal, to_jsonable
+from ddlscope.report.console import FORMATS, emit, terminal
 from ddlscope.specs.examples import EXAMPLE_SERVER
 from ddlscope.specs.workload import PRECISIONS
 
@@ -148,7 +146,7 @@ def register(app: typer.Typer) -> None:
         for srv in [*servers.values(), *([system] if system else [])]:
             cat.server(srv)
         notes = [MODEL_NOTE]
-        console = Console(stderr=True)
+        console = err_console
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
                       transient=True, disable=fmt != "table") as progress:
             step = progress.add_task("reading the population", total=None)
@@ -212,20 +210,13 @@ def register(app: typer.Typer) -> None:
             index = None
             check_report_dir(out, "--out", overwrite)  # again: the folder may have changed meanwhile
             clear_previous_report(out)
-            tables = out / "tables"
-            tables.mkdir(parents=True, exist_ok=True)
             if all_rows:
-                ch.results.write_parquet(tables / "job_scenarios.parquet", compression="lz4")
-            if figures:
-                index = write_characterization_report(
-                    ch, out, title="ddlscope characterization", subtitle=source, accounting=accounting,
-                    malformed=malformed, extra_summary=summary)
-            else:  # the tables and the summary, in the report's layout, without figures or HTML
-                ch.per_job().write_parquet(tables / "jobs.parquet", compression="lz4")
-                accounting.write_csv(tables / "accounting.csv")
-                if malformed is not None:
-                    malformed.write_csv(tables / "malformed_rows.csv")
-                (out / "summary.json").write_text(json.dumps(to_jsonable({**ch.headline, **summary}), indent=2))
+                (out / "tables").mkdir(parents=True, exist_ok=True)
+                ch.results.write_parquet(out / "tables" / "job_scenarios.parquet", compression="lz4")
+            written = write_characterization_report(
+                ch, out, title="ddlscope characterization", subtitle=source, accounting=accounting,
+                malformed=malformed, extra_summary=summary, figures=figures)
+            index = written if figures else None
         summary["wall_time_s"] = round(time.perf_counter() - started, 2)
         _print(ch, accounting, malformed, summary, index, out, fmt)
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import polars as pl
 
 from ddlscope.ingest.population import POPULATION_SCHEMA
-from ddlscope.population.workloads import WorkloadLibrary
+from ddlscope.population.workloads import WorkloadLibrary, shipped_models
 
 SERVERS: tuple[str, ...] = ("pai-v100-nvlink-8", "pai-v100-pcie-8")
 PEARL_MIN_TABLE_BYTES = 1e9
@@ -63,9 +63,7 @@ def builtin_population(
     """
     library = library or WorkloadLibrary()
     if models is None:
-        from ddlscope.population.workloads import _shipped
-
-        models = sorted({m for (m, b, p) in _shipped() if b is None and p == "fp32"})
+        models = shipped_models("fp32")
     rows = []
     for server in servers or SERVERS:
         for model in models:

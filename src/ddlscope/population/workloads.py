@@ -50,6 +50,11 @@ def _shipped() -> dict[Key, Workload]:
     return out
 
 
+def shipped_models(precision: str = "fp32") -> list[str]:
+    """The zoo models whose default-size workload ships pre-profiled in ``precision``, sorted."""
+    return sorted({m for (m, b, p) in _shipped() if b is None and p == precision})
+
+
 class WorkloadLibrary:
     """Workloads by (zoo model, batch size or None for the zoo default, precision).
 

@@ -134,8 +134,11 @@ def write_characterization_report(
     accounting: pl.DataFrame | None = None,
     malformed: pl.DataFrame | None = None,
     extra_summary: Mapping[str, Any] | None = None,
+    figures: bool = True,
 ) -> Path:
     """Write the report folder (``index.html``, ``figures/``, ``tables/``, ``summary.json``).
+
+    With ``figures`` false nothing is drawn: only ``tables/`` and ``summary.json`` are written.
 
     Args:
         ch: the characterization.
@@ -146,9 +149,14 @@ def write_characterization_report(
         extra_summary: more entries for ``summary.json``.
 
     Returns:
-        The path of ``index.html``.
+        The path of ``index.html`` (of ``summary.json`` without figures).
     """
     rep = HtmlReport(title, subtitle=subtitle)
+
+    def figure(name: str, draw, caption: str) -> None:
+        if figures:
+            rep.add_figure(name, draw(), caption)
+
     for note in ch.notes:
         rep.add_note(note)
     rep.add_heading("Headline figures")
@@ -159,17 +167,17 @@ def write_characterization_report(
     if malformed is not None:
         rep.add_table("malformed_rows", malformed, "Malformed rows of the trace (not jobs), with file:line examples")
     rep.add_heading("Where the step time goes")
-    rep.add_figure("breakdown", breakdown_figure(ch.shares),
-                   "Mean share of step time per component and architecture (baseline)")
-    rep.add_figure("comm_share_cdf", comm_cdf_figure(ch.baseline),
-                   "CDF over jobs of the exposed weight/gradient communication share (baseline)")
-    rep.add_figure("bottlenecks", bottleneck_figure(ch.bottlenecks), "Bottleneck mix per architecture (baseline)")
+    figure("breakdown", lambda: breakdown_figure(ch.shares),
+           "Mean share of step time per component and architecture (baseline)")
+    figure("comm_share_cdf", lambda: comm_cdf_figure(ch.baseline),
+           "CDF over jobs of the exposed weight/gradient communication share (baseline)")
+    figure("bottlenecks", lambda: bottleneck_figure(ch.bottlenecks), "Bottleneck mix per architecture (baseline)")
     rep.add_table("component_shares", ch.shares, "Mean component shares and communication-share quantiles")
     rep.add_table("bottleneck_mix", ch.bottlenecks, "Share of jobs per bottleneck component")
     rep.add_heading("What the changes buy")
-    rep.add_figure("speedups", speedup_figure(ch.results), "Speedup of each scenario over the jobs it applies to")
+    figure("speedups", lambda: speedup_figure(ch.results), "Speedup of each scenario over the jobs it applies to")
     rep.add_table("scenario_speedups", ch.speedups, "Per scenario and baseline architecture: jobs sped up, speedups")
     rep.add_heading("Per-job results")
     rep.add_table("jobs", ch.per_job(), "Every job: its baseline breakdown and each scenario's speedup", max_rows=20)
     rep.set_summary({**ch.headline, **dict(extra_summary or {}), "notes": ch.notes})
-    return rep.write(out_dir)
+    return rep.write(out_dir, html_page=figures)

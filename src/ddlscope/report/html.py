@@ -45,6 +45,10 @@ code{background:#f4f4f4;padding:0 3px} .kv td{text-align:left}
 """
 
 
+CSV_MAX_ROWS = 1_000_000
+"""Tables longer than this are written as Parquet only (see :meth:`HtmlReport.add_table`)."""
+
+
 @dataclass
 class _Block:
     kind: str
@@ -89,10 +93,12 @@ class HtmlReport:
         close(fig)
         self.blocks.append(_Block("figure", (name, png.getvalue(), svg.getvalue()), caption))
 
-    def add_table(self, name: str, frame: pl.DataFrame, caption: str, max_rows: int = 40) -> None:
-        """A table, written whole as ``tables/<name>.csv`` and ``.parquet``; the page shows the
-        first ``max_rows`` rows."""
-        self.blocks.append(_Block("table", (name, frame, max_rows), caption))
+    def add_table(self, name: str, frame: pl.DataFrame, caption: str, max_rows: int = 40,
+                  csv_max_rows: int = CSV_MAX_ROWS) -> None:
+        """A table, written whole as ``tables/<name>.parquet`` and, up to ``csv_max_rows`` rows, as
+        ``.csv`` too (a CSV of millions of rows is slow to write and to open; the page says when it
+        was left out); the page shows the first ``max_rows`` rows."""
+        self.blocks.append(_Block("table", (name, frame, max_rows, csv_max_rows), caption))
 
     def add_key_values(self, pairs: dict[str, Any], caption: str = "") -> None:
         """A two-column table of headline figures."""
@@ -102,11 +108,14 @@ class HtmlReport:
         """The JSON summary written as ``summary.json``."""
         self.summary = summary
 
-    def write(self, out_dir: str | Path) -> Path:
-        """Write the report folder; returns the path of ``index.html``."""
+    def write(self, out_dir: str | Path, html_page: bool = True) -> Path:
+        """Write the report folder; returns the path of ``index.html`` (of ``summary.json`` when
+        ``html_page`` is false: then only ``tables/`` and ``summary.json`` are written, for runs that
+        want the numbers without drawing)."""
         out = Path(out_dir)
-        (out / "figures").mkdir(parents=True, exist_ok=True)
         (out / "tables").mkdir(parents=True, exist_ok=True)
+        if html_page:
+            (out / "figures").mkdir(parents=True, exist_ok=True)
         parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(self.title)}</title>"
                  f"<style>{_CSS}</style></head><body><h1>{html.escape(self.title)}</h1>"]
         if self.subtitle:
@@ -118,7 +127,7 @@ class HtmlReport:
                 parts.extend(f"<p>{html.escape(p.strip())}</p>" for p in b.payload.split("\n\n") if p.strip())
             elif b.kind == "note":
                 parts.append(f"<p class='note'>{html.escape(b.payload)}</p>")
-            elif b.kind == "figure":
+            elif b.kind == "figure" and html_page:
                 name, png, svg = b.payload
                 (out / "figures" / f"{name}.png").write_bytes(png)
                 (out / "figures" / f"{name}.svg").write_bytes(svg)
@@ -127,13 +136,16 @@ class HtmlReport:
                              f"<figcaption>{html.escape(b.caption)} "
                              f"(<code>figures/{html.escape(name)}.svg</code>)</figcaption></figure>")
             elif b.kind == "table":
-                name, frame, max_rows = b.payload
+                name, frame, max_rows, csv_max_rows = b.payload
                 frame.write_parquet(out / "tables" / f"{name}.parquet", compression="lz4")
-                flat = frame.with_columns(pl.selectors.enum().cast(pl.String),
-                                          pl.selectors.categorical().cast(pl.String))
-                flat.select(pl.exclude(pl.List, pl.Struct, pl.Array)).write_csv(out / "tables" / f"{name}.csv")
-                parts.append(f"<p><b>{html.escape(b.caption)}</b> "
-                             f"(<code>tables/{html.escape(name)}.csv</code>, {frame.height} rows)</p>")
+                if frame.height <= csv_max_rows:
+                    flat = frame.with_columns(pl.selectors.enum().cast(pl.String),
+                                              pl.selectors.categorical().cast(pl.String))
+                    flat.select(pl.exclude(pl.List, pl.Struct, pl.Array)).write_csv(out / "tables" / f"{name}.csv")
+                    files = f"tables/{html.escape(name)}.csv"
+                else:
+                    files = f"tables/{html.escape(name)}.parquet; no CSV for more than {csv_max_rows:,} rows"
+                parts.append(f"<p><b>{html.escape(b.caption)}</b> (<code>{files}</code>, {frame.height:,} rows)</p>")
                 parts.append(_html_table(frame.head(max_rows)))
                 if frame.height > max_rows:
                     parts.append(f"<p><i>first {max_rows} of {frame.height} rows shown</i></p>")
@@ -144,9 +156,12 @@ class HtmlReport:
                                for k, v in b.payload.items())
                 parts.append(f"<table class='kv'>{rows}</table>")
         parts.append("</body></html>")
+        summary = out / "summary.json"
+        summary.write_text(json.dumps(to_jsonable(self.summary), indent=2) + "\n")
+        if not html_page:
+            return summary
         index = out / "index.html"
         index.write_text("\n".join(parts))
-        (out / "summary.json").write_text(json.dumps(to_jsonable(self.summary), indent=2) + "\n")
         return index
 
 
