@@ -86,8 +86,8 @@ def test_rejected_run_leaves_the_previous_results(tmp_path, shared_data):
     lines = (shared_data / "criteo" / "criteo_sample.txt").read_text().splitlines()[:6]
     lines[3] = "2" + lines[3][1:]
     bad.write_text("\n".join(lines) + "\n")
-    result = runner.invoke(app, ["ps-train", "-q", "-o", str(out), "-n", "3", "--model", "ctr", "--data", str(bad)])
-    assert result.exit_code == 2
+    result = runner.invoke(app, ["ps-train", "-o", str(out), "-n", "3", "--model", "ctr", "--data", str(bad)])
+    assert result.exit_code == 2  # the error line alone: no progress bar for a run that never started
     assert _text(result) == f"error: {bad}, line 4, field label: expected 0 or 1, got '2'"
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == sorted([*previous, "logs"])
     assert all((out / name).read_text() == content for name, content in previous.items())

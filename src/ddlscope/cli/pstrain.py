@@ -76,19 +76,22 @@ class _ProgressView:
             self.task = self.bar.add_task("starting", total=total, loss="-", rate="-", rpcs=0)
 
     def __enter__(self) -> _ProgressView:
-        if self.bar:
-            self.bar.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.bar:
+        if self.bar and self.bar.live.is_started:
             self.bar.stop()
 
     def update(self, p: RunProgress) -> None:
-        if self.bar:
-            self.bar.update(self.task, completed=p.iterations_done, description=p.phase,
-                            loss="-" if p.loss is None else f"{p.loss:.3f}",
-                            rate=f"{p.rpcs_per_s:,.0f}" if p.elapsed_s else "-", rpcs=f"{p.rpcs:,}")
+        if not self.bar:
+            return
+        if not self.bar.live.is_started:
+            if p.phase == "preparing data":
+                return  # shown from the start of the processes on: bad input gets its error line alone
+            self.bar.start()
+        self.bar.update(self.task, completed=p.iterations_done, description=p.phase,
+                        loss="-" if p.loss is None else f"{p.loss:.3f}",
+                        rate=f"{p.rpcs_per_s:,.0f}" if p.elapsed_s else "-", rpcs=f"{p.rpcs:,}")
 
     def warn(self, text: str) -> None:
         self.console.print(f"[yellow]warning:[/yellow] {escape(text)}", emoji=False)
