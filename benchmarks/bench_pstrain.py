@@ -3,7 +3,9 @@
 Runs the default word model (tinyshakespeare, 2 workers x 2 servers unless told otherwise) for a
 few hundred iterations per variant and prints, per variant: RPCs logged, training wall time, RPC
 rate, client-observed latency p50/p99, the client_queue stage p50 (where connection set-up and pool
-waits land) and connections opened. Figures depend on the machine and its load; they are
+waits land) and connections opened. First it prints what a worker's per-iteration log flush costs
+(12 client rows of 250 keys each, appended to a part file), the price of losing at most one
+iteration of rows to SIGKILL. Figures depend on the machine and its load; they are
 measurements of this machine, not constants.
 
 Run: ``PYTHONPATH=src python benchmarks/bench_pstrain.py [--iterations 200] [--workers 2] [--servers 2]
@@ -17,10 +19,28 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from ddlscope.pstrain.config import NetemConfig, RunConfig
 from ddlscope.pstrain.launcher import run
+from ddlscope.pstrain.logs import CLIENT_RAW, RowBuffer
+
+
+def flush_cost(flushes: int = 2000) -> None:
+    """Print the mean time of one RowBuffer flush of one word-model iteration's client rows."""
+    row = {c: 1 for c, t in CLIENT_RAW.items() if t == pl.Int64}
+    row.update(op="pull_sparse", connection_event="reuse", client_host="h", server_host="h", status="OK",
+               keys=np.arange(250, dtype=np.int64))
+    with tempfile.TemporaryDirectory() as tmp:
+        buf = RowBuffer(CLIENT_RAW, Path(tmp) / "client-0")
+        t0 = time.perf_counter()
+        for _ in range(flushes):
+            for _ in range(12):
+                buf.append(row)
+            buf.flush()
+        per_flush_us = (time.perf_counter() - t0) / flushes * 1e6
+    print(f"per-iteration log flush (12 rows x 250 keys, append + encode + write): {per_flush_us:.0f} us")
 
 
 def main() -> None:
@@ -39,6 +59,7 @@ def main() -> None:
     if args.netem_mbit:
         variants.append((f"sync, persistent, {args.netem_mbit:g} Mbit/s hosts",
                          {"netem": NetemConfig(bandwidth_mbit=args.netem_mbit)}))
+    flush_cost()
     print(f"ps-train benchmark: word model, {args.workers} workers x {args.servers} servers, "
           f"{args.iterations} iterations per worker")
     rows = []

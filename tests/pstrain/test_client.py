@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
-import polars as pl
 import pytest
 
 from ddlscope.pstrain import wire
 from ddlscope.pstrain.client import ConnectionPool, PsClient, RpcFailedError
-from ddlscope.pstrain.logs import CLIENT_RAW, RowBuffer
+from ddlscope.pstrain.logs import CLIENT_RAW, RowBuffer, read_part
 from ddlscope.pstrain.models import word_model_spec
 from ddlscope.pstrain.server import ServerConfig, start_server
 
@@ -38,7 +37,7 @@ def _pull_dense(client, server_id, iteration):
 
 def _rows(rows):
     path = rows.flush()
-    return pl.read_parquet(path).sort("client_issue_ns")
+    return read_part(path, CLIENT_RAW).sort("client_issue_ns")
 
 
 def test_persistent_with_a_pool_of_one(tmp_path, two_servers):

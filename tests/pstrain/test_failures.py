@@ -1,5 +1,5 @@
-"""A worker or server killed mid-run: the run stops every process, names the one that died, and
-keeps what was logged."""
+"""A worker or server killed or frozen mid-run: the run stops every process, names the one that
+failed (or the stall), and keeps what was logged."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 import ddlscope
@@ -30,8 +31,35 @@ def test_killed_worker_stops_the_run(tmp_path, shared_data):
     assert summary["status"] == "failed" and summary["failures"] == [message.split(" (stopped")[0]]
     status = {p["name"]: p["exit_status"] for p in summary["processes"]}
     assert status["worker 1"] == -9
-    # what the others logged before the failure is kept, and the RPCs of the dead worker are counted
-    assert summary["rpcs"] > 0
+    # worker 1 appended iterations 0..2 to its part files before it died (one flush per iteration)
+    iterations = pl.read_parquet(tmp_path / "iterations.parquet")
+    assert iterations.filter(pl.col("worker_id") == 1)["iteration"].to_list() == [0, 1, 2]
+    assert {0, 1} <= set(iterations.filter(pl.col("worker_id") == 0)["iteration"])
+    # the servers and worker 0 wrote their rows when stopped with SIGTERM: every RPC of iterations 0 and 1
+    # is in the log, both sides joined: 2 workers x 2 iterations x 12 RPCs (test_run.py) = 48
+    log = pl.read_parquet(tmp_path / "rpcs.parquet")
+    assert log.filter(pl.col("iteration") <= 1).height == 48
+    assert summary["rpcs"] == log.height and summary["truncated_part_files"] == []
+    assert live_processes_mentioning(str(tmp_path)) == []
+
+
+def test_frozen_server_trips_the_stall_watchdog(tmp_path, shared_data):
+    """Server 0 frozen (SIGSTOP) at its 30th RPC: no RPC completes; after stall_timeout_s the run fails
+    naming the stall, and the frozen server, woken to handle SIGTERM, still writes its rows."""
+    cfg = RunConfig(data=shared_data / "text" / "tinyshakespeare.txt", iterations=50, batch_size=64, out=tmp_path,
+                    stall_timeout_s=2, inject_failure=FailureInjection(role="server", id=0, at=30, signal="STOP"))
+    with pytest.raises(PsTrainFailedError) as info:
+        run(cfg)
+    message = str(info.value)
+    assert message.startswith("stalled: no RPC completed for 2 s while ")
+    assert "(stopped 4 process(es): server 0, server 1, worker 0, worker 1)" in message
+    summary = json.loads((tmp_path / "run.json").read_text())
+    assert summary["status"] == "failed" and summary["failures"][0].startswith("stalled: ")
+    assert {p["name"]: p["exit_status"] for p in summary["processes"]}["server 0"] == 143
+    # server 0 served 29 RPCs before it froze at its 30th; woken by SIGCONT it may finish the 30th before
+    # SIGTERM ends it, and a few of the 29 may not have reached the worker when it froze: 25 to 30 logged
+    log = pl.read_parquet(tmp_path / "rpcs.parquet")
+    assert 25 <= log.filter(pl.col("server_id") == 0).height <= 30
     assert live_processes_mentioning(str(tmp_path)) == []
 
 

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import polars as pl
 
 from ddlscope.pstrain.logs import (
     CLIENT_RAW,
     SERVER_RAW,
+    RowBuffer,
     UpdateCounter,
     join_rpc_rows,
+    read_client_rows,
     read_key_updates,
+    read_part,
     timestamp_order_violations,
+    truncated_parts,
     write_table,
 )
 from ddlscope.rpc.schema import REQUIRED_COLUMNS, RPC_SCHEMA
@@ -75,3 +81,50 @@ def test_update_counts_add_up_across_part_files(tmp_path):
     updates = read_key_updates(tmp_path)
     # key 7 of table 1 in iteration 0: once in each of three pushes
     assert updates.rows() == [(0, 1, 5, 1), (0, 1, 7, 3), (0, 1, 9, 1), (1, 0, 5, 1)]
+
+
+def test_part_file_keeps_every_flush_and_survives_a_cut_write(tmp_path):
+    buf = RowBuffer(CLIENT_RAW, tmp_path / "client-0")
+    buf.append(_client(1))
+    buf.append({**_client(2), "keys": None, "table_id": None})
+    assert buf.flush() == tmp_path / "client-0.rows"
+    assert buf.flush() is None  # nothing new
+    buf.append({**_client(3), "keys": np.array([9], dtype=np.int64)})
+    buf.flush()
+    rows = read_part(buf.path, CLIENT_RAW)
+    assert rows.schema == pl.Schema(CLIENT_RAW)
+    assert rows["rpc_id"].to_list() == [1, 2, 3] and rows["keys"].to_list() == [[4, 6], None, [9]]
+    # a process killed in the middle of its next write leaves a short frame: the complete ones stay
+    size = buf.path.stat().st_size
+    buf.append(_client(4))
+    buf.flush()
+    with open(buf.path, "r+b") as fh:
+        fh.truncate(size + 7)
+    assert read_client_rows(tmp_path)["rpc_id"].to_list() == [1, 2, 3]
+    assert truncated_parts(tmp_path) == ["client-0.rows"]
+    # the last flush of a process seals the file: a flush racing with the exit writes nothing
+    sealed = RowBuffer(CLIENT_RAW, tmp_path / "client-1")
+    sealed.append(_client(5))
+    sealed.flush(final=True)
+    sealed.append(_client(6))
+    assert sealed.flush() is None and read_part(sealed.path, CLIENT_RAW)["rpc_id"].to_list() == [5]
+
+
+def test_concurrent_flushes_lose_no_row(tmp_path):
+    """Rows appended by 4 threads that also flush, as gRPC callback threads and the main thread do."""
+    buf = RowBuffer(CLIENT_RAW, tmp_path / "client-0")
+
+    def work(base):
+        for i in range(250):
+            buf.append(_client(base + i))
+            if i % 7 == 0:
+                buf.flush()
+
+    threads = [threading.Thread(target=work, args=(k * 1000,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    buf.flush()
+    ids = read_part(buf.path, CLIENT_RAW)["rpc_id"]
+    assert ids.len() == 1000 and ids.n_unique() == 1000 and buf.written == 1000

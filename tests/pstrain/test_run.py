@@ -23,9 +23,11 @@ WORKERS, SERVERS, ITERATIONS, DIM = 2, 2, 30, 32
 @pytest.fixture(scope="module")
 def word_run(tmp_path_factory, shared_data):
     out = tmp_path_factory.mktemp("word")
+    # the fewest server threads a sync run of 2 workers needs: (2 - 1) x (2 tables + 1) + 1 = 4 (a deadlock
+    # would trip the stall watchdog and fail the run instead of hanging the tests)
     cfg = RunConfig(model="word", data=shared_data / "text" / "tinyshakespeare.txt", workers=WORKERS,
                     servers=SERVERS, iterations=ITERATIONS, batch_size=128, lr=0.5, dim=DIM, out=out, otlp=True,
-                    keep_raw=True)
+                    keep_raw=True, server_threads=4, stall_timeout_s=30)
     return run(cfg)
 
 
@@ -138,7 +140,15 @@ def test_otlp_spans_join_client_and_server(word_run):
 
 def test_clean_shutdown(word_run):
     assert word_run.summary["status"] == "ok" and word_run.summary["failures"] == []
+    assert word_run.summary["effective"]["server_threads"] == word_run.summary["effective"]["min_server_threads"] == 4
+    assert log_threads_used(word_run) <= 4
     assert all(p["exit_status"] == 0 for p in word_run.summary["processes"])
     assert live_processes_mentioning(str(word_run.out)) == []
     run_json = json.loads((word_run.out / "run.json").read_text())
     assert run_json["rpcs"] == 720 and run_json["train_wall_s"] > 0
+
+
+def log_threads_used(result) -> int:
+    """Distinct handler threads per server seen in the log (at most the pool size)."""
+    log = pl.read_parquet(result.files["rpcs"])
+    return int(log.group_by("server_id").agg(pl.col("server_thread").n_unique())["server_thread"].max())

@@ -6,8 +6,13 @@ Command modules each define ``register(app)``; add a new one to :data:`COMMAND_M
 from __future__ import annotations
 
 import importlib
+import sys
 
-import typer
+try:
+    import typer
+except KeyboardInterrupt:  # Ctrl-C while the CLI loads: one line, not a traceback from inside an import
+    sys.stderr.write("interrupted\n")
+    raise SystemExit(130) from None
 
 app = typer.Typer(
     name="ddlscope",
@@ -31,8 +36,12 @@ COMMAND_MODULES: tuple[str, ...] = (
     "ddlscope.cli.validate",
 )
 
-for _name in COMMAND_MODULES:
-    importlib.import_module(_name).register(app)
+try:
+    for _name in COMMAND_MODULES:
+        importlib.import_module(_name).register(app)
+except KeyboardInterrupt:  # Ctrl-C while the commands load (scipy, matplotlib, ...): one line, exit 130
+    sys.stderr.write("interrupted\n")
+    raise SystemExit(130) from None
 
 
 def main() -> None:

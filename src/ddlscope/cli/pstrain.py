@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -14,41 +16,82 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ddlscope.cli.common import FormatOpt, err_console, user_errors
 from ddlscope.pstrain.config import FailureInjection, NetemConfig, RunConfig
 from ddlscope.pstrain.launcher import Progress as RunProgress
-from ddlscope.pstrain.launcher import PsTrainFailedError, RunResult, claim_output_folder, run
+from ddlscope.pstrain.launcher import (
+    PsTrainFailedError,
+    PsTrainInterruptedError,
+    RunResult,
+    check_output_folder,
+    run,
+)
 from ddlscope.pstrain.netem import NetworkEmulationError
 from ddlscope.pstrain.summary import per_op_summary
 from ddlscope.report.console import emit
 
+WIDE_PROGRESS_COLUMNS = 100
+"""From this terminal width on, the progress line also shows the RPC count."""
+
+_OPTION_OF_FIELD = {"stall_timeout_s": "--stall-timeout", "enabled": "--netns"}
+
+
+def _option_of(loc: tuple[Any, ...]) -> str:
+    """The command-line option behind a RunConfig/NetemConfig field location."""
+    if not loc:
+        return ""
+    head = str(loc[-1] if loc[0] == "netem" else loc[0])
+    if head == "inject_failure":
+        return "--inject-failure"
+    return _OPTION_OF_FIELD.get(head, "--" + head.replace("_", "-"))
+
+
+def describe_config_error(exc: ValidationError) -> str:
+    """``--option: what was expected (got value)`` for each error of a RunConfig/NetemConfig, joined by
+    ``; `` (our own validators' messages already name their options)."""
+    parts = []
+    for err in exc.errors():
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "value_error" or not err["loc"]:
+            parts.append(msg)
+            continue
+        inp = err.get("input")
+        got = f" (got {inp!r})" if isinstance(inp, str | int | float) and len(repr(inp)) <= 60 else ""
+        parts.append(f"{_option_of(err['loc'])}: {msg}{got}")
+    return "; ".join(parts)
+
 
 class _ProgressView:
-    """A rich progress bar on stderr: iterations (all workers), loss, RPCs/s."""
+    """A rich progress bar on stderr: iterations (all workers), loss, RPCs/s; it fits the terminal
+    (from 80 columns on, the bar takes what the figures leave)."""
 
-    def __init__(self, total: int, quiet: bool):
-        self.console = Console(stderr=True)
+    def __init__(self, total: int, quiet: bool, console: Console | None = None):
+        self.console = console or Console(stderr=True)
         self.bar = None
         if not quiet:
+            figures = "it  loss {task.fields[loss]}  {task.fields[rate]} RPCs/s"
+            if self.console.width >= WIDE_PROGRESS_COLUMNS:
+                figures += "  {task.fields[rpcs]} RPCs"
             self.bar = Progress(
-                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("iterations  loss {task.fields[loss]}  {task.fields[rate]} RPCs/s  "
-                           "{task.fields[rpcs]} RPCs"),
-                TimeElapsedColumn(), console=self.console, transient=False,
+                TextColumn("[bold]{task.description}"), BarColumn(bar_width=None), MofNCompleteColumn(),
+                TextColumn(figures), TimeElapsedColumn(), console=self.console, transient=False, expand=True,
             )
             self.task = self.bar.add_task("starting", total=total, loss="-", rate="-", rpcs=0)
 
     def __enter__(self) -> _ProgressView:
-        if self.bar:
-            self.bar.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.bar:
+        if self.bar and self.bar.live.is_started:
             self.bar.stop()
 
     def update(self, p: RunProgress) -> None:
-        if self.bar:
-            self.bar.update(self.task, completed=p.iterations_done, description=p.phase,
-                            loss="-" if p.loss is None else f"{p.loss:.4f}",
-                            rate=f"{p.rpcs_per_s:,.0f}" if p.elapsed_s else "-", rpcs=f"{p.rpcs:,}")
+        if not self.bar:
+            return
+        if not self.bar.live.is_started:
+            if p.phase == "preparing data":
+                return  # shown from the start of the processes on: bad input gets its error line alone
+            self.bar.start()
+        self.bar.update(self.task, completed=p.iterations_done, description=p.phase,
+                        loss="-" if p.loss is None else f"{p.loss:.3f}",
+                        rate=f"{p.rpcs_per_s:,.0f}" if p.elapsed_s else "-", rpcs=f"{p.rpcs:,}")
 
     def warn(self, text: str) -> None:
         self.console.print(f"[yellow]warning:[/yellow] {escape(text)}", emoji=False)
@@ -88,8 +131,10 @@ def register(app: typer.Typer) -> None:
     def ps_train(
         model: Annotated[str, typer.Option("--model", "-m", help="word (text, default) or ctr "
                                            "(Criteo/Avazu)")] = "word",
-        data: Annotated[Path | None, typer.Option("--data", help="input file (default: bundled tinyshakespeare "
-                                                  "text, or the Criteo sample for --model ctr)")] = None,
+        data: Annotated[Path | None, typer.Option("--data", help="input file (default: text/tinyshakespeare.txt, "
+                                                  "or criteo/criteo_sample.txt for --model ctr, in "
+                                                  "$DDLSCOPE_SHARED_DATA or else the nearest shared/data folder "
+                                                  "above the working directory or the ddlscope package)")] = None,
         workers: Annotated[int, typer.Option("--workers", "-w", help="worker processes")] = 2,
         servers: Annotated[int, typer.Option("--servers", "-s", help="parameter-server processes (shards)")] = 2,
         mode: Annotated[str, typer.Option("--mode", help="sync (version check at servers) or async")] = "sync",
@@ -109,7 +154,10 @@ def register(app: typer.Typer) -> None:
         max_connections: Annotated[int | None, typer.Option("--max-connections", help="connection pool limit per "
                                                             "worker (LRU eviction)")] = None,
         server_threads: Annotated[int | None, typer.Option("--server-threads", help="gRPC handler threads per "
-                                                           "server (default: enough for all in-flight RPCs)")] = None,
+                                                           "server (default: enough for all in-flight RPCs; sync "
+                                                           "mode needs at least (workers-1) x (tables+1) + 1)")] = None,
+        stall_timeout: Annotated[float, typer.Option("--stall-timeout", help="fail the run when RPCs are in flight "
+                                                     "but none completes for this many seconds")] = 60.0,
         out: Annotated[Path, typer.Option("--out", "-o", help="output folder")] = Path("ddlscope-ps-train"),
         log_format: Annotated[str, typer.Option("--log-format", help="parquet, csv or jsonl")] = "parquet",
         otlp: Annotated[bool, typer.Option("--otlp", help="also write OpenTelemetry spans (OTLP JSON)")] = False,
@@ -126,7 +174,8 @@ def register(app: typer.Typer) -> None:
                                                        "(implies --netns)")] = None,
         inject_failure: Annotated[str | None, typer.Option("--inject-failure", help="SIGKILL one process to test "
                                                            "failure handling: worker:1:5 (worker 1 at iteration "
-                                                           "5) or server:0:100 (server 0 at its 100th RPC)")] = None,
+                                                           "5) or server:0:100 (server 0 at its 100th RPC); "
+                                                           "append :stop to freeze it with SIGSTOP instead")] = None,
         seed: Annotated[int, typer.Option("--seed", help="seed of initial values and data order")] = 0,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
         fmt: FormatOpt = "table",
@@ -139,30 +188,54 @@ def register(app: typer.Typer) -> None:
         RPC log in the `ddlscope rpc` schema), key_updates.parquet, iterations.parquet,
         vocabulary.parquet, run.json, logs/, and with --otlp spans.otlp.json.
         """
+        try:
+            _ps_train(model, data, workers, servers, mode, iterations, batch_size, optimizer, lr, dim, hidden, window,
+                      negatives, rows, connections, max_connections, server_threads, stall_timeout, out, log_format,
+                      otlp, log_keys, keep_raw, netns, bandwidth_mbit, delay_ms, loss_pct, inject_failure, seed, quiet,
+                      fmt)
+        except KeyboardInterrupt:  # Ctrl-C before the run started: nothing to stop, nothing written
+            err_console.print("[yellow]interrupted[/yellow]", emoji=False)
+            sys.exit(130)
+
+
+def _ps_train(model, data, workers, servers, mode, iterations, batch_size, optimizer, lr, dim, hidden, window,
+              negatives, rows, connections, max_connections, server_threads, stall_timeout, out, log_format, otlp,
+              log_keys, keep_raw, netns, bandwidth_mbit, delay_ms, loss_pct, inject_failure, seed, quiet,
+              fmt) -> None:
+    try:
         cfg = RunConfig(
             model=model, data=data, workers=workers, servers=servers, mode=mode, iterations=iterations,
             batch_size=batch_size, optimizer=optimizer, lr=lr, dim=dim, hidden=hidden, window=window,
             negatives=negatives, rows=rows, connections=connections, max_connections=max_connections,
-            server_threads=server_threads, out=out, log_format=log_format, otlp=otlp, log_keys=log_keys,
-            keep_raw=keep_raw,
+            server_threads=server_threads, stall_timeout_s=stall_timeout, out=out, log_format=log_format, otlp=otlp,
+            log_keys=log_keys, keep_raw=keep_raw,
             netem=NetemConfig(enabled=netns, bandwidth_mbit=bandwidth_mbit, delay_ms=delay_ms, loss_pct=loss_pct),
             inject_failure=FailureInjection.parse(inject_failure) if inject_failure else None, seed=seed,
         )
-        cfg.data_path()  # a missing input or a foreign output folder is a user error before anything starts
-        claim_output_folder(cfg.out)
-        view = _ProgressView(cfg.workers * cfg.iterations, quiet or fmt != "table")
-        try:
-            with view:
-                result = run(cfg, on_progress=view.update, on_warning=view.warn)
-        except PsTrainFailedError as exc:
-            err_console.print(f"[red]ps-train failed:[/red] {escape(str(exc))}", emoji=False)
-            err_console.print(escape(f"process logs: {Path(out) / 'logs'}; what was logged before the failure: "
-                                     f"{Path(out)}"), emoji=False)
-            sys.exit(1)
-        except NetworkEmulationError as exc:
-            err_console.print(f"[red]error:[/red] network emulation: {escape(str(exc))}", emoji=False)
-            sys.exit(1)
-        except KeyboardInterrupt:
-            err_console.print("[yellow]interrupted[/yellow]: every worker and server process was stopped")
-            sys.exit(130)
-        _print_result(result, fmt)
+    except ValidationError as exc:
+        raise ValueError(describe_config_error(exc)) from None
+    cfg.data_path()  # a missing input or an unusable output folder is a user error before anything starts
+    check_output_folder(cfg.out)
+    view = _ProgressView(cfg.workers * cfg.iterations, quiet or fmt != "table")
+    try:
+        with view:
+            result = run(cfg, on_progress=view.update, on_warning=view.warn)
+    except PsTrainFailedError as exc:
+        err_console.print(f"[red]ps-train failed:[/red] {escape(str(exc))}", emoji=False)
+        err_console.print(escape(f"process logs: {Path(out) / 'logs'}; what was logged before the failure: "
+                                 f"{Path(out)} (run.json: status failed)"), emoji=False)
+        sys.exit(1)
+    except NetworkEmulationError as exc:
+        err_console.print(f"[red]error:[/red] network emulation: {escape(str(exc))}", emoji=False)
+        sys.exit(1)
+    except PsTrainInterruptedError as exc:
+        if exc.result is None:
+            err_console.print(escape(str(exc)), emoji=False)
+        else:
+            s = exc.result.summary
+            err_console.print(escape(f"{exc}; every worker and server process was stopped"), emoji=False)
+            err_console.print(escape(f"what was logged is in {exc.result.out}: {s['rpcs']:,} RPCs in "
+                                     f"{Path(s['files']['rpcs']).name}, run.json (status interrupted), logs/"),
+                              emoji=False)
+        sys.exit(128 + (exc.signum or signal.SIGINT))
+    _print_result(result, fmt)

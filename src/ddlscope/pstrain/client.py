@@ -234,11 +234,13 @@ class PsClient:
         self._seq = itertools.count()
         self._lock = threading.Lock()
         self.completed = 0
+        self.issued = 0
 
     def issue(self, server_id: int, op: int, table_id: int, iteration: int,
               arrays: tuple[np.ndarray, ...]) -> Call:
         """Start one RPC (returns at once; wait on ``call.finished``)."""
         issue = time.time_ns()
+        self.issued += 1  # only the training loop's thread issues
         conn, event, cstart, cend = self.pool.acquire(server_id)
         rpc_id = self.worker_id * ID_STRIDE + next(self._seq)
         sparse = op in (wire.PULL_SPARSE, wire.PUSH_SPARSE)

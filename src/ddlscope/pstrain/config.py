@@ -50,29 +50,76 @@ class NetemConfig(BaseModel):
 
 class FailureInjection(BaseModel):
     """Kill one process with SIGKILL: worker ``id`` when it starts iteration ``at``, or server ``id``
-    when it receives its ``at``-th RPC (to check failure handling)."""
+    when it receives its ``at``-th RPC (to check failure handling). With ``signal`` ``"STOP"`` the
+    process is frozen with SIGSTOP instead (to check the stall watchdog)."""
 
     model_config = ConfigDict(extra="forbid")
     role: Literal["worker", "server"]
     id: int = Field(ge=0)
     at: int = Field(ge=0)
+    signal: Literal["KILL", "STOP"] = "KILL"
+
+    def __str__(self) -> str:
+        return f"{self.role}:{self.id}:{self.at}" + (":stop" if self.signal == "STOP" else "")
 
     @classmethod
     def parse(cls, text: str) -> FailureInjection:
-        """``role:id:at``, e.g. ``worker:1:5`` or ``server:0:100``.
+        """``role:id:at[:stop]``, e.g. ``worker:1:5``, ``server:0:100`` or ``server:0:100:stop``.
 
         Raises:
-            ValueError: another shape.
+            ValueError: another shape, or an id or count that is not a whole number >= 0 (the
+                message names the option and the part).
         """
+        usage = "expected worker:ID:ITERATION or server:ID:RPCS, optionally followed by :stop"
         parts = text.split(":")
-        if len(parts) != 3 or parts[0] not in ("worker", "server"):
-            raise ValueError(f"--inject-failure {text!r}: expected worker:ID:ITERATION or server:ID:RPCS")
-        try:
-            return cls(role=parts[0], id=int(parts[1]), at=int(parts[2]))  # type: ignore[arg-type]
-        except ValueError as exc:
-            raise ValueError(f"--inject-failure {text!r}: ID and count must be integers") from exc
+        if len(parts) not in (3, 4) or parts[0] not in ("worker", "server") or parts[3:] not in ([], ["stop"]):
+            raise ValueError(f"--inject-failure {text!r}: {usage}")
+        values = []
+        for what, part in (("ID", parts[1]), ("ITERATION" if parts[0] == "worker" else "RPCS", parts[2])):
+            try:
+                value = int(part)
+            except ValueError:
+                raise ValueError(f"--inject-failure {text!r}: {what} must be a whole number, got {part!r}") from None
+            if value < 0:
+                raise ValueError(f"--inject-failure {text!r}: {what} must be 0 or more, got {value}")
+            values.append(value)
+        return cls(role=parts[0], id=values[0], at=values[1],  # type: ignore[arg-type]
+                   signal="STOP" if parts[3:] else "KILL")
 
 
+def min_server_threads(mode: str, model: str, workers: int, connections: str, max_connections: int | None) -> int:
+    """The fewest gRPC handler threads per server with which a run cannot deadlock.
+
+    Async mode: 1 (no request waits). Sync mode: a request of iteration ``t + 1`` waits in its
+    handler thread until the shard has applied iteration ``t`` (the version check), which needs the
+    pushes of ``t`` of every worker, and each of those needs a free thread. A worker is at most one
+    iteration ahead of a shard (it finishes ``t`` only once every shard acknowledged its pushes of
+    ``t``), and it sends a shard at most ``tables + 1`` requests at once (a ``pull_sparse`` or
+    ``push_sparse`` per table plus one dense request; fewer with ``--connections per-rpc`` and
+    ``--max-connections K``: at most K in flight per worker). At most ``N - 1`` workers can wait at
+    a shard (if all N had sent their pushes, it would have moved on), so the shard needs
+    ``(N - 1) * min(tables + 1, K) + 1`` threads: all the waiting requests plus one to serve the
+    worker they wait for (derived here from the sync protocol; docs/pstrain.md, "Modes").
+
+    Args:
+        mode: ``sync`` or ``async``; model: ``word`` (2 tables) or ``ctr`` (1 table); workers: N;
+        connections, max_connections: the connection policy.
+    """
+    if mode != "sync":
+        return 1
+    return (workers - 1) * requests_per_shard(model, connections, max_connections) + 1
+
+
+def requests_per_shard(model: str, connections: str, max_connections: int | None) -> int:
+    """The most requests one worker has in flight at one server: ``tables + 1`` (word: 2 tables,
+    ctr: 1), at most ``max_connections`` with ``--connections per-rpc``."""
+    n = (2 if model == "word" else 1) + 1
+    return min(n, max_connections) if connections == "per-rpc" and max_connections is not None else n
+
+
+def _shared_data_places() -> str:
+    return ("$DDLSCOPE_SHARED_DATA, else the nearest shared/data folder above the working directory or above "
+            "the installed ddlscope package")
 class RunConfig(BaseModel):
     """A parameter-server training run.
 
@@ -88,8 +135,11 @@ class RunConfig(BaseModel):
         rows: hash buckets of the CTR embedding table.
         connections, max_connections: ``persistent`` or ``per-rpc``; at most this many open
             connections per worker (None: no limit).
-        server_threads: gRPC handler threads per server (None: enough for every in-flight RPC).
+        server_threads: gRPC handler threads per server (None: enough for every in-flight RPC;
+            at least :func:`min_server_threads`).
         rpc_timeout_s, connect_timeout_s, startup_timeout_s: deadlines.
+        stall_timeout_s: the run fails when RPCs are in flight but none completes for this long
+            (the stall watchdog).
         out: output folder; log_format: ``parquet``, ``csv`` or ``jsonl``; otlp: also write
             OpenTelemetry spans; log_keys: keep each sparse RPC's keys; keep_raw: keep per-process
             part files.
@@ -118,6 +168,7 @@ class RunConfig(BaseModel):
     rpc_timeout_s: float = Field(default=120.0, gt=0)
     connect_timeout_s: float = Field(default=30.0, gt=0)
     startup_timeout_s: float = Field(default=120.0, gt=0)
+    stall_timeout_s: float = Field(default=60.0, gt=0)
     out: Path = Path("ddlscope-ps-train")
     log_format: Literal["parquet", "csv", "jsonl"] = "parquet"
     otlp: bool = False
@@ -129,12 +180,37 @@ class RunConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:
-        if self.inject_failure is not None:
-            limit = self.workers if self.inject_failure.role == "worker" else self.servers
-            if self.inject_failure.id >= limit:
-                raise ValueError(f"inject_failure: {self.inject_failure.role} {self.inject_failure.id} does not "
-                                 f"exist ({limit} {self.inject_failure.role}s)")
+        # messages name the command-line options: that is how most runs are configured
+        inj = self.inject_failure
+        if inj is not None:
+            limit = self.workers if inj.role == "worker" else self.servers
+            if inj.id >= limit:
+                raise ValueError(f"--inject-failure {inj}: there is no {inj.role} {inj.id} (--{inj.role}s {limit}: "
+                                 f"ids 0 to {limit - 1})")
+            if inj.role == "worker" and inj.at >= self.iterations:
+                raise ValueError(f"--inject-failure {inj}: worker {inj.id} never starts iteration {inj.at} "
+                                 f"(--iterations {self.iterations}: iterations 0 to {self.iterations - 1})")
+        need = self.required_server_threads
+        if self.server_threads is not None and self.server_threads < need:
+            per = requests_per_shard(self.model, self.connections, self.max_connections)
+            raise ValueError(
+                f"--server-threads {self.server_threads}: a sync run of {self.workers} workers needs at least "
+                f"{need} handler threads per server or it can deadlock ({self.workers - 1} of the {self.workers} "
+                f"workers can each have {per} requests waiting at a server's version check, and 1 more thread "
+                f"must serve the worker they wait for); "
+                f"use --server-threads {need} or more, or --mode async")
         return self
+
+    @property
+    def required_server_threads(self) -> int:
+        """The fewest handler threads per server this run needs (:func:`min_server_threads`)."""
+        return min_server_threads(self.mode, self.model, self.workers, self.connections, self.max_connections)
+
+    @property
+    def effective_server_threads(self) -> int:
+        """``server_threads``, or enough for every RPC the workers can have in flight at one server:
+        ``N x (tables + 1) + 4``."""
+        return self.server_threads or self.workers * requests_per_shard(self.model, "persistent", None) + 4
 
     @property
     def effective_batch_size(self) -> int:
@@ -156,20 +232,25 @@ class RunConfig(BaseModel):
         return self.dim or (32 if self.model == "word" else 8)
 
     def data_path(self) -> Path:
-        """The input file: ``data``, or the bundled default for the model.
+        """The input file: ``data``, or the default for the model (``text/tinyshakespeare.txt`` or
+        ``criteo/criteo_sample.txt`` in the shared data folder, see :func:`find_shared_data`).
 
         Raises:
-            FileNotFoundError: no ``data`` given and no bundled data found, or the file is missing.
+            FileNotFoundError: ``data`` is missing, or not given and the default is not found.
+            IsADirectoryError: ``data`` is a folder.
         """
         if self.data is not None:
+            if self.data.is_dir():
+                raise IsADirectoryError(f"--data {self.data}: is a folder; expected a file")
             if not self.data.is_file():
                 raise FileNotFoundError(f"--data {self.data}: no such file")
             return self.data
         shared = find_shared_data()
         rel = DEFAULT_TEXT if self.model == "word" else DEFAULT_CTR
         if shared is None or not (shared / rel).is_file():
+            where = f"looked in {shared}" if shared is not None else "no shared/data folder found"
             raise FileNotFoundError(
-                f"no --data given and the default {rel} was not found (looked in $DDLSCOPE_SHARED_DATA and "
-                f"shared/data above the working directory); pass --data FILE"
+                f"no --data given and the default data file {rel} was not found ({where}; the default is "
+                f"searched in {_shared_data_places()}); pass --data FILE or set DDLSCOPE_SHARED_DATA"
             )
         return shared / rel

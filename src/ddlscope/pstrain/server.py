@@ -69,8 +69,8 @@ class ServerConfig:
         mode: ``sync`` or ``async``; optimizer: ``adagrad`` or ``sgd``; lr: learning rate.
         seed: initial-value seed; threads: gRPC handler threads.
         raw_dir: where the part files go; host: host label written in the log.
-        flush_rows: write a part file when this many rows are buffered.
-        kill_after_rpcs: SIGKILL this process on its n-th RPC (failure injection), or None.
+        kill_after_rpcs: SIGKILL this process on its n-th RPC (failure injection), or None;
+            with ``kill_signal`` ``"STOP"`` it is frozen with SIGSTOP instead.
     """
 
     server_id: int
@@ -84,8 +84,8 @@ class ServerConfig:
     threads: int
     raw_dir: Path
     host: str
-    flush_rows: int = 200_000
     kill_after_rpcs: int | None = None
+    kill_signal: str = "KILL"
 
 
 class _AbortError(Exception):
@@ -274,8 +274,8 @@ class ParameterServer:
         handler_start = time.time_ns()
         dispatch = getattr(_local, "dispatch_ns", handler_start)
         n = next(self._rpc_counter)
-        if self.cfg.kill_after_rpcs is not None and n >= self.cfg.kill_after_rpcs:
-            os.kill(os.getpid(), signal.SIGKILL)
+        if self.cfg.kill_after_rpcs is not None and n == self.cfg.kill_after_rpcs:
+            os.kill(os.getpid(), getattr(signal, f"SIG{self.cfg.kill_signal}"))
         if metadata_rpc_id is not None and metadata_rpc_id != request.rpc_id:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f"rpc id {metadata_rpc_id} in metadata differs from {request.rpc_id} in the payload")
@@ -307,10 +307,10 @@ class ParameterServer:
         self.rows.append(row)
         self.rpcs += 1
 
-    def flush(self) -> None:
-        """Write buffered log rows and update counts as part files."""
-        self.rows.flush()
-        self.updates.flush()
+    def flush(self, final: bool = False) -> None:
+        """Append buffered log rows and update counts to the part files (``final``: the last write)."""
+        self.rows.flush(final)
+        self.updates.flush(final)
 
     def stop(self) -> None:
         """Release requests waiting at the sync barrier."""

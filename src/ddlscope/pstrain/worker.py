@@ -39,13 +39,13 @@ class WorkerConfig:
         worker_id, num_workers, num_servers: this worker's id, N and M.
         spec: the model; mode: ``sync`` or ``async``.
         iterations: iterations to run; batch_size: samples per iteration; seed: data-order seed.
-        data_path: the prepared data (``.npz`` written by :func:`ddlscope.pstrain.launcher.prepare_data`).
+        data_path: the prepared data (``raw/data.npz``, the arrays of :class:`ddlscope.pstrain.launcher.RunInput`).
         raw_dir: where the part files go; host: host label written in the log.
         per_rpc: a connection per RPC; max_connections: connection limit (None: unlimited).
         rpc_timeout_s, connect_timeout_s: deadlines.
         log_keys: keep each sparse RPC's keys in the log.
-        kill_at_iteration: SIGKILL this process when starting this iteration (failure injection).
-        flush_rows: write a part file when this many rows are buffered.
+        kill_at_iteration: SIGKILL this process when starting this iteration (failure injection);
+            with ``kill_signal`` ``"STOP"`` it is frozen with SIGSTOP instead.
     """
 
     worker_id: int
@@ -65,7 +65,7 @@ class WorkerConfig:
     connect_timeout_s: float = 30.0
     log_keys: bool = True
     kill_at_iteration: int | None = None
-    flush_rows: int = 200_000
+    kill_signal: str = "KILL"
 
 
 def batches_of(cfg: WorkerConfig) -> Iterator[Batch]:
@@ -104,9 +104,13 @@ class Worker:
         m = cfg.num_servers
         self.dense_ids = {s: np.array(cfg.spec.dense_ids_of(s, m), dtype=np.int64) for s in range(m)}
         self.dense_ids = {s: ids for s, ids in self.dense_ids.items() if len(ids)}
+        self.iteration = 0
 
     def run(self, report: Callable[[int, float, int], None]) -> None:
         """Train ``cfg.iterations`` iterations; ``report(iterations_done, loss, rpcs)`` after each.
+
+        The iteration's log rows are appended to the part files before the next one starts, so a
+        worker killed at any moment loses the rows of at most the iteration it was in.
 
         Raises:
             RpcFailedError: an RPC failed (the message names op, server and status).
@@ -116,8 +120,9 @@ class Worker:
         cfg, client, m = self.cfg, self.client, self.cfg.num_servers
         sync = cfg.mode == "sync"
         for it in range(cfg.iterations):
-            if cfg.kill_at_iteration is not None and it >= cfg.kill_at_iteration:
-                os.kill(os.getpid(), signal.SIGKILL)
+            self.iteration = it
+            if cfg.kill_at_iteration is not None and it == cfg.kill_at_iteration:
+                os.kill(os.getpid(), getattr(signal, f"SIG{cfg.kill_signal}"))
             t_start = time.time_ns()
             rpcs_before = client.completed
             batch = next(self.batches)
@@ -159,14 +164,13 @@ class Worker:
                 "rpcs": client.completed - rpcs_before, "iteration_start_ns": t_start, "pull_end_ns": t_pulled,
                 "compute_end_ns": t_computed, "iteration_end_ns": t_end,
             })
-            if len(self.rows) >= cfg.flush_rows:
-                self.rows.flush()
+            self.flush()
             report(it + 1, loss, client.completed)
 
-    def flush(self) -> None:
-        """Write buffered rows as part files."""
-        self.rows.flush()
-        self.iterations.flush()
+    def flush(self, final: bool = False) -> None:
+        """Append buffered rows to the part files (``final``: the process's last write)."""
+        self.rows.flush(final)
+        self.iterations.flush(final)
 
     def close(self) -> None:
         """Close the connections and write the remaining rows."""
