@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from tests.calibrate.nccl_samples import ALL_REDUCE_8X_A100
 from typer.testing import CliRunner
 
 from ddlscope.calibrate.api import CalibrationPlan, run_calibration
 from ddlscope.calibrate.profile_file import load_calibration, write_calibration
 from ddlscope.cli.main import app
+
+from .nccl_samples import ALL_REDUCE_8X_A100
 
 runner = CliRunner()
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tests.calibrate.nccl_samples import ALL_GATHER_OLD_MPIRUN, ALL_REDUCE_8X_A100
 
 from ddlscope.calibrate.fit import bus_factor, collective_steps, fit_alpha_beta
 from ddlscope.calibrate.nccl_tests import NcclTestsError, parse_nccl_tests
+
+from .nccl_samples import ALL_GATHER_OLD_MPIRUN, ALL_REDUCE_8X_A100
 
 
 def test_fit_recovers_alpha_beta_exactly_from_noise_free_timings():
