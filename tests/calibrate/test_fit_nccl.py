@@ -35,7 +35,7 @@ def test_fit_recovers_alpha_beta_exactly_from_noise_free_timings():
     sizes = np.geomspace(1e3, 1e9, 13)
     t = 7 * 2e-6 + 7 / 8 * sizes / 3e9
     f = fit_alpha_beta(sizes, t, collective="alltoall_perf", ranks=8)
-    assert (f.collective, f.steps) == ("alltoall", 7)
+    assert (f.collective, f.steps) == ("all_to_all", 7)
     assert f.alpha_s == pytest.approx(2e-6, rel=1e-9) and f.bandwidth_gb_s == pytest.approx(3.0, rel=1e-9)
 
 
