@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from tests.calibrate.nccl_samples import ALL_REDUCE_8X_A100
 from typer.testing import CliRunner
 
 from ddlscope.calibrate.api import CalibrationPlan, run_calibration
 from ddlscope.calibrate.profile_file import load_calibration, write_calibration
 from ddlscope.cli.main import app
+
+from .nccl_samples import ALL_REDUCE_8X_A100
 
 runner = CliRunner()
 
@@ -32,7 +33,7 @@ def test_tiny_calibration_builds_a_valid_cpu_system(tiny_calibration, tmp_path):
     (ar,) = [f for f in cal.fits if f["collective"] == "all_reduce"]
     assert ar["steps"] == 2 and s.pcie.latency_us == pytest.approx(ar["latency_us"])
     assert s.pcie.bandwidth_gb_s == pytest.approx(ar["bandwidth_gb_s"])
-    assert {f["collective"] for f in cal.fits} == {"all_reduce", "all_gather", "alltoall"}
+    assert {f["collective"] for f in cal.fits} == {"all_reduce", "all_gather", "all_to_all"}
     mm = cal.table("matmul")
     peak = s.gpu.peak_tflops.fp32 * 1e12
     assert mm["efficiency"].max() <= 1.0 + 1e-9 and (mm["flop_per_s"] / peak - mm["efficiency"]).abs().max() < 1e-9

@@ -21,14 +21,15 @@ from collections.abc import Callable, Sequence
 
 import polars as pl
 
-from ddlscope.calibrate.fit import AlphaBetaFit, bus_factor, fit_alpha_beta
+from ddlscope.calibrate.fit import AlphaBetaFit, fit_alpha_beta
+from ddlscope.model.collectives import bus_factor, canonical_collective
 
 COLLECTIVE_SIZES: tuple[int, ...] = tuple(4 * 8**k for k in range(1, 9))
 """Default collective sizes (bytes): 32 B to 64 MiB by factors of 8."""
-BENCH_COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "alltoall")
+BENCH_COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "all_to_all")
 
 COLLECTIVE_COLUMNS: dict[str, str] = {
-    "collective": "all_reduce, all_gather or alltoall",
+    "collective": "all_reduce, all_gather or all_to_all",
     "backend": "gloo or nccl",
     "ranks": "processes p",
     "size_bytes": "collective size S (nccl-tests' definition)",
@@ -124,6 +125,10 @@ def bench_collectives(
         raise ValueError(f"ranks: collectives need >= 2 processes, got {ranks}")
     if backend not in ("gloo", "nccl"):
         raise ValueError(f"backend: expected gloo or nccl, got {backend!r}")
+    try:
+        collectives = [canonical_collective(c) for c in collectives]
+    except ValueError as e:
+        raise ValueError(f"collectives: {e}; expected some of {BENCH_COLLECTIVES}") from None
     bad = set(collectives) - set(BENCH_COLLECTIVES)
     if bad:
         raise ValueError(f"collectives: unknown {sorted(bad)}; expected some of {BENCH_COLLECTIVES}")

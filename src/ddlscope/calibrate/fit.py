@@ -7,7 +7,9 @@ A collective of ``S`` bytes over ``p`` ranks moves ``n = f(p) * S`` bytes over e
 
 ``f(p)`` is nccl-tests' bus-bandwidth factor (``busbw = algbw * f(p)``, nccl-tests
 doc/PERFORMANCE.md): ``2 (p-1)/p`` for all-reduce, ``(p-1)/p`` for all-gather, reduce-scatter and
-all-to-all (``S`` the total size), 1 for broadcast, reduce and send/receive. ``beta`` is therefore
+all-to-all (``S`` the total size), 1 for broadcast, reduce and send/receive; ``k(p)`` the ring's
+steps. Both, and the collective names, are :mod:`ddlscope.model.collectives`' (:func:`bus_factor`,
+:func:`collective_steps`, :data:`~ddlscope.model.collectives.COLLECTIVES`). ``beta`` is therefore
 the *bus bandwidth* the collective approaches for large messages, the per-link figure the step-time
 model's ``bytes / B`` uses, and ``alpha`` the per-step latency its ``messages * a`` uses
 (:mod:`ddlscope.model.step_time`: a ring all-reduce is ``2 (p-1)`` messages per tensor).
@@ -26,64 +28,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy.optimize import lsq_linear
 
-COLLECTIVES: tuple[str, ...] = (
-    "all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce", "sendrecv",
-)
-"""Collectives with a known bus-bandwidth factor and step count (names as nccl-tests' binaries)."""
-
-_ALIASES = {
-    "allreduce": "all_reduce", "all_reduce": "all_reduce",
-    "allgather": "all_gather", "all_gather": "all_gather",
-    "reducescatter": "reduce_scatter", "reduce_scatter": "reduce_scatter",
-    "alltoall": "alltoall", "all_to_all": "alltoall", "alltoallv": "alltoall",
-    "broadcast": "broadcast", "bcast": "broadcast", "reduce": "reduce",
-    "sendrecv": "sendrecv", "send_recv": "sendrecv",
-}
-
-
-def canonical_collective(name: str) -> str:
-    """The canonical collective name of ``name`` (``all_reduce_perf``, ``allreduce``, ``all-to-all``...).
-
-    Raises:
-        ValueError: an unknown collective (the known ones are listed).
-    """
-    key = name.strip().lower().removesuffix("_perf").removesuffix("_mpi").replace("-", "_")
-    if key in _ALIASES:
-        return _ALIASES[key]
-    if key.replace("_", "") in _ALIASES:
-        return _ALIASES[key.replace("_", "")]
-    raise ValueError(f"collective: unknown {name!r}; expected one of {', '.join(COLLECTIVES)}")
-
-
-def bus_factor(collective: str, ranks: int) -> float:
-    """nccl-tests' ``busbw / algbw`` for ``collective`` on ``ranks`` ranks (doc/PERFORMANCE.md):
-    the bytes each rank's link carries per byte of the collective's size.
-
-    Raises:
-        ValueError: unknown collective or ``ranks < 1``.
-    """
-    if ranks < 1:
-        raise ValueError(f"ranks: expected >= 1, got {ranks}")
-    c = canonical_collective(collective)
-    p = float(ranks)
-    if c == "all_reduce":
-        return 2 * (p - 1) / p
-    if c in ("all_gather", "reduce_scatter", "alltoall"):
-        return (p - 1) / p
-    return 1.0
-
-
-def collective_steps(collective: str, ranks: int) -> int:
-    """Sequential latency terms of the ring algorithm of ``collective`` on ``ranks`` ranks:
-    ``2 (p-1)`` for all-reduce, ``p-1`` for all-gather, reduce-scatter, all-to-all (pairwise
-    exchange), broadcast and reduce (a pipelined chain), 1 for send/receive (Thakur, Rabenseifner
-    and Gropp, IJHPCA 2005)."""
-    c = canonical_collective(collective)
-    if c == "all_reduce":
-        return 2 * (ranks - 1)
-    if c == "sendrecv":
-        return 1
-    return max(ranks - 1, 1)
+from ddlscope.model.collectives import bus_factor, canonical_collective, collective_steps
 
 
 @dataclass(frozen=True)
@@ -170,7 +115,8 @@ def fit_alpha_beta(
         size_bytes: collective sizes ``S`` (nccl-tests' ``size`` column: the total size for
             all-gather/reduce-scatter/all-to-all), bytes.
         time_s: the measured time of each, seconds.
-        collective: see :data:`COLLECTIVES`.
+        collective: a name :func:`ddlscope.model.collectives.canonical_collective` accepts
+            (``all_reduce``, ``alltoall``, ``all_gather_perf``...).
         ranks: ``p`` (>= 2).
 
     Returns:

@@ -30,7 +30,8 @@ from pathlib import Path
 
 import polars as pl
 
-from ddlscope.calibrate.fit import AlphaBetaFit, bus_factor, canonical_collective, fit_alpha_beta
+from ddlscope.calibrate.fit import AlphaBetaFit, fit_alpha_beta
+from ddlscope.model.collectives import bus_factor, canonical_collective
 
 ROW_COLUMNS: dict[str, str] = {
     "table": "0-based index of the table in the text (one per column header)",
@@ -67,7 +68,7 @@ class NcclTestsTable:
 
     Attributes:
         collective: canonical collective (from ``Collective test starting``, the caller, or the
-            ``busbw/algbw`` ratio and ``redop``), see :data:`ddlscope.calibrate.fit.COLLECTIVES`.
+            ``busbw/algbw`` ratio and ``redop``), see :data:`ddlscope.model.collectives.COLLECTIVES`.
         ranks: ``p`` (the caller's, the ``Rank`` lines', or from ``busbw/algbw``).
         rows: one row per size and placement, columns :data:`ROW_COLUMNS`.
         header_line: line number of the column header.
