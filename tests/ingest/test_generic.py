@@ -5,8 +5,17 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from ddlscope.ingest import IngestReport, NoAttributableJobsError, TableMapping, parse_map_pairs, read_population
+from ddlscope.ingest import (
+    FEATURE_COLUMNS,
+    POPULATION_SCHEMA,
+    IngestReport,
+    NoAttributableJobsError,
+    TableMapping,
+    parse_map_pairs,
+    read_population,
+)
 from ddlscope.ingest.models import assign_model_mix, builtin_model_map, parse_model_mix
+from ddlscope.model.jobs import ArchitectureEnum
 
 
 def by_line(pop: pl.DataFrame) -> dict[int, dict]:
@@ -130,6 +139,18 @@ def test_parquet_features_and_given_architecture(tmp_path):
     assert rows[3]["reason"] == "no model label"  # features incomplete (no FLOPs)
     problems = {r["line"]: r["problem"] for r in report.malformed.iter_rows(named=True)}
     assert problems == {4: "architecture does not fit counts", 5: "unknown architecture"}
+
+
+def test_feature_columns_are_the_model_workload_columns():
+    # the Jobs table's workload columns (ddlscope.model.jobs.WORKLOAD_COLUMNS) less the name and the batch
+    # size (population columns of their own), with the Jobs table's dtypes
+    assert list(FEATURE_COLUMNS) == [
+        "precision", "compute_bound_flops", "memory_bound_bytes", "memory_bound_flops", "input_bytes",
+        "stored_input_bytes", "dense_param_bytes", "num_gradient_tensors", "sparse_bytes_per_step",
+        "embedding_table_bytes", "peak_memory_bytes",
+    ]
+    assert FEATURE_COLUMNS["num_gradient_tensors"] == pl.Int64 and FEATURE_COLUMNS["input_bytes"] == pl.Float64
+    assert POPULATION_SCHEMA["architecture"][0] == ArchitectureEnum  # the model's enum, not a copy
 
 
 def test_status_values_and_times(tmp_path):

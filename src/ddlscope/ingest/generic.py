@@ -41,7 +41,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ddlscope.ingest.population import (
     FEATURE_COLUMNS,
     NO_MODEL_LABEL,
-    ArchitectureEnum,
     IngestOptions,
     count_architecture,
     duration_notes,
@@ -49,6 +48,7 @@ from ddlscope.ingest.population import (
 )
 from ddlscope.ingest.report import IngestReport
 from ddlscope.ingest.table import ColumnKind, TableRead, parse_columns, read_delimited, read_parquet_table
+from ddlscope.model.jobs import ArchitectureEnum
 from ddlscope.specs.architecture import ARCHITECTURES
 from ddlscope.specs.errors import describe_validation
 from ddlscope.specs.files import read_toml_or_json

@@ -89,7 +89,6 @@ from ddlscope.ingest.population import (
     NO_GPU_WORKER,
     NO_TASK_ROWS,
     NO_WORKLOAD_TAG,
-    ArchitectureEnum,
     IngestOptions,
     duration_notes,
     finalize,
@@ -97,6 +96,7 @@ from ddlscope.ingest.population import (
 )
 from ddlscope.ingest.report import IngestReport
 from ddlscope.ingest.table import ColumnKind, TableRead, read_delimited
+from ddlscope.model.jobs import ArchitectureEnum
 
 FORMAT = "pai-v2020"
 

@@ -31,11 +31,8 @@ from typing import Literal
 import polars as pl
 
 from ddlscope.ingest.models import ModelMap, assign_model_mix, load_model_map
-from ddlscope.model.jobs import JOB_SCHEMA
-from ddlscope.specs.architecture import ARCHITECTURES
+from ddlscope.model.jobs import JOB_SCHEMA, WORKLOAD_COLUMNS, ArchitectureEnum
 from ddlscope.specs.catalog import Catalog, CatalogError, builtin_catalog
-
-ArchitectureEnum = pl.Enum(list(ARCHITECTURES))
 
 #: column -> (dtype, meaning). The single definition of the job-population table.
 POPULATION_SCHEMA: dict[str, tuple[pl.DataType, str]] = {
@@ -67,15 +64,12 @@ POPULATION_SCHEMA: dict[str, tuple[pl.DataType, str]] = {
     "reason": (pl.String, "why the job is not attributed; null when attributed"),
 }
 
-#: Workload columns of the model's Jobs table a generic trace may carry per job instead of a model
-#: name ("feature columns"); passed through under the same names.
+#: Workload columns of the model's Jobs table (:data:`ddlscope.model.jobs.WORKLOAD_COLUMNS`) a generic
+#: trace may carry per job instead of a model name ("feature columns"); passed through under the same
+#: names. All of them but ``workload`` (the name: the population's ``model``) and ``batch_size`` (a
+#: population column of its own).
 FEATURE_COLUMNS: dict[str, pl.DataType] = {
-    name: JOB_SCHEMA[name][0]
-    for name in (
-        "precision", "compute_bound_flops", "memory_bound_bytes", "memory_bound_flops", "input_bytes",
-        "stored_input_bytes", "dense_param_bytes", "num_gradient_tensors", "sparse_bytes_per_step",
-        "embedding_table_bytes", "peak_memory_bytes",
-    )
+    name: JOB_SCHEMA[name][0] for name in WORKLOAD_COLUMNS if name not in ("workload", "batch_size")
 }
 REQUIRED_FEATURES: tuple[str, ...] = ("compute_bound_flops", "memory_bound_bytes")
 """Feature columns that must all be non-null for a job to be attributed by features."""

@@ -200,24 +200,17 @@ def _clean_text(name: str) -> pl.Expr:
 
 
 def parse_columns(
-    read: TableRead, types: Mapping[str, ColumnKind], labels: Mapping[str, str] | None = None
+    read: TableRead, types: Mapping[str, ColumnKind], labels: Mapping[str, str] | None = None, *, strip: bool = True
 ) -> TableRead:
-    """Parse string columns of ``read.frame`` to their kinds, rejecting the rows that do not
-    parse (problems ``unparsable number``, ``count not a whole number``); ``labels`` names a
-    column in the detail (default ``column <name>``).
+    """Parse the string columns of ``read.frame`` to their kinds, rejecting the rows that do not
+    parse (problems ``unparsable number``, ``count not a whole number``; their text still raw).
 
-    Each number column is cast once; only a column with failures is cast again with surrounding
-    spaces removed (so clean files pay one cast per column). ``nan`` parses as missing.
+    ``labels`` names a column in the detail (default ``column <name>``). Each number column is
+    cast once; only a column with failures is cast again with surrounding spaces removed (so clean
+    files pay one cast per column). ``nan`` parses as missing. Text columns are stripped of
+    surrounding spaces and empty ones become null; ``strip`` False: the caller knows no field has
+    surrounding spaces (text columns are kept as they are, empty ones already null).
     """
-    return _finish(read, types, labels)
-
-
-def _finish(
-    read: TableRead, types: Mapping[str, ColumnKind], labels: Mapping[str, str] | None = None, strip: bool = True
-) -> TableRead:
-    """Reject the rows whose numbers do not parse (their text still raw), then convert. ``strip``
-    False: the caller knows no field has surrounding spaces (text columns are kept as they are,
-    empty ones already null)."""
     numeric = [c for c, k in types.items() if k != "str"]
     frame = read.frame.with_columns(
         pl.col(c).cast(pl.Float64, strict=False).fill_nan(None).alias(f"__n_{c}") for c in numeric
@@ -375,7 +368,7 @@ def read_delimited(
         table=table, file=label, frame=good, malformed=malformed, data_rows=data_rows,
         blank_lines=blank_lines, header=header, separator=separator, columns=tuple(wanted),
     )
-    return _finish(read, types, strip=padded)
+    return parse_columns(read, types, strip=padded)
 
 
 def read_parquet_table(path: str | Path, *, table: str, types: Mapping[str, ColumnKind]) -> TableRead:
@@ -399,4 +392,4 @@ def read_parquet_table(path: str | Path, *, table: str, types: Mapping[str, Colu
         table=table, file=str(path), frame=frame, malformed=empty_malformed(), data_rows=frame.height,
         blank_lines=0, header=list(schema), separator=",", columns=tuple(types),
     )
-    return _finish(read, types)
+    return parse_columns(read, types)

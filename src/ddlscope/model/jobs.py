@@ -81,6 +81,9 @@ JOB_SCHEMA: dict[str, tuple[pl.DataType, str]] = {
 }
 
 _names = list(JOB_SCHEMA)
+WORKLOAD_COLUMNS: tuple[str, ...] = tuple(_names[_names.index("workload") : _names.index("architecture")])
+"""The columns :func:`workload_columns` fills: a workload's name, batch size and per-replica per-step
+demand (FLOPs, bytes, tensors, peak memory)."""
 SYSTEM_COLUMNS: tuple[str, ...] = tuple(_names[_names.index("system") : _names.index("overlap_fraction")])
 """The columns :func:`system_columns` fills: everything a scenario may swap with the hardware."""
 
