@@ -40,6 +40,7 @@ from ddlscope.cli.ingest import (
 )
 from ddlscope.report.console import FORMATS, emit, terminal
 from ddlscope.specs.examples import EXAMPLE_SERVER
+from ddlscope.specs.files import parse_pairs
 from ddlscope.specs.workload import PRECISIONS
 
 c = pl.col
@@ -51,13 +52,7 @@ MODEL_NOTE = (
 
 
 def _parse_server_for(pairs: list[str] | None) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for pair in pairs or []:
-        gpu, sep, server = pair.partition("=")
-        if not sep or not gpu or not server:
-            raise ValueError(f"--server-for {pair!r}: expected GPU=SERVER, e.g. T4=t4-pcie-8")
-        out[gpu.strip()] = server.strip()
-    return out
+    return parse_pairs(pairs or [], what="--server-for", expected="GPU=SERVER, e.g. T4=t4-pcie-8")
 
 
 def register(app: typer.Typer) -> None:

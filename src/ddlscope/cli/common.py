@@ -17,6 +17,7 @@ from ddlscope.specs.architecture import ARCHITECTURES, Architecture
 from ddlscope.specs.catalog import Catalog, CatalogError, load_catalog, load_system
 from ddlscope.specs.errors import describe_validation
 from ddlscope.specs.examples import EXAMPLE_SERVER
+from ddlscope.specs.files import parse_pairs
 from ddlscope.specs.scenario import BUILTIN_SCENARIOS, Scenario, resolve_scenarios
 from ddlscope.specs.system import System
 
@@ -143,14 +144,11 @@ def parse_scenarios(items: list[str] | None) -> list[Scenario]:
     for item in items:
         if ":" in item and "=" in item:
             name, _, body = item.partition(":")
-            fields: dict[str, object] = {"name": name}
-            for pair in filter(None, body.split(",")):
-                key, sep, value = pair.partition("=")
-                if not sep:
-                    raise ValueError(f"--scenario {item!r}: expected key=value pairs after 'name:'")
-                if key.strip() in fields:
-                    raise ValueError(f"--scenario {item!r}: {key.strip()} is given twice")
-                fields[key.strip()] = value.strip()
+            pairs = parse_pairs((p for p in body.split(",") if p.strip()), what=f"--scenario {item!r}",
+                                expected="key=value pairs after 'name:'")
+            if "name" in pairs:
+                raise ValueError(f"--scenario {item!r}: the name goes before ':', not in name=...")
+            fields: dict[str, object] = {"name": name, **pairs}
             if "only_architectures" in fields:
                 fields["only_architectures"] = tuple(str(fields["only_architectures"]).split("+"))
             out.append(Scenario.model_validate(fields))

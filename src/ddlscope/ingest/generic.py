@@ -51,7 +51,7 @@ from ddlscope.ingest.table import ColumnKind, TableRead, parse_columns, read_del
 from ddlscope.model.jobs import ArchitectureEnum
 from ddlscope.specs.architecture import ARCHITECTURES
 from ddlscope.specs.errors import describe_validation
-from ddlscope.specs.files import read_toml_or_json
+from ddlscope.specs.files import parse_pairs, read_toml_or_json
 from ddlscope.specs.workload import PRECISIONS
 
 #: population field -> kind its source column is parsed as.
@@ -250,17 +250,12 @@ def parse_map_pairs(pairs: Sequence[str]) -> dict[str, str]:
     """``["num_gpus=gpus", "model=arch"]`` -> ``{"num_gpus": "gpus", "model": "arch"}``.
 
     Raises:
-        ValueError: an entry without ``=`` or an unknown field (listing the fields).
+        ValueError: an entry without ``=``, a field given twice or an unknown field (listing the fields).
     """
-    out: dict[str, str] = {}
-    for pair in pairs:
-        name, sep, column = pair.partition("=")
-        name, column = name.strip(), column.strip()
-        if not sep or not name or not column:
-            raise ValueError(f"--map: expected field=column, got {pair!r}")
+    out = parse_pairs(pairs, what="--map", expected="field=column")
+    for name in out:
         if name not in FIELDS:
             raise ValueError(f"--map: unknown field {name!r}; expected one of {', '.join(FIELDS)}")
-        out[name] = column
     return out
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import polars as pl
 
 from ddlscope.profile.zoo import ZOO
-from ddlscope.specs.files import read_toml_or_json
+from ddlscope.specs.files import parse_pairs, read_toml_or_json
 
 ZOO_MODELS: tuple[str, ...] = tuple(ZOO)
 """Model names of the model zoo (:data:`ddlscope.profile.zoo.ZOO`, a registry that imports no
@@ -150,14 +150,8 @@ def parse_model_mix(text: str | Mapping[str, float] | None, *, strict: bool = Tr
     if isinstance(text, Mapping):
         items = [(str(k), v) for k, v in text.items()]
     else:
-        items = []
-        for part in (p.strip() for p in text.split(",")):
-            if not part:
-                continue
-            name, sep, weight = part.partition("=")
-            if not sep:
-                raise ValueError(f"model mix: expected model=weight, got {part!r}")
-            items.append((name.strip(), weight.strip()))
+        items = list(parse_pairs((p for p in text.split(",") if p.strip()), what="model mix",
+                                 expected="model=weight").items())
     mix: dict[str, float] = {}
     for name, weight in items:
         try:

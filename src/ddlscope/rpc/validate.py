@@ -29,6 +29,7 @@ from ddlscope.rpc.schema import (
     ConnectionEventEnum,
     OpEnum,
 )
+from ddlscope.specs.files import parse_pairs
 
 TIME_UNITS: dict[str, int] = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 """Nanoseconds per unit of the input timestamps (``--time-unit``)."""
@@ -118,21 +119,12 @@ class ColumnMapping:
         """A mapping from ``old=new`` strings (``--map``, ``--op-map``) on top of ``base``.
 
         Raises:
-            ValueError: a pair without ``=`` or with an empty side.
+            ValueError: a pair without ``=``, with an empty side, or a name given twice.
         """
-        def parse(items: Iterable[str], what: str) -> dict[str, str]:
-            out: dict[str, str] = {}
-            for item in items:
-                old, sep, new = item.partition("=")
-                if not sep or not old.strip() or not new.strip():
-                    raise ValueError(f"{what} {item!r}: expected OLD=NEW")
-                out[old.strip()] = new.strip()
-            return out
-
         b = base or cls()
         return cls(
-            columns={**b.columns, **parse(columns, "--map")},
-            ops={**b.ops, **parse(ops, "--op-map")},
+            columns={**b.columns, **parse_pairs(columns, what="--map", expected="OLD=NEW")},
+            ops={**b.ops, **parse_pairs(ops, what="--op-map", expected="OLD=NEW")},
             time_unit=time_unit if time_unit != "ns" or base is None else b.time_unit,
         )
 

@@ -1,10 +1,12 @@
-"""Reading the small TOML/JSON files users give ddlscope (catalogs, systems, workloads,
-scenarios, column and model maps): one reader, one kind of error."""
+"""Reading the small inputs users give ddlscope: TOML/JSON files (catalogs, systems, workloads,
+scenarios, column and model maps) and ``KEY=VALUE`` options (``--map``, ``--server-for``, inline
+scenarios, model mixes): one reader each, one kind of error."""
 
 from __future__ import annotations
 
 import json
 import tomllib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -32,3 +34,27 @@ def read_toml_or_json(path: str | Path, section: str | None = None) -> Any:
     if section is not None and isinstance(data, dict) and isinstance(data.get(section), dict):
         return data[section]
     return data
+
+
+def parse_pairs(items: Iterable[str], *, what: str, expected: str = "KEY=VALUE") -> dict[str, str]:
+    """``["a=1", " b = x "]`` -> ``{"a": "1", "b": "x"}`` (both sides stripped, order kept).
+
+    Args:
+        items: the ``KEY=VALUE`` strings (one option value each, or the parts of a comma list).
+        what: the option or field the strings come from, named in errors (``--map``).
+        expected: the form shown in errors (``GPU=SERVER``).
+
+    Raises:
+        ValueError: an item without ``=`` or with an empty side (``<what>: expected <expected>,
+            got '<item>'``), or a key given twice.
+    """
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise ValueError(f"{what}: expected {expected}, got {item!r}")
+        if key in out:
+            raise ValueError(f"{what}: {key!r} is given twice")
+        out[key] = value
+    return out
