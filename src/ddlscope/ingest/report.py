@@ -26,6 +26,8 @@ TABLES_SCHEMA: dict[str, pl.DataType] = {
     "data_rows": pl.Int64,
     "blank_lines": pl.Int64,
     "malformed_rows": pl.Int64,
+    "duplicate_rows": pl.Int64,
+    "superseded_rows": pl.Int64,
     "used_rows": pl.Int64,
     "unmatched_rows": pl.Int64,
 }
@@ -43,7 +45,10 @@ class IngestReport:
         fmt: the trace format read (``pai-v2020``, ``gavel``, ``philly-pollux``, ...).
         sources: the input paths.
         tables: one row per input file, columns :data:`TABLES_SCHEMA`: ``data_rows`` (lines that
-            are neither header nor blank) = ``used_rows`` + ``malformed_rows``; ``unmatched_rows``
+            are neither header nor blank) = ``used_rows`` + ``malformed_rows`` +
+            ``duplicate_rows`` (exact repeats of an earlier line, not used) + ``superseded_rows``
+            (replaced by a later record of the same key, e.g. a restarted PAI instance; the
+            reader's note gives its rule); ``unmatched_rows``
             of the used rows refer to no job (e.g. PAI task rows of a job not in the job table;
             null where the table is the job list itself).
         malformed: every malformed row, columns ``table, file, line, problem, detail, text``.
@@ -74,13 +79,16 @@ class IngestReport:
         malformed = malformed.sort("table", "file", "line") if malformed.height else empty_malformed()
         counts = malformed.group_by("table", "file").agg(malformed_rows=pl.len().cast(pl.Int64))
         tables = pl.DataFrame(
-            [{"table": r.table, "file": r.file, "data_rows": r.data_rows, "blank_lines": r.blank_lines} for r in reads],
-            schema={k: TABLES_SCHEMA[k] for k in ("table", "file", "data_rows", "blank_lines")},
+            [{"table": r.table, "file": r.file, "data_rows": r.data_rows, "blank_lines": r.blank_lines,
+              "duplicate_rows": r.duplicate_rows, "superseded_rows": r.superseded_rows} for r in reads],
+            schema={k: TABLES_SCHEMA[k] for k in ("table", "file", "data_rows", "blank_lines", "duplicate_rows",
+                                                  "superseded_rows")},
         )
         tables = tables.join(counts, on=["table", "file"], how="left").with_columns(
             pl.col("malformed_rows").fill_null(0)
         ).with_columns(
-            used_rows=pl.col("data_rows") - pl.col("malformed_rows"),
+            used_rows=pl.col("data_rows") - pl.col("malformed_rows") - pl.col("duplicate_rows")
+            - pl.col("superseded_rows"),
             unmatched_rows=pl.col("table").replace_strict(
                 list(unmatched or {}), list((unmatched or {}).values()), default=None, return_dtype=pl.Int64
             ),
