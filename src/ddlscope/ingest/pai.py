@@ -99,7 +99,6 @@ from ddlscope.ingest.population import (
     NO_TASK_ROWS,
     NO_WORKLOAD_TAG,
     IngestOptions,
-    duration_notes,
     finalize,
     malformed_reason,
 )
@@ -513,7 +512,6 @@ def read_pai_v2020(
     if overfull:
         notes.append(f"{overfull:,} single-machine job(s) count more GPUs than their machine has (GPU sharing: "
                      "ceil(plan_gpu/100) per instance); see shared_gpu")
-    notes += duration_notes(population)
     read_list = [reads[t] for t in TABLES if t in reads]
     report = IngestReport.build(FORMAT, [str(p) for p in files.values()], read_list, population, notes,
                                 unmatched=unmatched)
