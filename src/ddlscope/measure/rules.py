@@ -27,15 +27,16 @@ from typing import Any
 
 import polars as pl
 
+from ddlscope.model import collectives as model_collectives
 from ddlscope.specs.files import read_toml_or_json
 
 KERNEL_CLASSES: tuple[str, ...] = ("compute_bound", "memory_bound", "communication", "data_io", "device_copy")
 """Classes a kernel rule may assign. A name no rule matches is ``unclassified``."""
 UNCLASSIFIED = "unclassified"
-COLLECTIVES: tuple[str, ...] = (
-    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "send_recv", "other",
-)
-"""Communication kinds (collectives), in report order."""
+COLLECTIVES: tuple[str, ...] = (*model_collectives.COLLECTIVES, "other")
+"""Communication kinds, in report order: the canonical collective names of
+:data:`ddlscope.model.collectives.COLLECTIVES` and ``other`` (a communication kernel of no known
+collective)."""
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")
 DEFAULT_PRECISION = "fp32"
 MARKER_MODES: tuple[str, ...] = ("span", "start", "end")
