@@ -48,6 +48,15 @@ def test_gavel_traces_end_to_end(shared_data, tmp_path):
     assert payload["population_jobs"] == 15_264
     assert rows == {"attributed": 8_337, "label not mapped to a zoo model": 6_927}
     assert payload["evaluated_jobs"] == 8_337
+    # Gavel gives steps, no durations: the reader counts all 15,264 jobs (a structured field), and every evaluated
+    # job's GPU-time weight is estimated from its steps; the notes say both, none says they weigh nothing
+    assert payload["jobs_without_duration"] == 15_264
+    assert payload["gpu_time_sources"] == {"steps x predicted step time": 8_337}
+    assert "15,264 job(s) without a known duration in the trace (8,337 of them attributed): duration_s and " \
+        "gpu_time_s are null" in payload["notes"]
+    assert any(n.startswith("8,337 jobs have no duration in the trace: their GPU-time weight is their steps")
+               for n in payload["notes"])
+    assert not any("no weight" in n for n in payload["notes"])
 
 
 def test_trace_with_nothing_attributable_is_a_clear_message(shared_data, tmp_path):

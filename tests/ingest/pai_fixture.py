@@ -38,7 +38,7 @@ j24,id24,u9,Terminated,1,2
 j90,id90,u1,Terminated,1,2,extra
 j91,id91,u1,Terminated,abc,2
 j92,id92,u1,Exploded,1,2
-j01,id01,u1,Terminated,1000,3000
+j01,id01,u1,Failed,1000,3000
 j93,id93,u1,Failed,500,100
 ,id94,u1,Terminated,1,2
 """
@@ -68,7 +68,7 @@ j18,worker,1.0,Terminated,1,2,600,10,-100.0,V100
 j19,worker,2.5,Terminated,1,2,600,10,100.0,V100
 j20,worker,1.0,Terminated
 j21,worker,1.0,Terminated,1,2,600,10,100.0,V100
-j21,worker,1.0,Terminated,1,2,600,10,100.0,V100
+j21,worker,2.0,Terminated,1,2,600,10,100.0,V100
 j22,worker,1.0,Terminated,1,2,600,10,100.0,V100
 j23,worker,1.0,Terminated,1,2,600,10,100.0,V100
 j24,worker,1.0,Terminated,1,2,600,10,100.0,V100
@@ -115,7 +115,7 @@ m4,V100,96,512,8
 m5,P100,64,256,2
 m6,T4,96,512,2
 m7,T4,96,512,-2
-m1,V100,96,512,8
+m1,V100,96,512,4
 """
 
 # pai_group_tag_table: inst_id,user,gpu_type_spec,group,workload

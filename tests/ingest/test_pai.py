@@ -151,6 +151,8 @@ def test_every_row_accounted_for(population):
         30, 1, 6, 24)
     assert (t["task"]["data_rows"], t["task"]["malformed_rows"], t["task"]["unmatched_rows"]) == (28, 5, 1)
     assert (t["instance"]["data_rows"], t["instance"]["malformed_rows"], t["instance"]["unmatched_rows"]) == (27, 2, 1)
+    # j17's w17 restarted: its first run (line 23) is superseded; 27 - 2 malformed - 1 superseded = 24 used
+    assert (t["instance"]["superseded_rows"], t["instance"]["duplicate_rows"], t["instance"]["used_rows"]) == (1, 0, 24)
     assert (t["group_tag"]["data_rows"], t["group_tag"]["malformed_rows"], t["group_tag"]["unmatched_rows"]) == (
         19, 1, 1)
     assert (t["sensor"]["data_rows"], t["sensor"]["malformed_rows"], t["sensor"]["unmatched_rows"]) == (6, 1, 1)
@@ -277,3 +279,70 @@ def test_every_attributed_placement_is_a_valid_architecture(population):
     for row in placements(pop):
         arch = Architecture(kind=row.pop("architecture"), **row)
         assert arch.num_gpus >= 1
+
+
+# Repeated rows: exact duplicates and superseded records, each counted (hand-made tables; lines 1-based)
+REPEATS = {
+    "pai_job_table": (
+        "a1,ia1,u,Terminated,1,2\n"
+        "a2,ia2,u,Terminated,1,2\n"
+        "a1,ia1,u,Terminated,1,2\n"          # 3: exact duplicate of line 1
+        "a2,ia2,u,Failed,1,2\n"              # 4: same job_name, other content: malformed 'duplicate key'
+    ),
+    "pai_task_table": (
+        "a1,worker,2.0,Terminated,10,20,600,10,100.0,V100\n"
+        "a1,worker,2.0,Terminated,10,20,600,10,100.0,V100\n"   # 2: exact duplicate (a1 stays well-formed)
+        "a2,worker,1.0,Terminated,10,20,600,10,100.0,V100\n"
+    ),
+    "pai_instance_table": (
+        "a1,worker,n1,w1,ia1,Failed,100,150,m1\n"       # 1: superseded by line 3 (start 100 < 200)
+        "a1,worker,n2,w2,ia1,Terminated,100,400,m1\n"
+        "a1,worker,n1,w1,ia1,Terminated,200,500,m1\n"   # 3: the kept run of w1
+        "a1,worker,n1,w1,ia1,Failed,120,160,m2\n"       # 4: superseded by line 3 (start 120 < 200)
+        "a1,worker,n2,w2,ia1,Terminated,100,400,m1\n"   # 5: exact duplicate of line 2
+        "a2,worker,n3,w3,ia2,Terminated,100,300,m1\n"
+    ),
+    "pai_sensor_table": (
+        "a1,worker,w1,ia1,m1,/dev/nvidia0,100,30,1,1,1,2.0,0,0,0,0\n"   # 1: superseded by line 2
+        "a1,worker,w1,ia1,m1,/dev/nvidia0,100,50,1,1,1,4.0,0,0,0,0\n"
+        "a1,worker,w2,ia1,m1,/dev/nvidia1,100,70,1,1,1,1.0,0,0,0,0\n"
+        "a1,worker,w2,ia1,m1,/dev/nvidia1,100,70,1,1,1,1.0,0,0,0,0\n"   # 4: exact duplicate of line 3
+    ),
+    "pai_group_tag_table": "ia1,u,V100,g,bert\nia1,u,V100,g,bert\nia2,u,V100,g,resnet\n",  # 2: exact duplicate
+    "pai_machine_spec": "m1,V100,96,512,8\nm1,V100,96,512,8\nm2,V100,96,512,8\n",  # 2: exact duplicate
+}
+
+
+def test_repeated_rows_counted_by_reason(tmp_path):
+    pop, report = read_population(write_pai(tmp_path / "pai", REPEATS))
+    t = {r["table"]: r for r in report.tables.iter_rows(named=True)}
+    got = {k: (r["data_rows"], r["malformed_rows"], r["duplicate_rows"], r["superseded_rows"], r["used_rows"])
+           for k, r in t.items()}
+    # data_rows = malformed + duplicate + superseded + used
+    assert got == {
+        "job": (4, 1, 1, 0, 2),
+        "task": (3, 0, 1, 0, 2),
+        "instance": (6, 0, 1, 2, 3),
+        "sensor": (4, 0, 1, 1, 2),
+        "group_tag": (3, 0, 1, 0, 2),
+        "machine_spec": (3, 0, 1, 0, 2),
+    }
+    assert report.malformed.select("table", "line", "problem").rows() == [("job", 4, "duplicate key")]
+    rows = by_job(pop)
+    # a1: workers w1 (kept run 200-500 on m1) and w2 (100-400 on m1): the superseded m2 run does not count, so one
+    # machine -> allreduce_local, 2 GPUs; duration max(end) - min(start) = 500 - 100 = 400 s; GPU time 400 x 2
+    a1 = rows["a1"]
+    assert (a1["architecture"], a1["num_gpus"], a1["num_servers"], a1["duration_s"], a1["gpu_time_s"]) == (
+        "allreduce_local", 2, 1, 400.0, 800.0)
+    # sensors: w1's later row (util 50, 4.0 GB) replaces its first (30, 2.0); w2: 70, 1.0 GB
+    # -> mean util (50 + 70) / 2 = 60 %, peak memory max(4.0, 1.0) x 2^30 bytes
+    assert (a1["measured_gpu_util_percent"], a1["measured_peak_gpu_memory_bytes"]) == (60.0, 4.0 * GIB)
+    # the exact duplicate task row leaves a1 attributed; a2: 1w1g, 300 - 100 = 200 s
+    assert (a1["attributed"], rows["a2"]["attributed"], rows["a2"]["duration_s"]) == (True, True, 200.0)
+    notes = " | ".join(report.notes)
+    assert "pai_instance_table: 2 row(s) superseded by a later record of the same instance" in notes
+    assert "pai_sensor_table: 1 row(s) superseded by a later record of the same worker_name" in notes
+    for stem in ("pai_job_table", "pai_task_table", "pai_instance_table", "pai_sensor_table", "pai_group_tag_table",
+                 "pai_machine_spec"):
+        assert f"{stem}: 1 exact duplicate row(s) of an earlier line (not used)" in notes
+    assert [r["duplicate_rows"] for r in report.to_dict()["tables"]] == [1, 1, 1, 1, 1, 1]

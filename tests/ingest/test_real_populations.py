@@ -59,6 +59,10 @@ def test_gavel_all_files(gavel, shared_data):
         assert arch.servers_on(8) >= 1
     # Gavel traces give steps, not durations
     assert pop["duration_s"].null_count() == 15264 and report.summary()["gpu_time_s"].null_count() == 2
+    assert (report.jobs_without_duration, report.attributed_jobs_without_duration) == (15264, 8337)
+    assert report.to_dict()["jobs_without_duration"] == 15264
+    assert report.notes[-1] == ("15,264 job(s) without a known duration in the trace (8,337 of them attributed): "
+                                "duration_s and gpu_time_s are null")
 
 
 def test_philly_pollux_no_model_label(shared_data):

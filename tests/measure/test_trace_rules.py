@@ -70,9 +70,18 @@ def test_user_csv_rules(tmp_path):
     ("[[precision]]\npattern = 'x'\nprecision = \"fp8\"\n", "[[precision]] #1: precision: expected one of"),
     ("[[iteration_marker]]\npattern = 'x'\nmode = \"middle\"\n", "[[iteration_marker]] #1: mode: expected"),
     ("[[iteration_marker]]\npattern = 'x'\nmode = \"span\"\nwarmup_pattern = 'w('\n",
-     "[[iteration_marker]] #1 warmup_pattern: pattern 'w(' is not a valid"),
+     "[[iteration_marker]] #1: warmup_pattern 'w(' is not a valid"),
+    ("[[iteration_marker]]\npattern = 'x'\nmode = \"span\"\nwarmup_patern = 'w'\n",
+     "[[iteration_marker]] #1: unknown field(s) ['warmup_patern']; expected name, pattern, mode"),
+    ("[[precision]]\npattern = 'x'\nprecision = \"fp16\"\nkind = \"y\"\n",
+     "[[precision]] #1: unknown field(s) ['kind']; expected pattern, precision"),
+    ("[[collective]]\npattern = 'x'\nkind = \"all_reduce\"\n[[collective]]\npatern = 'y'\nkind = \"broadcast\"\n",
+     "[[collective]] #2: unknown field(s) ['patern']"),
+    ("[host]\ndataloader = 'x'\n", "[host]: unknown field(s) ['dataloader']; expected data_loader, synchronisation"),
+    ("[host]\ndata_loader = 'a('\n", "[host]: data_loader 'a(' is not a valid regular expression"),
     ("[kernels]\n", "unknown section(s) ['kernels']"),
     ("[[kernel]\n", "not valid TOML"),
+    ("[[kernel]]\npattern = 'x'\nclass = = 1\n", "not valid TOML: Invalid value (at line 3, column 9)"),
 ])
 def test_bad_rules_name_the_file_and_rule(tmp_path, text, message):
     path = tmp_path / "bad.toml"
@@ -80,6 +89,25 @@ def test_bad_rules_name_the_file_and_rule(tmp_path, text, message):
     with pytest.raises(RulesError) as exc:
         load_rules(path)
     assert str(exc.value).startswith(str(path)) and message in str(exc.value)
+
+
+def test_json_rules_file_read_like_toml(tmp_path):
+    # the same document as JSON (read by specs.files.read_toml_or_json); errors name the file and the field
+    path = tmp_path / "mine.json"
+    path.write_text('{"kernel": [{"pattern": "^mystery_kernel", "class": "memory_bound", "kind": "custom_op"}]}')
+    got = classify_names(pl.Series([MYSTERY]), load_rules(path)).row(0, named=True)
+    assert (got["class"], got["kind"], got["rule"]) == ("memory_bound", "custom_op", f"{path}#kernel1")
+    path.write_text('{"kernel": [{"pattern": "x", "class": "fast"}]}')
+    with pytest.raises(RulesError, match=r"mine\.json: \[\[kernel\]\] #1: class: expected one of"):
+        load_rules(path)
+    path.write_text('[{"pattern": "x"}]')
+    with pytest.raises(RulesError, match=r"mine\.json: expected a table of sections .*got a list"):
+        load_rules(path)
+    path.write_text('{"kernel": [}')
+    with pytest.raises(RulesError, match=r"mine\.json: not valid JSON: .*line 1 column 13"):
+        load_rules(path)
+    with pytest.raises(RulesError, match=r"nothere\.toml: cannot read: No such file"):
+        load_rules(tmp_path / "nothere.toml")
 
 
 def test_bad_csv_rule_names_the_line(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from ddlscope.population.aggregates import bottleneck_mix, component_shares, scenario_speedups
+from ddlscope.population.aggregates import bottleneck_mix, component_shares, scenario_speedups, weighted_mean
 
 SHARES = ("data_io", "compute_bound", "memory_bound", "pcie", "nvlink", "network")
 
@@ -79,3 +79,25 @@ def test_scenario_speedups():
     assert by_time["sped_up_share"] == pytest.approx(0.25)
     assert by_time["materially_sped_up_share"] == pytest.approx(0.25)
     assert "baseline" not in sp["scenario"].to_list()
+
+
+def test_weighted_mean_known_rows_only_and_null_without_weight():
+    df = pl.DataFrame({"x": [0.6, 0.2, None, 0.0], "w": [100.0, 300.0, 50.0, 600.0]})
+    got = df.select(
+        jobs=weighted_mean(pl.col("x"), pl.lit(1.0)),          # (0.6 + 0.2 + 0) / 3: the unknown x is left out
+        gpu_time=weighted_mean(pl.col("x"), pl.col("w")),      # (60 + 60 + 0) / (100 + 300 + 600) = 0.12, not / 1050
+        share=weighted_mean(pl.col("x") > 0.1, pl.col("w")),   # rows 0 and 1: 400 / 1000
+        none=weighted_mean(pl.col("x"), pl.lit(0.0)),          # no weight: null, not NaN
+    ).row(0, named=True)
+    assert got == pytest.approx({"jobs": 0.8 / 3, "gpu_time": 0.12, "share": 0.4, "none": None})
+    assert got["none"] is None
+
+
+def test_gpu_time_weighting_without_gpu_time_is_null_not_nan():
+    # every job without a GPU time (weight 0): the GPU-time-weighted means are unknown, the job-weighted ones are not
+    shares = component_shares(pl.DataFrame([{**r, "gpu_time_s": 0.0} for r in BASE]))
+    assert get(shares, weight="gpu_time", architecture="all")["mean_share_comm"] is None
+    assert get(shares, weight="jobs", architecture="all")["mean_share_comm"] == pytest.approx(0.8 / 3)
+    sp = scenario_speedups(pl.DataFrame([{**r, "gpu_time_s": 0.0} for r in PORT]))
+    row = get(sp, weight="gpu_time", scenario="port", architecture="all")
+    assert (row["applied_share"], row["sped_up_share"], row["mean_speedup"]) == (None, None, None)

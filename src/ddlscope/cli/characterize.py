@@ -182,9 +182,6 @@ def register(app: typer.Typer) -> None:
                     attributed=c("reason").is_null()).drop("_unfit")
             accounting = reason_summary(population)
             sources = ch.baseline["gpu_time_source"].value_counts()
-            if "steps x predicted step time" in sources["gpu_time_source"].to_list():
-                # the reader's "no weight in GPU-time aggregates" no longer holds: the weight is estimated below
-                ch.notes[:] = [n for n in ch.notes if "no weight in GPU-time aggregates" not in n]
             malformed = report.malformed_summary(3) if report is not None and report.malformed.height else None
             if malformed is not None:
                 ch.notes.append(f"{report.malformed.height:,} malformed row(s) of the trace are not jobs and were not "
@@ -199,6 +196,9 @@ def register(app: typer.Typer) -> None:
             progress.update(step, description="writing the report")
             summary = {"source": source, "population_jobs": population.height,
                        "malformed_rows": 0 if report is None else report.malformed.height,
+                       # the reader's count (its note is among the notes); how those jobs are weighed: gpu_time_sources
+                       "jobs_without_duration": 0 if report is None else report.jobs_without_duration,
+                       "gpu_time_sources": dict(sources.iter_rows()),
                        "evaluated_jobs": ch.baseline.height, "scenarios": [s.name for s in scenarios],
                        "system": system, "precision": precision, "overlap": overlap,
                        "model_wall_time_s": round(time.perf_counter() - started, 2)}

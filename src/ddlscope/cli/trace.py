@@ -39,8 +39,8 @@ def register(app: typer.Typer) -> None:
             help="PyTorch profiler traces (Kineto/Chrome JSON, .json.gz, .tar/.tar.gz archives, or folders); "
                  "one per rank. Execution traces among them add op shapes.")],
         rules: Annotated[list[Path] | None, typer.Option(
-            "--rules", help="extra classification rules (TOML like the built-in trace_rules.toml, or CSV "
-                            "pattern,class,kind); tried before the built-in ones")] = None,
+            "--rules", help="extra classification rules (TOML like the built-in trace_rules.toml, the same "
+                            "document as .json, or CSV pattern,class,kind); tried before the built-in ones")] = None,
         scenario: Annotated[list[str] | None, typer.Option(
             "--scenario", help="what-if scenario: built-in name, scenario file, or inline 'name:key=value,...' "
                                f"(repeatable; default all built-ins: {', '.join(BUILTIN_SCENARIOS)})")] = None,

@@ -43,7 +43,6 @@ from ddlscope.ingest.population import (
     NO_MODEL_LABEL,
     IngestOptions,
     count_architecture,
-    duration_notes,
     finalize,
 )
 from ddlscope.ingest.report import IngestReport
@@ -446,7 +445,6 @@ def read_table_population(
     kept = [f"trace_{c}" for c in mapping.keep]
     population = finalize(lf, opts, no_label_reason=NO_MODEL_LABEL, extra_columns=kept)
     notes: list[str] = []
-    notes += duration_notes(population)
     if opts.model_mix:
         mixed = population.filter(pl.col("model_source") == "mix").height
         shares = ", ".join(f"{k} {v:.3g}" for k, v in opts.model_mix.items())

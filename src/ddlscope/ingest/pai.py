@@ -69,9 +69,18 @@ Measurements: ``measured_gpu_util_percent`` = mean ``gpu_wrk_util`` over the wor
 ``measured_peak_gpu_memory_bytes`` = max ``max_gpu_wrk_mem`` x 2^30 (the trace says "GB"; its
 ``plan_mem`` values, e.g. 29.296875 = 30000/1024, show binary gigabytes).
 
+Repeated rows. A line identical to an earlier line of the same table (an exact duplicate) is
+counted in ``duplicate_rows`` and not used; it says nothing new, so it does not make its job
+malformed. A restarted instance repeats its ``worker_name`` in the instance table: the row with
+the latest start is kept, the others are counted in ``superseded_rows``; so are sensor rows
+followed by a later row of the same ``worker_name`` (the last in file order is kept). A repeated
+key with different content in the job, task or machine table is a conflict: a malformed row
+(``duplicate key``; the first is kept). Each count is a column of ``IngestReport.tables`` and a
+note names the table and the rule.
+
 Malformed rows (wrong field count, unparsable number, non-whole count, negative GPUs or
-counts, unknown job status, end before start, missing or duplicate key) are reported with file and
-line. A job whose job-table row is malformed is not in the population (it has no trusted id); a
+counts, unknown job status, end before start, missing or conflicting duplicate key) are reported
+with file and line. A job whose job-table row is malformed is not in the population (it has no trusted id); a
 job with a malformed task, instance or group_tag row is in it, not attributed (reason
 ``malformed <table> row``). Malformed sensor and machine rows only lose their measurements.
 """
@@ -90,7 +99,6 @@ from ddlscope.ingest.population import (
     NO_TASK_ROWS,
     NO_WORKLOAD_TAG,
     IngestOptions,
-    duration_notes,
     finalize,
     malformed_reason,
 )
@@ -142,6 +150,13 @@ AUXILIARY_TASKS: tuple[str, ...] = ("evaluator", "OpenmpiTracker")
 """Task names that are neither parameter servers nor training workers (compared case-insensitively)."""
 
 GIB = float(2**30)
+
+SUPERSEDED_RULES: dict[str, str] = {
+    "instance": "instance (job, task_name, worker_name): a restart, the row with the latest start_time is kept",
+    "sensor": "worker_name: the last row in file order is kept",
+}
+"""Tables whose repeated keys are records replaced by a later one, and the rule (the report's note):
+``superseded_rows`` of :attr:`IngestReport.tables` counts the rows so replaced."""
 
 # problems of malformed rows found by the rules below
 MISSING_KEY = "missing key"
@@ -214,9 +229,11 @@ def _with(read: TableRead, exprs: list[pl.Expr]) -> TableRead:
 
 
 def _dedupe(read: TableRead, keys: list[str], what: str) -> TableRead:
-    """Reject every row after the first with the same ``keys``."""
+    """Reject every row after the first with the same ``keys`` (exact duplicates were removed before:
+    these rows conflict with the first)."""
     dup = ~(pl.struct(keys) if len(keys) > 1 else pl.col(keys[0])).is_first_distinct()
-    return read.reject(dup, DUPLICATE_KEY, pl.format(f"{what} {{}} seen before", pl.concat_str(keys, separator="/")))
+    return read.reject(dup, DUPLICATE_KEY, pl.format(f"{what} {{}} seen before with other values; the first is kept",
+                                                 pl.concat_str(keys, separator="/")))
 
 
 def _missing(read: TableRead, key: str) -> TableRead:
@@ -291,7 +308,7 @@ def read_pai_v2020(
     reads: dict[str, TableRead] = {}
     for t, p in files.items():  # one table at a time: its raw line text is dropped once validated
         if t not in UNUSED_TABLES:
-            reads[t] = _validate(t, _read(t, p)).drop_raw()
+            reads[t] = _validate(t, _read(t, p).drop_exact_duplicates()).drop_raw()
     job, task = reads["job"], reads["task"]
     inst, tag, spec, sensor = (reads.get(t) for t in ("instance", "group_tag", "machine_spec", "sensor"))
     # joins and group-bys run on an integer job index (_jid), the job_name strings are joined once
@@ -318,6 +335,7 @@ def read_pai_v2020(
         if dups.height:
             kept = dups.sort("start_time", "_line", nulls_last=False).unique(subset=keys, keep="last")
             inst_df = pl.concat([inst_df.filter(~repeated), kept])
+            reads["instance"] = replace(inst, superseded_rows=dups.height - kept.height)
         inst_lf = inst_df.lazy()
         counts = inst_lf.group_by("_jid", "task_name").agg(_seen=pl.len().cast(pl.Int64))
         tasks = tasks.join(counts, on=["_jid", "task_name"], how="left")
@@ -366,11 +384,12 @@ def read_pai_v2020(
             pl.col("m_cap_gpu").max().alias("server_gpus"),
         ]
         if sensor is not None:
-            # one sensor row per instance (the first, should the table repeat one)
-            sens = sensor.frame.lazy().filter(pl.col("worker_name").is_first_distinct()).select(
-                "worker_name", "gpu_wrk_util", "max_gpu_wrk_mem"
-            )
-            unmatched["sensor"] = sensor.frame.height - sensor.frame.lazy().join(
+            # one sensor row per instance: a later row of the same worker_name supersedes an earlier one
+            sens_df = sensor.frame.filter(pl.col("worker_name").is_null() | pl.col("worker_name").is_last_distinct())
+            if sens_df.height < sensor.frame.height:
+                reads["sensor"] = replace(sensor, superseded_rows=sensor.frame.height - sens_df.height)
+            sens = sens_df.lazy().select("worker_name", "gpu_wrk_util", "max_gpu_wrk_mem")
+            unmatched["sensor"] = sens_df.height - sens.join(
                 inst_lf.select("worker_name"), on="worker_name", how="semi").select(pl.len()).collect().item()
             winst = winst.join(sens, on="worker_name", how="left")
             aggs += [
@@ -474,6 +493,16 @@ def read_pai_v2020(
             what = "a worker_name of no instance" if t == "sensor" else (
                 "an inst_id of no job" if t == "group_tag" else "a job_name not in the job table")
             notes.append(f"{TABLES[t][0]}: {k:,} row(s) with {what} (not used)")
+    for t, rule in SUPERSEDED_RULES.items():
+        read = reads.get(t)
+        if read is not None and read.superseded_rows:
+            notes.append(f"{TABLES[t][0]}: {read.superseded_rows:,} row(s) superseded by a later record of the same "
+                         f"{rule}; the superseded rows are not used")
+    for t in TABLES:
+        read = reads.get(t)
+        if read is not None and read.duplicate_rows:
+            notes.append(f"{TABLES[t][0]}: {read.duplicate_rows:,} exact duplicate row(s) of an earlier line "
+                         "(not used)")
     conflicts = 0 if tags is None else (tags.select((pl.col("_n_tags") > 1).sum()).collect().item() or 0)
     if conflicts:
         notes.append(f"{conflicts:,} job(s) have several different workload tags; the first one is used")
@@ -483,7 +512,6 @@ def read_pai_v2020(
     if overfull:
         notes.append(f"{overfull:,} single-machine job(s) count more GPUs than their machine has (GPU sharing: "
                      "ceil(plan_gpu/100) per instance); see shared_gpu")
-    notes += duration_notes(population)
     read_list = [reads[t] for t in TABLES if t in reads]
     report = IngestReport.build(FORMAT, [str(p) for p in files.values()], read_list, population, notes,
                                 unmatched=unmatched)

@@ -18,8 +18,9 @@ tried (the first that applies is the job's reason):
 7. ``label not mapped to a zoo model``: the label (``trace_model``) has no zoo model in the
    model map (e.g. ``xlnet``, Gavel's ``LM``).
 
-A job without duration is still attributed (``duration_s``/``gpu_time_s`` null: it then has no
-weight in GPU-time-weighted aggregates; the report counts such jobs).
+A job without duration is still attributed (``duration_s``/``gpu_time_s`` null); the report
+counts such jobs (``IngestReport.jobs_without_duration``), and each aggregate states how it
+weighs them.
 """
 
 from __future__ import annotations
@@ -231,14 +232,13 @@ def finalize(
 _DERIVED = frozenset({"model", "model_source", "gpu", "gpu_time_s", "attributed", "reason"})
 
 
-def duration_notes(population: pl.DataFrame) -> list[str]:
-    """A note on jobs without a known duration (they weigh nothing in GPU-time aggregates)."""
+def duration_counts(population: pl.DataFrame) -> tuple[int, int]:
+    """``(jobs, attributed jobs)`` of ``population`` whose ``duration_s`` is null (the trace gives
+    no run time: Gavel, or PAI jobs without instance or task times). Their ``gpu_time_s`` is null
+    too, unless the trace gives it itself; how an aggregate weighs them is the aggregate's choice
+    (``ddlscope characterize`` estimates it from the job's steps where the trace gives them)."""
     missing = population.filter(pl.col("duration_s").is_null())
-    if missing.height == 0:
-        return []
-    attributed = int(missing["attributed"].sum())
-    return [f"{missing.height:,} job(s) without a known duration ({attributed:,} of them attributed): "
-            "duration_s and gpu_time_s null, no weight in GPU-time aggregates"]
+    return missing.height, int(missing["attributed"].sum() or 0)
 
 
 def empty_population() -> pl.DataFrame:

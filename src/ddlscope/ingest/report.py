@@ -14,6 +14,7 @@ from typing import Any
 
 import polars as pl
 
+from ddlscope.ingest.population import duration_counts
 from ddlscope.ingest.table import MALFORMED_SCHEMA, TableRead, empty_malformed
 
 ATTRIBUTED = "attributed"
@@ -26,6 +27,8 @@ TABLES_SCHEMA: dict[str, pl.DataType] = {
     "data_rows": pl.Int64,
     "blank_lines": pl.Int64,
     "malformed_rows": pl.Int64,
+    "duplicate_rows": pl.Int64,
+    "superseded_rows": pl.Int64,
     "used_rows": pl.Int64,
     "unmatched_rows": pl.Int64,
 }
@@ -43,15 +46,22 @@ class IngestReport:
         fmt: the trace format read (``pai-v2020``, ``gavel``, ``philly-pollux``, ...).
         sources: the input paths.
         tables: one row per input file, columns :data:`TABLES_SCHEMA`: ``data_rows`` (lines that
-            are neither header nor blank) = ``used_rows`` + ``malformed_rows``; ``unmatched_rows``
+            are neither header nor blank) = ``used_rows`` + ``malformed_rows`` +
+            ``duplicate_rows`` (exact repeats of an earlier line, not used) + ``superseded_rows``
+            (replaced by a later record of the same key, e.g. a restarted PAI instance; the
+            reader's note gives its rule); ``unmatched_rows``
             of the used rows refer to no job (e.g. PAI task rows of a job not in the job table;
             null where the table is the job list itself).
         malformed: every malformed row, columns ``table, file, line, problem, detail, text``.
         by_reason: per reason (``attributed`` for attributed jobs): ``jobs``, ``share_jobs``,
             ``gpu_time_s``, ``share_gpu_time`` (shares of the jobs with a known GPU time).
-        notes: sentences on joins, inference and data quality (orphan rows, unknown durations).
+        notes: sentences on joins, inference and data quality (orphan rows, repeated rows, and the
+            :meth:`duration_note` when some job has no duration).
         jobs: rows of the population.
         attributed_jobs: attributed rows.
+        jobs_without_duration: rows whose ``duration_s`` is null (the trace gives no run time);
+            their ``gpu_time_s`` is null too unless the trace gives it.
+        attributed_jobs_without_duration: the attributed ones among them.
     """
 
     fmt: str
@@ -62,6 +72,8 @@ class IngestReport:
     notes: list[str] = field(default_factory=list)
     jobs: int = 0
     attributed_jobs: int = 0
+    jobs_without_duration: int = 0
+    attributed_jobs_without_duration: int = 0
 
     @classmethod
     def build(
@@ -74,22 +86,42 @@ class IngestReport:
         malformed = malformed.sort("table", "file", "line") if malformed.height else empty_malformed()
         counts = malformed.group_by("table", "file").agg(malformed_rows=pl.len().cast(pl.Int64))
         tables = pl.DataFrame(
-            [{"table": r.table, "file": r.file, "data_rows": r.data_rows, "blank_lines": r.blank_lines} for r in reads],
-            schema={k: TABLES_SCHEMA[k] for k in ("table", "file", "data_rows", "blank_lines")},
+            [{"table": r.table, "file": r.file, "data_rows": r.data_rows, "blank_lines": r.blank_lines,
+              "duplicate_rows": r.duplicate_rows, "superseded_rows": r.superseded_rows} for r in reads],
+            schema={k: TABLES_SCHEMA[k] for k in ("table", "file", "data_rows", "blank_lines", "duplicate_rows",
+                                                  "superseded_rows")},
         )
         tables = tables.join(counts, on=["table", "file"], how="left").with_columns(
             pl.col("malformed_rows").fill_null(0)
         ).with_columns(
-            used_rows=pl.col("data_rows") - pl.col("malformed_rows"),
+            used_rows=pl.col("data_rows") - pl.col("malformed_rows") - pl.col("duplicate_rows")
+            - pl.col("superseded_rows"),
             unmatched_rows=pl.col("table").replace_strict(
                 list(unmatched or {}), list((unmatched or {}).values()), default=None, return_dtype=pl.Int64
             ),
         )
-        return cls(
+        no_duration, attributed_no_duration = duration_counts(population)
+        report = cls(
             fmt=fmt, sources=sources, tables=tables.select(list(TABLES_SCHEMA)), malformed=malformed,
             by_reason=reason_summary(population), notes=list(notes or []),
             jobs=population.height, attributed_jobs=int(population["attributed"].sum() or 0),
+            jobs_without_duration=no_duration, attributed_jobs_without_duration=attributed_no_duration,
         )
+        note = report.duration_note()
+        if note:
+            report.notes.append(note)
+        return report
+
+    def duration_note(self) -> str | None:
+        """The sentence counting the jobs without a known duration (``None`` when there are none).
+
+        Neutral: it states the fact (``duration_s`` and ``gpu_time_s`` null), not a weight, because
+        the weight is the aggregate's choice (``ddlscope characterize`` estimates it from the job's
+        steps where the trace gives them and says so)."""
+        if not self.jobs_without_duration:
+            return None
+        return (f"{self.jobs_without_duration:,} job(s) without a known duration in the trace "
+                f"({self.attributed_jobs_without_duration:,} of them attributed): duration_s and gpu_time_s are null")
 
     # -- views ------------------------------------------------------------------------------------
     def summary(self) -> pl.DataFrame:
@@ -151,13 +183,17 @@ class IngestReport:
             raise NoAttributableJobsError(msg)
 
     def to_dict(self, examples: int = 3) -> dict[str, Any]:
-        """JSON-ready summary: headline, by_reason, tables, malformed summary, notes."""
+        """JSON-ready summary: format, sources, jobs, attributed_jobs, malformed_rows,
+        jobs_without_duration, attributed_jobs_without_duration, by_reason, tables, malformed
+        summary, notes."""
         return {
             "format": self.fmt,
             "sources": self.sources,
             "jobs": self.jobs,
             "attributed_jobs": self.attributed_jobs,
             "malformed_rows": self.malformed_rows,
+            "jobs_without_duration": self.jobs_without_duration,
+            "attributed_jobs_without_duration": self.attributed_jobs_without_duration,
             "by_reason": self.by_reason.to_dicts(),
             "tables": self.tables.to_dicts(),
             "malformed": self.malformed_summary(examples).to_dicts(),

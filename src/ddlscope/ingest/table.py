@@ -78,8 +78,14 @@ class TableRead:
             :meth:`drop_raw`, ``_raw`` (the line's text) whose first :data:`TEXT_CHARS`
             characters :meth:`reject` reports.
         malformed: rejected rows, columns :data:`MALFORMED_SCHEMA`.
-        data_rows: physical lines that are neither the header nor blank (= good + malformed).
-        blank_lines: empty (or whitespace-only) lines, counted, not data.
+        data_rows: physical lines that are neither the header nor blank (= rows of :attr:`frame` +
+            malformed + duplicate + superseded rows).
+        blank_lines: empty lines, counted, not data.
+        duplicate_rows: exact duplicates (the same line text as an earlier line of the file)
+            removed from :attr:`frame` by :meth:`drop_exact_duplicates`; counted, not used.
+        superseded_rows: rows a reader replaced by a later record of the same key (e.g. a PAI
+            instance restarted under the same ``worker_name``); set by the reader, which says
+            its rule in a note.
         header: the header line's column names when the file has one, else ``None``.
         separator: the field separator (used to rebuild a rejected row's text).
     """
@@ -93,6 +99,25 @@ class TableRead:
     header: list[str] | None = None
     separator: str = ","
     columns: tuple[str, ...] = field(default_factory=tuple)
+    duplicate_rows: int = 0
+    superseded_rows: int = 0
+
+    def drop_exact_duplicates(self) -> TableRead:
+        """Remove every row of :attr:`frame` whose line text equals an earlier row's, counting them
+        in :attr:`duplicate_rows`.
+
+        The text compared is ``_raw`` (the physical line) while it is kept, else the columns read
+        joined by :attr:`separator` (Parquet, or after :meth:`drop_raw`). The first occurrence
+        stays; hash-based (``is_first_distinct``), no sort.
+        """
+        if self.frame.height == 0:
+            return self
+        key = pl.col("_raw") if "_raw" in self.frame.columns else pl.struct(list(self.columns))
+        kept = self.frame.filter(key.is_first_distinct())
+        removed = self.frame.height - kept.height
+        if removed == 0:
+            return self
+        return replace(self, frame=kept, duplicate_rows=self.duplicate_rows + removed)
 
     def reject(self, condition: pl.Expr, problem: str, detail: pl.Expr | str) -> TableRead:
         """Move the rows of :attr:`frame` where ``condition`` is true to :attr:`malformed`.

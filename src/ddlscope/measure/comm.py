@@ -16,10 +16,20 @@ and ``Input type`` the profiler records on the ``nccl:*`` annotation (with ``rec
 the size is unknown (null) and so is the bandwidth.
 
 **Bandwidth** per call (all kernels of one annotated call; ``t`` = first kernel start to last
-kernel end): ``algbw = S / t``; ``busbw = algbw * 2 (p-1)/p`` for all-reduce, ``algbw * (p-1)/p``
-for all-gather, reduce-scatter and all-to-all, ``algbw`` for broadcast, reduce and send/recv
-(nccl-tests' definitions; :mod:`ddlscope.model.collectives`). A kernel's time includes waiting for
-the slowest peer, so these are *achieved* bandwidths, a lower bound on what the links can do.
+kernel end; ``p`` = the group size), both in GB/s (1e9 bytes/s), both by
+:mod:`ddlscope.model.collectives` (:func:`~ddlscope.model.collectives.algbw`,
+:func:`~ddlscope.model.collectives.busbw`), NVIDIA nccl-tests' definitions (doc/PERFORMANCE.md;
+``getBw`` of src/alltoall.cu and src/sendrecv.cu):
+
+- ``algbw_gb_s`` = ``S / t``, the *algorithm* bandwidth: the collective's size over its time;
+- ``busbw_gb_s`` = ``algbw x bus_factor(collective, p)``, the *bus* bandwidth: the bytes each
+  rank's link carries per second, comparable with the link's peak whatever the collective and
+  ``p``; ``bus_factor`` = ``2 (p-1)/p`` all-reduce, ``(p-1)/p`` all-gather, reduce-scatter and
+  all-to-all, 1 broadcast, reduce and send/recv; null for a call whose collective is ``other``
+  (no nccl-tests definition).
+
+A kernel's time includes waiting for the slowest peer, so these are *achieved* bandwidths, a lower
+bound on what the links can do.
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ import polars as pl
 
 from ddlscope.measure.rules import COLLECTIVES, TraceRules, collective_expr
 from ddlscope.measure.tables import enclosing
-from ddlscope.model.collectives import algbw, allgather_busbw, allreduce_busbw
+from ddlscope.model.collectives import algbw, busbw
 
 c = pl.col
 
@@ -55,16 +65,6 @@ def _first_tensor_numel(dims_json: pl.Expr) -> pl.Expr:
 
 def _first_type(types_json: pl.Expr) -> pl.Expr:
     return types_json.str.json_decode(pl.List(pl.String)).list.first()
-
-
-def busbw_expr(collective: pl.Expr, size_bytes: pl.Expr, time_s: pl.Expr, ranks: pl.Expr) -> pl.Expr:
-    """Expression: nccl-tests bus bandwidth (bytes/s) of a collective (see the module docstring)."""
-    return (
-        pl.when(collective == "all_reduce").then(allreduce_busbw(size_bytes, time_s, ranks))
-        .when(collective.is_in(["all_gather", "reduce_scatter", "all_to_all"]))
-        .then(allgather_busbw(size_bytes, time_s, ranks))
-        .otherwise(algbw(size_bytes, time_s))
-    )
 
 
 def resolve_collectives(gpu: pl.DataFrame, cpu: pl.DataFrame, rules: TraceRules, world_size: int) -> pl.DataFrame:
@@ -142,8 +142,11 @@ def collective_calls(gpu: pl.DataFrame) -> pl.DataFrame:
 
     Returns:
         ``rank, device, iteration, call_id, collective, start_ns, end_ns, time_us, kernels,
-        size_bytes, group_size, msg_dtype, size_source, algbw_gb_s, busbw_gb_s`` (GB/s =
-        1e9 bytes/s; null when the size is unknown).
+        size_bytes, group_size, msg_dtype, size_source, algbw_gb_s, busbw_gb_s``:
+        ``algbw_gb_s`` = ``size_bytes / t`` and ``busbw_gb_s`` = ``algbw_gb_s x
+        bus_factor(collective, group_size)`` (nccl-tests; module docstring), GB/s = 1e9 bytes/s;
+        null when the size is unknown or the call takes no time, ``busbw_gb_s`` also for an
+        ``other`` collective.
     """
     calls = (
         gpu.filter(c("class") == "communication")
@@ -162,7 +165,7 @@ def collective_calls(gpu: pl.DataFrame) -> pl.DataFrame:
         calls.with_columns(
             time_us=c("time_s") * 1e6,
             algbw_gb_s=algbw(c("size_bytes"), t) / 1e9,
-            busbw_gb_s=busbw_expr(c("collective"), c("size_bytes"), t, c("group_size").cast(pl.Float64)) / 1e9,
+            busbw_gb_s=busbw(c("collective"), c("size_bytes"), t, c("group_size").cast(pl.Float64)) / 1e9,
         )
         .drop("time_s")
         .sort("rank", "device", "start_ns")
@@ -172,8 +175,9 @@ def collective_calls(gpu: pl.DataFrame) -> pl.DataFrame:
 def collectives_per_iteration(calls: pl.DataFrame, breakdown_ns: pl.DataFrame) -> pl.DataFrame:
     """Per (rank, device, iteration, collective): ``calls``, ``size_bytes`` (total), ``mean_size_bytes``,
     ``time_us`` (sum of call times), ``busy_us`` (union on the timeline), ``exposed_us`` (not
-    overlapped by computation), ``algbw_gb_s`` and ``busbw_gb_s`` (over the calls with a known
-    size: total bytes and bus bytes over their total time), ``size_source``."""
+    overlapped by computation), ``algbw_gb_s`` and ``busbw_gb_s`` (GB/s = 1e9 bytes/s, over the
+    calls with a known size: their total bytes, and their total bus bytes ``sum(busbw_i t_i)``, over
+    their total time; nccl-tests' algorithm and bus bandwidth, module docstring), ``size_source``."""
     known = c("size_bytes").is_not_null() & (c("time_us") > 0)
     agg = calls.filter(c("iteration").is_not_null()).group_by("rank", "device", "iteration", "collective").agg(
         calls=pl.len(),

@@ -2,7 +2,9 @@
 
 The built-in rules are package data (``ddlscope/measure/data/trace_rules.toml``, every rule with
 its rationale in comments). Users extend them with their own files (``ddlscope trace --rules
-FILE``), in the same TOML format or as a CSV of kernel rules (columns ``pattern,class,kind``).
+FILE``), in the same TOML format (or the same document as JSON, ``.json``; both read by
+:func:`ddlscope.specs.files.read_toml_or_json`) or as a CSV of kernel rules (columns
+``pattern,class,kind``).
 User rules are tried before the built-in ones, so they can override any of them.
 
 Patterns are regular expressions in the syntax of the Rust ``regex`` crate (what Polars uses);
@@ -25,13 +27,16 @@ from typing import Any
 
 import polars as pl
 
+from ddlscope.model import collectives as model_collectives
+from ddlscope.specs.files import read_toml_or_json
+
 KERNEL_CLASSES: tuple[str, ...] = ("compute_bound", "memory_bound", "communication", "data_io", "device_copy")
 """Classes a kernel rule may assign. A name no rule matches is ``unclassified``."""
 UNCLASSIFIED = "unclassified"
-COLLECTIVES: tuple[str, ...] = (
-    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "send_recv", "other",
-)
-"""Communication kinds (collectives), in report order."""
+COLLECTIVES: tuple[str, ...] = (*model_collectives.COLLECTIVES, "other")
+"""Communication kinds, in report order: the canonical collective names of
+:data:`ddlscope.model.collectives.COLLECTIVES` and ``other`` (a communication kernel of no known
+collective)."""
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")
 DEFAULT_PRECISION = "fp32"
 MARKER_MODES: tuple[str, ...] = ("span", "start", "end")
@@ -82,25 +87,46 @@ _COLLECTIVE_SCHEMA = {"pattern": pl.String, "kind": pl.String, "origin": pl.Stri
 _HOST_KEYS = ("data_loader", "synchronisation")
 
 
-def _check_pattern(pattern: Any, where: str) -> str:
+def _check_pattern(pattern: Any, where: str, name: str = "pattern") -> str:
+    """``pattern`` if it is a valid non-empty regular expression, else a :class:`RulesError`
+    naming ``where`` (file and rule) and the field ``name``."""
     if not isinstance(pattern, str) or not pattern:
-        raise RulesError(f"{where}: pattern: expected a non-empty regular expression, got {pattern!r}")
+        raise RulesError(f"{where}: {name}: expected a non-empty regular expression, got {pattern!r}")
     try:
         pl.Series([""]).str.contains(pattern)
     except Exception as exc:  # polars raises ComputeError for a bad regex
-        raise RulesError(f"{where}: pattern {pattern!r} is not a valid regular expression "
+        raise RulesError(f"{where}: {name} {pattern!r} is not a valid regular expression "
                          f"(Rust regex syntax): {str(exc).splitlines()[0]}") from exc
     return pattern
+
+
+#: fields each rule of a section may set (an unknown field, e.g. a misspelt ``warmup_patern``, is an error)
+_FIELDS: dict[str, tuple[str, ...]] = {
+    "kernel": ("pattern", "class", "kind"),
+    "precision": ("pattern", "precision"),
+    "collective": ("pattern", "kind"),
+    "iteration_marker": ("name", "pattern", "mode", "end_pattern", "warmup_pattern"),
+}
 
 
 def _entries(data: dict[str, Any], section: str, origin: str) -> list[dict[str, Any]]:
     block = data.get(section, [])
     if not isinstance(block, list) or not all(isinstance(x, dict) for x in block):
         raise RulesError(f"{origin}: [[{section}]] must be an array of tables")
+    for i, e in enumerate(block, 1):
+        extra = set(e) - set(_FIELDS[section])
+        if extra:
+            raise RulesError(f"{origin}: [[{section}]] #{i}: unknown field(s) {sorted(extra)}; expected "
+                             f"{', '.join(_FIELDS[section])}")
     return block
 
 
-def _parse_toml(data: dict[str, Any], origin: str) -> dict[str, Any]:
+def _parse_toml(data: Any, origin: str) -> dict[str, Any]:
+    """Check a parsed rules document (TOML or JSON) and return its rules by section; every error
+    names ``origin`` (the file), the section, the rule's position and the field."""
+    if not isinstance(data, dict):
+        raise RulesError(f"{origin}: expected a table of sections (kernel, precision, collective, host, "
+                         f"iteration_marker), got a {type(data).__name__}")
     unknown = set(data) - {"kernel", "precision", "collective", "host", "iteration_marker"}
     if unknown:
         raise RulesError(f"{origin}: unknown section(s) {sorted(unknown)}; expected kernel, precision, "
@@ -108,9 +134,6 @@ def _parse_toml(data: dict[str, Any], origin: str) -> dict[str, Any]:
     kernel, precision, collective, markers = [], [], [], []
     for i, e in enumerate(_entries(data, "kernel", origin), 1):
         where = f"{origin}: [[kernel]] #{i}"
-        extra = set(e) - {"pattern", "class", "kind"}
-        if extra:
-            raise RulesError(f"{where}: unknown field(s) {sorted(extra)}; expected pattern, class, kind")
         cls = e.get("class")
         if cls not in KERNEL_CLASSES:
             raise RulesError(f"{where}: class: expected one of {', '.join(KERNEL_CLASSES)}, got {cls!r}")
@@ -135,9 +158,12 @@ def _parse_toml(data: dict[str, Any], origin: str) -> dict[str, Any]:
         collective.append({"pattern": _check_pattern(e.get("pattern"), where), "kind": e["kind"],
                            "origin": f"{origin}#collective{i}"})
     host = data.get("host", {})
-    if not isinstance(host, dict) or set(host) - set(_HOST_KEYS):
-        raise RulesError(f"{origin}: [host] may only set {', '.join(_HOST_KEYS)}")
-    host = {k: _check_pattern(v, f"{origin}: [host] {k}") for k, v in host.items()}
+    if not isinstance(host, dict):
+        raise RulesError(f"{origin}: [host] must be a table of {', '.join(_HOST_KEYS)} patterns")
+    if set(host) - set(_HOST_KEYS):
+        raise RulesError(f"{origin}: [host]: unknown field(s) {sorted(set(host) - set(_HOST_KEYS))}; expected "
+                         f"{', '.join(_HOST_KEYS)}")
+    host = {k: _check_pattern(v, f"{origin}: [host]", k) for k, v in host.items()}
     for i, e in enumerate(_entries(data, "iteration_marker", origin), 1):
         where = f"{origin}: [[iteration_marker]] #{i}"
         if e.get("mode") not in MARKER_MODES:
@@ -145,8 +171,8 @@ def _parse_toml(data: dict[str, Any], origin: str) -> dict[str, Any]:
         end, warm = e.get("end_pattern"), e.get("warmup_pattern")
         markers.append(IterationMarker(
             name=str(e.get("name") or e.get("pattern")), pattern=_check_pattern(e.get("pattern"), where),
-            mode=e["mode"], end_pattern=None if end is None else _check_pattern(end, f"{where} end_pattern"),
-            warmup_pattern=None if warm is None else _check_pattern(warm, f"{where} warmup_pattern"),
+            mode=e["mode"], end_pattern=None if end is None else _check_pattern(end, where, "end_pattern"),
+            warmup_pattern=None if warm is None else _check_pattern(warm, where, "warmup_pattern"),
         ))
     return {"kernel": kernel, "precision": precision, "collective": collective, "host": host, "markers": markers}
 
@@ -166,16 +192,23 @@ def _parse_csv(text: str, origin: str) -> dict[str, Any]:
 
 
 def _read_file(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise RulesError(f"{path}: cannot read rules file: {exc.strerror or exc}") from exc
+    """The rules of one user file: a CSV of kernel rules (``.csv``), else TOML or JSON (``.json``)
+    read by the project's :func:`~ddlscope.specs.files.read_toml_or_json`.
+
+    Raises:
+        RulesError: the file cannot be read or parsed (``<path>: cannot read: ...``, ``<path>: not
+            valid TOML: ... (at line N, column M)``), or a rule is invalid (file, rule, field).
+    """
     if path.suffix.lower() == ".csv":
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise RulesError(f"{path}: cannot read: {exc.strerror or exc}") from exc
         return _parse_csv(text, str(path))
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise RulesError(f"{path}: not valid TOML: {exc}") from exc
+        data = read_toml_or_json(path)
+    except ValueError as exc:
+        raise RulesError(str(exc)) from exc
     return _parse_toml(data, str(path))
 
 
@@ -186,7 +219,7 @@ def _builtin() -> dict[str, Any]:
 
 
 def load_rules(*user_files: str | Path) -> TraceRules:
-    """The built-in rules with ``user_files`` (TOML or CSV) tried first, in the order given.
+    """The built-in rules with ``user_files`` (TOML, JSON or CSV) tried first, in the order given.
 
     Raises:
         RulesError: an unreadable file, bad TOML/CSV, an unknown class/kind/precision/mode, or a

@@ -5,7 +5,8 @@ Input: the output of :func:`ddlscope.model.scenarios.whatif` (one row per job x 
 Every aggregate is computed for both weights; ``weight`` is ``jobs`` (each job counts 1) or
 ``gpu_time`` (each job counts its GPU-seconds).
 
-Weighted mean ``sum(w x) / sum(w)``; weighted quantile q: the smallest x whose cumulative weight
+Weighted mean ``sum(w x) / sum(w)`` (:func:`weighted_mean`, over the rows whose value and weight
+are known; null, not NaN, when the weights sum to 0); weighted quantile q: the smallest x whose cumulative weight
 share (rows sorted by x) reaches q (the inverse of the weighted empirical CDF, Hyndman & Fan 1996
 type 1 with weights).
 """
@@ -26,8 +27,26 @@ MATERIAL_SPEEDUP = 1.05
 
 
 def weighted_mean(x: pl.Expr, w: pl.Expr) -> pl.Expr:
-    """``sum(w x) / sum(w)`` (null when the weights sum to 0)."""
-    return (x * w).sum() / w.sum()
+    """The weighted arithmetic mean ``sum(w x) / sum(w)``: the one helper behind every job-weighted
+    and GPU-time-weighted mean of the population analysis.
+
+    For an aggregation context (``group_by().agg``, ``select`` over a frame): one Float64 value.
+
+    Args:
+        x: the values (any numeric expression; a boolean one gives the weighted *share* of rows
+            where it holds, e.g. of jobs sped up).
+        w: non-negative weights (``jobs``: 1 per job; ``gpu_time``: the job's GPU-seconds).
+
+    Returns:
+        The mean over the rows where both ``x`` and ``w`` are known (a row with an unknown value
+        or weight is left out of both sums, so it cannot bias the mean towards 0); null when
+        those weights sum to 0 (e.g. GPU-time weighting of jobs none of which has a GPU time),
+        never NaN.
+    """
+    known = x.is_not_null() & w.is_not_null()
+    xf, wf = x.cast(pl.Float64), w.cast(pl.Float64)
+    total = wf.filter(known).sum()
+    return pl.when(total > 0).then((xf * wf).filter(known).sum() / total)
 
 
 def weighted_quantile(x: pl.Expr, w: pl.Expr, q: float) -> pl.Expr:
@@ -111,13 +130,13 @@ def scenario_speedups(results: pl.DataFrame) -> pl.DataFrame:
     def aggs(w: pl.Expr) -> list[pl.Expr]:
         applied = c("scenario_applied")
         return [
-            (w * applied).sum().truediv(w.sum()).alias("applied_share"),
-            (w * (s > 1 + SPEEDUP_EPS)).sum().truediv(w.sum()).alias("sped_up_share"),
-            (w * (s >= MATERIAL_SPEEDUP)).sum().truediv(w.sum()).alias("materially_sped_up_share"),
-            (w * (s < 1 - SPEEDUP_EPS)).sum().truediv(w.sum()).alias("slowed_share"),
+            weighted_mean(applied, w).alias("applied_share"),
+            weighted_mean(s > 1 + SPEEDUP_EPS, w).alias("sped_up_share"),
+            weighted_mean(s >= MATERIAL_SPEEDUP, w).alias("materially_sped_up_share"),
+            weighted_mean(s < 1 - SPEEDUP_EPS, w).alias("slowed_share"),
             weighted_mean(s, w).alias("mean_speedup"),
             weighted_quantile(s, w, 0.5).alias("median_speedup"),
-            ((w * s * applied).sum() / (w * applied).sum()).alias("mean_speedup_applied"),
+            weighted_mean(s, w * applied).alias("mean_speedup_applied"),  # weight 0 for unapplied jobs
         ]
 
     df = results.filter(c("scenario") != "baseline").select(

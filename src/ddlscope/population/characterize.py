@@ -18,7 +18,7 @@ import polars as pl
 from ddlscope.model.jobs import check_jobs_frame
 from ddlscope.model.scenarios import whatif_blocks
 from ddlscope.model.step_time import OUTPUT_COLUMNS, breakdown
-from ddlscope.population.aggregates import bottleneck_mix, component_shares, scenario_speedups
+from ddlscope.population.aggregates import bottleneck_mix, component_shares, scenario_speedups, weighted_mean
 from ddlscope.specs.catalog import Catalog
 from ddlscope.specs.scenario import Scenario
 
@@ -106,11 +106,10 @@ def _headline(base: pl.DataFrame, nic: pl.DataFrame, speedups: pl.DataFrame) -> 
     out: dict[str, float | int | None] = {
         "jobs": base.height,
         "gpus": int(base["num_gpus"].sum()),
-        "mean_comm_share": base["share_comm"].mean(),
-        "mean_comm_share_gpu_time": (
-            (base["share_comm"] * base["gpu_time_s"]).sum() / base["gpu_time_s"].sum()
-            if base["gpu_time_s"].sum() > 0 else None
-        ),
+        **base.select(  # the same weighted mean as every aggregate of the report (aggregates.weighted_mean)
+            mean_comm_share=weighted_mean(c("share_comm"), pl.lit(1.0)),
+            mean_comm_share_gpu_time=weighted_mean(c("share_comm"), c("gpu_time_s")),
+        ).row(0, named=True),
     }
 
     def pick(scenario: str, arch: str, column: str) -> float | None:
