@@ -195,17 +195,6 @@ def alltoall_bytes_to_peers(size_bytes: N, ranks: N, peers: N) -> N:
     return size_bytes * peers / ranks
 
 
-def allreduce_busbw(size_bytes: N, time_s: N, ranks: N) -> N:
-    """nccl-tests bus bandwidth of an all-reduce, bytes/s: ``S/t * 2 (p-1)/p``."""
-    return size_bytes / time_s * 2 * (ranks - 1) / ranks
-
-
-def allgather_busbw(size_bytes: N, time_s: N, ranks: N) -> N:
-    """nccl-tests bus bandwidth of an all-gather / reduce-scatter / all-to-all, bytes/s:
-    ``S/t * (p-1)/p`` with ``S`` the total size."""
-    return size_bytes / time_s * (ranks - 1) / ranks
-
-
 def algbw(size_bytes: N, time_s: N) -> N:
     """nccl-tests algorithm bandwidth, bytes/s: ``S / t``."""
     return size_bytes / time_s
