@@ -12,7 +12,8 @@ op          Enum(pull, push, access)   pull = a read of the row, push = an updat
 iteration   Int64 (nullable)           training iteration (step); null for raw streams
 worker_id   Int64 (nullable)           worker that issued the event; null when unknown
 count       Int64                      multiplicity (>= 1): how many updates the row stands for
-rpc_id      Int64 (nullable)           the RPC that carried the key (RPC logs only)
+rpc_id      Int64 (nullable)           the RPC that carried the key (RPC logs only); rpc ids
+                                       may restart per worker, so (worker_id, rpc_id) names it
 ==========  =========================  ==================================================
 
 and its ``keys`` table maps ``key`` to the original ``label`` (the word, the hashed feature id,
