@@ -255,10 +255,18 @@ def register(rpc_app: typer.Typer) -> None:
 
 
         from ddlscope.report.console import emit
-        from ddlscope.rpc import decompose, read_rpc_log
-        from ddlscope.skew.streams import emulate_training, load_stream, replay_hint
+        from ddlscope.rpc import decompose
+        from ddlscope.skew.streams import (
+            emulate_training,
+            load_stream,
+            read_rpc_log_with_keys,
+            replay_hint,
+            resolve_kind,
+        )
 
-        stream = load_stream(source, kind, column)
+        resolved = resolve_kind(source, kind, column)
+        log_read = read_rpc_log_with_keys(source) if resolved == "rpc_log" else None  # one read: keys and stages
+        stream = log_read.stream if log_read is not None else load_stream(source, resolved, column)
         if (hint := replay_hint(stream, workers, batch_events)) is not None:
             raise ValueError(f"{stream.source}: the offload simulation needs at least 2 iterations (warm-up + "
                              f"evaluation): {hint}")
@@ -266,16 +274,18 @@ def register(rpc_app: typer.Typer) -> None:
         trace = prepare_trace(trained)
         budgets = budgets or budgets_for(stream.num_keys, layout)
         stages = None
-        if stream.kind == "rpc_log":
+        if log_read is not None and log_read.log is None:
+            err_console.print(f"note: no latency estimate ({log_read.log_error})")
+        elif log_read is not None and log_read.log is not None:
+            log = log_read.log
             try:
-                log = read_rpc_log(source)
                 stages = decompose(log.frame)
-                if log.rejected.height:
-                    err_console.print(
-                        f"note: latency estimate from {log.frame.height:,} RPCs; {log.rejected.height:,} rejected "
-                        "rows of the log left out (ddlscope rpc dissect lists them with file:line and reason)")
             except ValueError as exc:
                 err_console.print(f"note: no latency estimate ({exc})")
+            if stages is not None and log.rejected.height:
+                err_console.print(
+                    f"note: latency estimate from {log.frame.height:,} RPCs; {log.rejected.height:,} rejected "
+                    "rows of the log left out (ddlscope rpc dissect lists them with file:line and reason)")
         res = simulate_offload(trace, layout, budgets, policies, warmup, refresh, stages, ss_counters)
         cols = ["policy", "budget_bytes", "capacity_keys", "push_aggregated_fraction", "pull_served_fraction",
                 "server_updates_saved_fraction", "server_bytes_saved_fraction", "switch_installs"]
