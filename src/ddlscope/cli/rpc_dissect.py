@@ -1,7 +1,7 @@
 """``ddlscope rpc dissect``: RPC latency dissection of parameter-server logs.
 
-The analysis and report modules (Polars, NumPy, matplotlib) are imported inside the command, so
-that ``ddlscope --help`` does not pay for them.
+Option values come from the RPC modules (already loaded by the CLI); the dissection and the report
+(matplotlib) are imported inside the command, so that ``ddlscope --help`` does not pay for them.
 """
 
 from __future__ import annotations
@@ -13,13 +13,10 @@ from typing import Annotated
 import typer
 
 from ddlscope.cli.common import user_errors
+from ddlscope.rpc.readers import INPUT_FORMATS
+from ddlscope.rpc.validate import TIME_UNITS
 
 DEFAULT_OUT = Path("ddlscope-report/rpc-dissect")
-
-INPUT_FORMATS: tuple[str, ...] = ("auto", "csv", "parquet", "jsonl", "otlp")
-"""``--input-format`` values: :data:`ddlscope.rpc.readers.INPUT_FORMATS` (a test keeps them equal)."""
-TIME_UNITS: tuple[str, ...] = ("ns", "us", "ms", "s")
-"""``--time-unit`` values: the keys of :data:`ddlscope.rpc.validate.TIME_UNITS` (a test keeps them equal)."""
 
 
 def register(rpc_app: typer.Typer) -> None:

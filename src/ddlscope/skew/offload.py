@@ -71,6 +71,13 @@ DEFAULT_METADATA_BYTES = 8
 DEFAULT_VALUE_BYTES = 4
 """In-switch value: 32-bit integer (SwitchML ``data_t``)."""
 
+DEFAULT_EMBEDDING_DIM = 64
+"""Values per embedding row (a common embedding width of sparse CTR models)."""
+DEFAULT_WIRE_VALUE_BYTES = 4
+"""Bytes per value on the wire: fp32 gradients and rows."""
+DEFAULT_REFRESH_ITERATIONS = 1
+"""The control plane re-installs the hot set every iteration (``lfu``, ``space_saving``)."""
+
 DEFAULT_SPACE_SAVING_COUNTERS = 4.0
 """Space-Saving counters per switch entry. A counter (key + count, 12 B) is far smaller than an
 entry (a row), and Space-Saving only guarantees the keys above ``total / counters`` (Metwally et
@@ -93,11 +100,11 @@ class SwitchLayout:
         wire_key_bytes: bytes of the key in a message (8).
     """
 
-    embedding_dim: int = 64
+    embedding_dim: int = DEFAULT_EMBEDDING_DIM
     value_bytes: int = DEFAULT_VALUE_BYTES
     key_bytes: int = DEFAULT_KEY_BYTES
     metadata_bytes: int = DEFAULT_METADATA_BYTES
-    wire_value_bytes: int = 4
+    wire_value_bytes: int = DEFAULT_WIRE_VALUE_BYTES
     wire_key_bytes: int = 8
 
     def __post_init__(self) -> None:
@@ -523,7 +530,7 @@ def simulate_offload(
     budgets_bytes: list[int] | None = None,
     policies: tuple[str, ...] = POLICIES,
     warmup_iterations: int | None = None,
-    refresh_iterations: int = 1,
+    refresh_iterations: int = DEFAULT_REFRESH_ITERATIONS,
     stage_times: pl.DataFrame | None = None,
     space_saving_counters: float = DEFAULT_SPACE_SAVING_COUNTERS,
 ) -> OffloadResult:

@@ -518,7 +518,14 @@ def select_events(stream: KeyStream, events: str = "updates") -> pl.DataFrame:
     return out
 
 
-def emulate_training(stream: KeyStream, workers: int = 8, batch_events: int = 1024) -> KeyStream:
+DEFAULT_REPLAY_WORKERS = 8
+"""Workers of :func:`emulate_training` by default (a small data-parallel job)."""
+DEFAULT_REPLAY_BATCH_EVENTS = 1024
+"""Events per worker mini-batch of :func:`emulate_training` by default."""
+
+
+def emulate_training(stream: KeyStream, workers: int = DEFAULT_REPLAY_WORKERS,
+                     batch_events: int = DEFAULT_REPLAY_BATCH_EVENTS) -> KeyStream:
     """A raw stream (``access`` events) replayed as data-parallel sparse training.
 
     Iteration ``i`` takes the next ``workers * batch_events`` events; worker ``w`` gets the
