@@ -193,3 +193,8 @@ def test_offload_of_an_rpc_log_reads_it_once_and_names_rpcs_by_worker(tmp_path: 
     # static set {key 1}; (w0, rpc 1) keys (1, 3): h = 1/2 -> 210 - 60 = 150 ns; (w1, rpc 1) key 2: 410 ns
     assert float(got["latency_mean_us_before"]) == pytest.approx(0.310)
     assert float(got["latency_mean_us_after"]) == pytest.approx(0.280)
+    res = runner.invoke(app, ["rpc", "offload", str(log), "-b", "24B", "-p", "static", "--warmup-iterations", "1",
+                              "--dim", "2", "-f", "json"])
+    summary = json.loads(res.stdout)
+    # the output is a function of the input only: no machine-dependent speed figure (benchmarks/ prints those)
+    assert summary["entry_bytes"] == 24 and "events_per_s" not in summary

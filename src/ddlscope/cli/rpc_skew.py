@@ -297,8 +297,7 @@ def register(rpc_app: typer.Typer) -> None:
             emit(res.table.select(cols), "table",
                  title=f"Switch offload what-if: {stream.source} ({trace.num_keys:,} keys, "
                        f"{res.evaluation_iterations} evaluated iterations)",
-                 extra={"notes": " | ".join([*trained.notes[len(stream.notes):], *res.notes]),
-                        "simulated events/s (per budget pass)": {k: round(v) for k, v in res.events_per_s.items()}})
+                 extra={"notes": " | ".join([*trained.notes[len(stream.notes):], *res.notes])})
         else:
             emit(res.table, fmt, extra=None if fmt == "csv" else {k: v for k, v in res.summary().items()
                                                                    if k != "curve"})

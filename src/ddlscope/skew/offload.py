@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -355,16 +354,40 @@ class SpaceSaving:
         return dict(self._count)
 
 
-def _space_saving_policy(trace: OffloadTrace, warmup: int, refresh: int, capacity: int, counters_factor: float
-                         ) -> tuple[np.ndarray, int, int]:
+@dataclass(frozen=True)
+class _HotEvents:
+    """The hot events of a trace as Python lists for the Space-Saving loop, built once per
+    simulation (not per capacity).
+
+    Attributes:
+        starts: index into ``keys`` of each iteration's first hot event, shape ``(I + 1,)``.
+        keys: key id per hot event, in order; weights: its count, or None when every count is 1.
+    """
+
+    starts: np.ndarray
+    keys: list[int]
+    weights: list[int] | None
+
+    @classmethod
+    def of(cls, trace: OffloadTrace) -> _HotEvents:
+        """The hot events of ``trace``."""
+        hot_idx = np.flatnonzero(trace.hot)
+        unit = bool(np.all(trace.count[hot_idx] == 1))
+        return cls(np.searchsorted(hot_idx, trace.starts), trace.key[hot_idx].tolist(),
+                   None if unit else trace.count[hot_idx].tolist())
+
+    def slice(self, a: int, b: int) -> tuple[list[int], list[int] | None]:
+        """Keys and weights of the hot events ``a..b-1``."""
+        return self.keys[a:b], None if self.weights is None else self.weights[a:b]
+
+
+def _space_saving_policy(trace: OffloadTrace, hot: _HotEvents, warmup: int, refresh: int, capacity: int,
+                         counters_factor: float) -> tuple[np.ndarray, int, int]:
     """Per-event residency (evaluation events), installs and refreshes for one capacity."""
     lo = trace.starts[warmup]
     ss = SpaceSaving(max(capacity, math.ceil(counters_factor * capacity)))
-    hot_idx = np.flatnonzero(trace.hot)
-    hot_starts = np.searchsorted(hot_idx, trace.starts)
-    keys_l, w_l = trace.key[hot_idx].tolist(), trace.count[hot_idx].tolist()
-    unit = bool(np.all(trace.count[hot_idx] == 1))
-    ss.update(keys_l[:hot_starts[warmup]], None if unit else w_l[:hot_starts[warmup]])
+    hot_starts = hot.starts
+    ss.update(*hot.slice(0, hot_starts[warmup]))
     mask = np.zeros(trace.num_keys, dtype=bool)
     out = np.empty(trace.key.size - lo, dtype=bool)
     installs = refreshes = 0
@@ -377,8 +400,7 @@ def _space_saving_policy(trace: OffloadTrace, warmup: int, refresh: int, capacit
             mask = new
             refreshes += 1
         out[a - lo:b - lo] = mask[trace.key[a:b]]
-        ha, hb = hot_starts[i], hot_starts[i + 1]
-        ss.update(keys_l[ha:hb], None if unit else w_l[ha:hb])
+        ss.update(*hot.slice(hot_starts[i], hot_starts[i + 1]))
     return out, installs, refreshes
 
 
@@ -417,8 +439,6 @@ class OffloadResult:
             ``latency_*`` columns of :func:`~ddlscope.skew.latency.estimate_latency_gain`.
         layout: the entry/message sizes.
         warmup_iterations, evaluation_iterations, refresh_iterations: the time split.
-        events_per_s: simulated evaluation-plus-warm-up events per second of wall time, per policy
-            (all budgets of the policy together).
         notes: assumptions worth showing with the table.
     """
 
@@ -427,7 +447,6 @@ class OffloadResult:
     warmup_iterations: int
     evaluation_iterations: int
     refresh_iterations: int
-    events_per_s: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
@@ -439,7 +458,6 @@ class OffloadResult:
             "entry_bytes": self.layout.entry_bytes, "message_bytes": self.layout.message_bytes,
             "warmup_iterations": self.warmup_iterations, "evaluation_iterations": self.evaluation_iterations,
             "refresh_iterations": self.refresh_iterations,
-            "events_per_s": self.events_per_s,
             "best_by_policy": {r["policy"]: r for r in best.to_dicts()},
             "curve": self.table.to_dicts(),
         }
@@ -577,15 +595,13 @@ def simulate_offload(
         raise ValueError(f"refresh_iterations: expected >= 1, got {refresh_iterations}")
     caps = np.array([layout.capacity_keys(b) for b in budgets], dtype=np.int64)
     lo = int(trace.starts[warmup])
-    n_sim = trace.key.size
     latency = _LatencyIndex.build(trace, lo, stage_times) if stage_times is not None else None
+    hot = _HotEvents.of(trace) if "space_saving" in policies else None
     rows: list[dict[str, Any]] = []
-    speeds: dict[str, float] = {}
     for policy in policies:
-        t0 = time.perf_counter()
         per_cap: list[tuple[np.ndarray, int, int]] = []
-        if policy == "space_saving":
-            per_cap = [_space_saving_policy(trace, warmup, refresh_iterations, int(c), space_saving_counters)
+        if policy == "space_saving" and hot is not None:
+            per_cap = [_space_saving_policy(trace, hot, warmup, refresh_iterations, int(c), space_saving_counters)
                        for c in caps]
         else:
             ranks, installs, refreshes = _rank_policy(trace, policy, warmup, refresh_iterations, caps)
@@ -605,8 +621,6 @@ def simulate_offload(
             if latency is not None:
                 row |= estimate_latency_gain(latency.stages, latency.handled_fraction(resident))
             rows.append(row)
-        elapsed = time.perf_counter() - t0
-        speeds[policy] = n_sim * len(caps) / elapsed if elapsed > 0 else float("inf")
     notes = [
         f"entry = {layout.embedding_dim} x {layout.value_bytes} B + {layout.key_bytes} B key + "
         f"{layout.metadata_bytes} B metadata = {layout.entry_bytes} B; row message = {layout.message_bytes} B",
@@ -617,4 +631,4 @@ def simulate_offload(
         notes.append(f"latency: over the {latency.stages.height:,} RPCs with keys in the evaluated iterations; server "
                      "stages scaled by the share of each RPC's keys left to the server")
     table = pl.DataFrame(rows)
-    return OffloadResult(table, layout, warmup, n_iter - warmup, refresh_iterations, speeds, notes)
+    return OffloadResult(table, layout, warmup, n_iter - warmup, refresh_iterations, notes)
