@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from ddlscope.cli.common import FormatOpt, user_errors
+from ddlscope.cli.common import FormatOpt, OverwriteOpt, user_errors
 from ddlscope.report.console import FORMATS
 from ddlscope.skew.frequency import DEFAULT_HOT_FRACTION, DEFAULT_WINDOW_EVENTS
 from ddlscope.skew.offload import (
@@ -70,8 +70,6 @@ VocabularyOpt = Annotated[Path | None, typer.Option("--vocabulary", help="table 
                                                                          "vocabulary.parquet")]
 ReportOpt = Annotated[Path | None, typer.Option("--report", "-o", help="write an HTML report folder here (a new or "
                                                                        "empty folder, or an earlier report's)")]
-OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="write the report's files into a non-empty folder that "
-                                                                "holds no ddlscope report (its other files are kept)")]
 
 
 def _check_common(fmt: str, kind: str, report: Path | None, overwrite: bool) -> None:
