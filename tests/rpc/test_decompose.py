@@ -138,3 +138,21 @@ def test_stage_summary_shares_sum_to_one():
     assert s["latency_mean_us"] == pytest.approx(0.7905)
     assert s["server_queue_share"] == pytest.approx(356 / 790.5)
     assert sum(s[f"{st}_share"] for st in STAGES) == pytest.approx(1.0)
+
+
+def test_percentiles_us_by_hand() -> None:
+    from ddlscope.rpc.decompose import percentiles_us
+
+    frame = pl.DataFrame({"g": [0, 0, 0, 0, 1], "latency_ns": [3000, 1000, 5000, 2000, None],
+                          "connect_ns": [10, 20, 30, 40, 50]})
+    out = frame.group_by("g").agg(*percentiles_us("latency_ns"), *percentiles_us("connect_ns", (0.999,), "setup"))
+    row = out.sort("g").row(0, named=True)
+    # sorted 1000, 2000, 3000, 5000 ns; type 7: p50 at position 3 * 0.5 = 1.5 -> 2000 + 0.5 * 1000 = 2500 ns;
+    # p99 at 3 * 0.99 = 2.97 -> 3000 + 0.97 * 2000 = 4940 ns; connect p99.9 at 2.997 -> 30 + 0.997 * 10 = 39.97 ns
+    assert list(out.columns) == ["g", "latency_p50_us", "latency_p99_us", "setup_p99_9_us"]
+    assert row["latency_p50_us"] == pytest.approx(2.5)
+    assert row["latency_p99_us"] == pytest.approx(4.94)
+    assert row["setup_p99_9_us"] == pytest.approx(0.03997)
+    assert out.sort("g").row(1, named=True)["latency_p50_us"] is None  # only a null latency in group 1
+    with pytest.raises(ValueError, match=r"quantiles: expected values in \[0, 1\], got \[99\]"):
+        percentiles_us("latency_ns", (99,))

@@ -139,3 +139,23 @@ def test_an_unreadable_span_time_is_a_bad_value(tmp_path):
     # the row's line is that of its client span's spanId (00f067aa0ba902b7, the first span)
     assert bad.select("log_line", "detail").rows() == [(_line_of(path, "00f067aa0ba902b7"), "client_issue_ns=banana")]
     assert log.rejected.filter(pl.col("reason") == "missing_timestamp").height == 0
+
+
+def test_the_reader_restores_the_garbage_collector(tmp_path):
+    import gc
+
+    from ddlscope.rpc.otlp import read_otlp_raw
+
+    assert gc.isenabled()
+    read_otlp_raw(DATA / "grpc_ps_ddlscope.otlp.json")
+    assert gc.isenabled()  # paused while reading, on again after
+    (tmp_path / "broken.json").write_text('{"resourceSpans": [')
+    with pytest.raises(ValueError, match="not valid JSON"):
+        read_otlp_raw(tmp_path / "broken.json")
+    assert gc.isenabled()  # and after a failed read
+    gc.disable()
+    try:
+        read_otlp_raw(DATA / "grpc_ps_ddlscope.otlp.json")
+        assert not gc.isenabled()  # a caller's own pause is left as it was
+    finally:
+        gc.enable()

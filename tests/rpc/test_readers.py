@@ -144,6 +144,32 @@ def test_column_and_op_mapping_and_time_unit(tmp_path):
     assert log2.frame.drop("log_file").equals(log.frame.drop("log_file"))
 
 
+def test_mapping_file_errors_name_the_file_and_the_field(tmp_path):
+    # JSON: a bare name -> name table is a column mapping
+    (tmp_path / "m.json").write_text('{"ts": "client_issue_ns", "ops": {"Get": "pull_dense"}}')
+    m = ColumnMapping.from_file(tmp_path / "m.json")
+    assert (dict(m.columns), dict(m.ops), m.time_unit) == ({"ts": "client_issue_ns"}, {"Get": "pull_dense"}, "ns")
+    cases = {
+        "num.toml": ('[columns]\nts = 5\n',
+                     r"num\.toml: columns\.ts: expected a string \(a schema column name\), got 5"),
+        "bare.toml": ('ts = 5\n', r"bare\.toml: ts: expected a string"),
+        "op.toml": ('[ops]\nGet = "read"\n', r"op\.toml: op mapping: targets must be one of"),
+        "unit.toml": ('time_unit = "h"\n', r"unit\.toml: time_unit: expected one of ns, us, ms, s, got 'h'"),
+        "typo.toml": ('time-unit = "us"\n[columns]\nts = "client_issue_ns"\n',
+                      r"typo\.toml: unknown field\(s\) time-unit; expected columns, ops, time_unit"),
+        "syntax.toml": ('[columns\n', r"syntax\.toml: not valid TOML: .*line 1"),
+        "list.json": ('["ts"]', r"list\.json: expected a table of names, got list"),
+        "latin1.toml": (None, r"latin1\.toml: cannot read: not UTF-8 text"),
+    }
+    for name, (text, message) in cases.items():
+        if text is None:
+            (tmp_path / name).write_bytes(b'ts = "caf\xe9"\n')
+        else:
+            (tmp_path / name).write_text(text)
+        with pytest.raises(ValueError, match=message):
+            ColumnMapping.from_file(tmp_path / name)
+
+
 def test_missing_and_misnamed_columns_are_clear_errors(tmp_path):
     pl.DataFrame([_row(0)]).drop("server_id", "client_done_ns").write_csv(tmp_path / "x.csv")
     with pytest.raises(ValueError, match=r"x\.csv: missing required column\(s\) server_id, client_done_ns.*--map"):

@@ -31,25 +31,12 @@ def test_parse_bytes() -> None:
             parse_bytes(bad)
 
 
-def test_cli_constants_match_the_analysis_modules() -> None:
-    from ddlscope.cli import rpc_dissect, rpc_skew
-    from ddlscope.rpc.readers import INPUT_FORMATS
-    from ddlscope.rpc.validate import TIME_UNITS
-    from ddlscope.skew import frequency, offload, streams
-
-    assert rpc_dissect.INPUT_FORMATS == INPUT_FORMATS and tuple(TIME_UNITS) == rpc_dissect.TIME_UNITS
-    assert rpc_skew.SOURCE_KINDS == streams.SOURCE_KINDS and rpc_skew.POLICIES == offload.POLICIES
-    assert rpc_skew.DEFAULT_WINDOW_EVENTS == frequency.DEFAULT_WINDOW_EVENTS
-    assert (rpc_skew.DEFAULT_VALUE_BYTES, rpc_skew.DEFAULT_KEY_BYTES, rpc_skew.DEFAULT_METADATA_BYTES,
-            rpc_skew.DEFAULT_SPACE_SAVING_COUNTERS) == (offload.DEFAULT_VALUE_BYTES, offload.DEFAULT_KEY_BYTES,
-                                                        offload.DEFAULT_METADATA_BYTES,
-                                                        offload.DEFAULT_SPACE_SAVING_COUNTERS)
-
-
-def test_the_rpc_cli_modules_import_no_analysis_or_plotting_library() -> None:
-    code = ("import sys, ddlscope.cli.rpc_dissect, ddlscope.cli.rpc_skew; "
+def test_the_rpc_cli_modules_import_no_fitting_or_plotting_library() -> None:
+    # the option values come from the analysis modules; SciPy (the fits) and matplotlib (the reports) must
+    # still wait for a command that uses them, so that `ddlscope --help` does not pay for them
+    code = ("import sys, ddlscope.cli.main; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('scipy', 'matplotlib') "
-            "or m.startswith(('ddlscope.rpc', 'ddlscope.skew', 'ddlscope.report'))))")
+            "or m.startswith(('ddlscope.report.skew', 'ddlscope.report.rpc_dissect'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src")})
     assert out.stdout.strip() == "[]"
@@ -143,9 +130,14 @@ def test_skew_reads_damaged_or_non_table_sources_with_one_line_errors(shared_dat
     assert res.exit_code == 2 and "trunc.parquet: cannot read as Parquet" in " ".join(res.output.split())
     text = shared_data / "text" / "tinyshakespeare.txt"
     res = runner.invoke(app, ["rpc", "skew", str(text), "--kind", "rpc_log"])
-    # line 2, "Before we proceed any further, hear me speak.", has a comma: 2 fields against the header's 1
+    # read as CSV (header "First Citizen:"); the lines with a comma have more fields than the header and are
+    # rejected, the rest has no RPC columns
+    out = " ".join(res.output.split())
     assert res.exit_code == 2
-    assert f"{text}:2: 2 fields, the header (line 1) has 1: not a CSV table" in " ".join(res.output.split())
+    assert f"{text}: an RPC log needs columns ['op', 'keys', 'iteration'] for key analysis (columns: First Citizen:;" \
+        in out
+    commas = sum("," in line for line in text.read_text().splitlines()[1:])
+    assert f"skipped rejected line (extra_fields): {commas:,})" in out
     assert "Traceback" not in res.output
 
 
@@ -159,3 +151,50 @@ def test_churn_of_a_single_window_says_so(shared_data: Path) -> None:
     ax = fig.axes[0]
     assert not ax.lines and [t.get_text() for t in ax.texts] == [
         "one window (8192 events): no churn to show; a smaller --window gives more windows"]
+
+
+def test_offload_of_an_rpc_log_reads_it_once_and_names_rpcs_by_worker(tmp_path: Path, monkeypatch) -> None:
+    import polars as pl
+
+    from ddlscope.rpc import readers
+    from ddlscope.skew import streams
+
+    # two workers whose rpc ids both restart at 0; stage times as in test_skew_latency's two-worker test:
+    # worker 0 RPCs 210 ns (server stages 120 ns), worker 1 RPCs 410 ns (server stages 320 ns)
+    client = {"client_issue_ns": 0, "client_send_start_ns": 10, "client_send_end_ns": 30, "client_recv_end_ns": 200,
+              "client_done_ns": 210}
+    server = {"server_recv_start_ns": 1000, "server_recv_end_ns": 1020, "server_proc_start_ns": 1050,
+              "server_proc_end_ns": 1100, "server_send_end_ns": 1120}
+    slow = {"client_recv_end_ns": 400, "client_done_ns": 410, "server_proc_end_ns": 1300, "server_send_end_ns": 1320}
+    ids = {"server_id": 0, "connection_id": 0, "request_bytes": 64, "response_bytes": 16, "num_keys": 1,
+           "op": "push_sparse"}
+    rows = [{"rpc_id": 0, "worker_id": 0, "iteration": 0, "keys": [1, 2]},
+            {"rpc_id": 0, "worker_id": 1, "iteration": 0, "keys": [1], **slow},
+            {"rpc_id": 1, "worker_id": 0, "iteration": 1, "keys": [1, 3]},
+            {"rpc_id": 1, "worker_id": 1, "iteration": 1, "keys": [2], **slow}]
+    log = tmp_path / "log.parquet"
+    pl.DataFrame([{**ids, **client, **server, **r} for r in rows]).write_parquet(log)
+    reads: list[str] = []
+    real = readers.read_raw_rpc_log
+
+    def counting(paths, **kw):
+        reads.append(str(paths))
+        return real(paths, **kw)
+
+    monkeypatch.setattr(readers, "read_raw_rpc_log", counting)
+    monkeypatch.setattr(streams, "read_raw_rpc_log", counting)
+    # 24 B = one entry of dim 2 (2 x 4 B + 8 B key + 8 B metadata)
+    res = runner.invoke(app, ["rpc", "offload", str(log), "-b", "24B", "-p", "static", "--warmup-iterations", "1",
+                              "--dim", "2", "-f", "csv"])
+    assert res.exit_code == 0, res.output
+    assert reads == [str(log)]  # keys and stage times from one read
+    header, row = res.stdout.splitlines()[:2]
+    got = dict(zip(header.split(","), row.split(","), strict=True))
+    # static set {key 1}; (w0, rpc 1) keys (1, 3): h = 1/2 -> 210 - 60 = 150 ns; (w1, rpc 1) key 2: 410 ns
+    assert float(got["latency_mean_us_before"]) == pytest.approx(0.310)
+    assert float(got["latency_mean_us_after"]) == pytest.approx(0.280)
+    res = runner.invoke(app, ["rpc", "offload", str(log), "-b", "24B", "-p", "static", "--warmup-iterations", "1",
+                              "--dim", "2", "-f", "json"])
+    summary = json.loads(res.stdout)
+    # the output is a function of the input only: no machine-dependent speed figure (benchmarks/ prints those)
+    assert summary["entry_bytes"] == 24 and "events_per_s" not in summary

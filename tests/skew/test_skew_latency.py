@@ -70,3 +70,42 @@ def test_offload_latency_from_an_rpc_log(tmp_path: Path) -> None:
     assert res["latency_mean_us_before"] == pytest.approx(0.2075)
     assert res["latency_mean_us_after"] == pytest.approx(0.1775)
     assert res["latency_speedup"] == pytest.approx(207.5 / 177.5)
+
+
+def test_offload_latency_names_an_rpc_by_worker_and_rpc_id(tmp_path: Path) -> None:
+    """Two workers whose rpc ids both restart at 0 (legal: an RPC is (worker_id, rpc_id)): each
+    RPC's handled share and stage times stay its own."""
+    # worker 1's RPCs: server processing 200 ns longer, and the client waits 200 ns longer for the answer
+    slow = {"client_recv_end_ns": 400, "client_done_ns": 410, "server_proc_end_ns": 1300, "server_send_end_ns": 1320}
+    rows = [
+        {"rpc_id": 0, "worker_id": 0, "iteration": 0, "op": "push_sparse", "keys": [1, 2]},
+        {"rpc_id": 0, "worker_id": 1, "iteration": 0, "op": "push_sparse", "keys": [1], **slow},
+        {"rpc_id": 1, "worker_id": 0, "iteration": 1, "op": "push_sparse", "keys": [1, 3]},
+        {"rpc_id": 1, "worker_id": 1, "iteration": 1, "op": "push_sparse", "keys": [2], **slow},
+    ]
+    log = pl.DataFrame([{**CLIENT, **SERVER, **r} for r in rows])
+    path = tmp_path / "log.parquet"
+    log.write_parquet(path)
+    trace = prepare_trace(read_rpc_log_keys(path))
+    assert trace.rpcs.rows() == [(0, 0), (1, 0), (0, 1), (1, 1)]  # four RPCs, not two
+    stages = decompose(log)
+    # worker 0: server stages 20 + 30 + 50 + 20 = 120 of 210 ns (test_stage_times_by_hand).
+    # worker 1: processing 1300 - 1050 = 250, send 1320 - 1300 = 20 -> server stages 20 + 30 + 250 + 20 = 320;
+    # network (400 - 30) - (1320 - 1000) = 50; latency 410 - 0 = 410
+    assert stages["latency_ns"].to_list() == [210, 410, 210, 410]
+    layout = SwitchLayout(embedding_dim=2)
+    res = simulate_offload(trace, layout, [layout.entry_bytes], ("static",), warmup_iterations=1,
+                           stage_times=stages).table.row(0, named=True)
+    # warm-up counts key 1: 2, key 2: 1 -> {1}. Evaluated: (w0, rpc 1) keys (1, 3) -> h = 1/2;
+    # (w1, rpc 1) key (2) -> h = 0. After: 210 - 120/2 = 150 and 410 - 0 = 410.
+    # (Joined by rpc_id alone, both would get h = 1/3 of keys (1, 3, 2): 170 and 303.3.)
+    assert res["push_aggregated_fraction"] == pytest.approx(1 / 3)
+    assert res["latency_mean_us_before"] == pytest.approx((210 + 410) / 2 / 1000)
+    assert res["latency_mean_us_after"] == pytest.approx((150 + 410) / 2 / 1000)
+    assert res["latency_speedup"] == pytest.approx(310 / 280)
+    # p99 of two values (linear): 210 + 0.99 * (410 - 210) = 408; after 150 + 0.99 * (410 - 150) = 407.4
+    assert res["latency_p99_us_before"] == pytest.approx(0.408)
+    assert res["latency_p99_us_after"] == pytest.approx(0.4074)
+    with pytest.raises(ValueError, match="worker_id and rpc_id"):
+        simulate_offload(trace, layout, [layout.entry_bytes], ("static",), warmup_iterations=1,
+                         stage_times=stages.drop("worker_id"))

@@ -86,7 +86,7 @@ def test_rpc_log_bad_op_names_the_row(tmp_path: Path) -> None:
     rows[2]["op"] = "get"
     p = tmp_path / "bad.jsonl"
     p.write_text("\n".join(json.dumps(r) for r in rows))
-    with pytest.raises(ValueError, match="row 2: op 'get' is not one of"):
+    with pytest.raises(ValueError, match=r"bad.jsonl:3: op 'get' is not one of"):  # row 2 is the file's line 3
         read_rpc_log_keys(p)
 
 
@@ -142,3 +142,19 @@ def test_vocabulary_names_integer_keys(tmp_path: Path) -> None:
     text.write_text("a b")
     with pytest.raises(ValueError, match="has none"):
         with_vocabulary(read_text_tokens(text), v)
+
+
+def test_rpc_log_read_once_for_keys_and_the_checked_table(tmp_path: Path) -> None:
+    from ddlscope.skew.streams import read_rpc_log_with_keys
+
+    p = tmp_path / "log.jsonl"
+    lines = [json.dumps(r) for r in _rpc_rows()]
+    p.write_text("\n".join([lines[0], "{not json", *lines[1:]]))
+    r = read_rpc_log_with_keys(p)
+    # line 2 is not JSON: counted; the dense RPC (no keys) too; the 4 keys of the 3 sparse RPCs remain
+    assert r.stream.num_events == 4
+    assert r.stream.skipped == {"rejected line (unparseable_line)": 1,
+                                "RPC without keys (null or empty 'keys', e.g. dense ops)": 1}
+    # the rows have no timestamps: no checked table, and the reason names the missing columns
+    assert r.log is None and "missing required column(s) server_id" in r.log_error
+    assert read_rpc_log_keys(p).events.equals(r.stream.events)

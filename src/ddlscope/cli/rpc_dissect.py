@@ -1,7 +1,7 @@
 """``ddlscope rpc dissect``: RPC latency dissection of parameter-server logs.
 
-The analysis and report modules (Polars, NumPy, matplotlib) are imported inside the command, so
-that ``ddlscope --help`` does not pay for them.
+Option values come from the RPC modules (already loaded by the CLI); the dissection and the report
+(matplotlib) are imported inside the command, so that ``ddlscope --help`` does not pay for them.
 """
 
 from __future__ import annotations
@@ -12,14 +12,11 @@ from typing import Annotated
 
 import typer
 
-from ddlscope.cli.common import user_errors
+from ddlscope.cli.common import OverwriteOpt, user_errors
+from ddlscope.rpc.readers import INPUT_FORMATS
+from ddlscope.rpc.validate import TIME_UNITS
 
 DEFAULT_OUT = Path("ddlscope-report/rpc-dissect")
-
-INPUT_FORMATS: tuple[str, ...] = ("auto", "csv", "parquet", "jsonl", "otlp")
-"""``--input-format`` values: :data:`ddlscope.rpc.readers.INPUT_FORMATS` (a test keeps them equal)."""
-TIME_UNITS: tuple[str, ...] = ("ns", "us", "ms", "s")
-"""``--time-unit`` values: the keys of :data:`ddlscope.rpc.validate.TIME_UNITS` (a test keeps them equal)."""
 
 
 def register(rpc_app: typer.Typer) -> None:
@@ -33,9 +30,7 @@ def register(rpc_app: typer.Typer) -> None:
         out: Annotated[Path, typer.Option("--out", "-o", help="report folder (index.html, figures/, tables/, "
                                           "summary.json); a new or empty folder, or an earlier report's")]
         = DEFAULT_OUT,
-        overwrite: Annotated[bool, typer.Option("--overwrite", help="write the report's files into a non-empty "
-                                                "folder that holds no ddlscope report (its other files are "
-                                                "kept)")] = False,
+        overwrite: OverwriteOpt = False,
         fmt: Annotated[str, typer.Option("--format", "-f", help="table or json (what is printed)")] = "table",
         column_map: Annotated[list[str] | None, typer.Option(
             "--map", help="rename a log column (or OTLP attribute) to a schema column: OLD=NEW (repeatable)")] = None,
@@ -85,15 +80,14 @@ def _print(d, index: Path, fmt: str) -> None:
     import json
 
     import polars as pl
-    from rich.console import Console
     from rich.markup import escape
 
-    from ddlscope.report.console import emit, to_jsonable
+    from ddlscope.report.console import emit, terminal, to_jsonable
 
     if fmt == "json":
         sys.stdout.write(json.dumps(to_jsonable({**d.summary, "report": str(index)}), indent=2) + "\n")
         return
-    console = Console(width=None if sys.stdout.isatty() else 120)
+    console = terminal()
     console.print("[bold]RPC latency dissection[/bold]")
     for i, line in enumerate(d.findings, 1):
         console.print(f"{i}. {escape(line)}")

@@ -1,9 +1,8 @@
 """``ddlscope rpc skew`` and ``ddlscope rpc offload``: parameter-update skew and the switch what-if.
 
-The analysis and report modules (Polars, NumPy, SciPy, matplotlib) are imported inside the
-commands, so that ``ddlscope --help`` does not pay for them; the option values below mirror the
-analysis modules' constants (a test keeps them equal). Every option is checked before the source
-is read.
+Option values and defaults come from the analysis modules (their constants are cheap to import:
+Polars and NumPy are loaded by the CLI anyway, SciPy only when a fit runs); the report modules
+(matplotlib) are imported inside the commands. Every option is checked before the source is read.
 """
 
 from __future__ import annotations
@@ -14,23 +13,20 @@ from typing import Annotated
 
 import typer
 
-from ddlscope.cli.common import FormatOpt, user_errors
-
-SOURCE_KINDS: tuple[str, ...] = ("auto", "text", "column", "rpc_log", "update_table")
-"""``--kind`` values: :data:`ddlscope.skew.streams.SOURCE_KINDS`."""
-DEFAULT_WINDOW_EVENTS = 8192
-"""``--window`` default: :data:`ddlscope.skew.frequency.DEFAULT_WINDOW_EVENTS`."""
-POLICIES: tuple[str, ...] = ("static", "lfu", "space_saving", "oracle")
-"""``--policy`` values: :data:`ddlscope.skew.offload.POLICIES`."""
-DEFAULT_VALUE_BYTES = 4
-"""``--value-bytes`` default: :data:`ddlscope.skew.offload.DEFAULT_VALUE_BYTES`."""
-DEFAULT_KEY_BYTES = 8
-"""``--key-bytes`` default: :data:`ddlscope.skew.offload.DEFAULT_KEY_BYTES`."""
-DEFAULT_METADATA_BYTES = 8
-"""``--metadata-bytes`` default: :data:`ddlscope.skew.offload.DEFAULT_METADATA_BYTES`."""
-DEFAULT_SPACE_SAVING_COUNTERS = 4.0
-"""``--ss-counters`` default: :data:`ddlscope.skew.offload.DEFAULT_SPACE_SAVING_COUNTERS`."""
-FORMATS: tuple[str, ...] = ("table", "json", "csv")
+from ddlscope.cli.common import FormatOpt, OverwriteOpt, user_errors
+from ddlscope.report.console import FORMATS
+from ddlscope.skew.frequency import DEFAULT_HOT_FRACTION, DEFAULT_WINDOW_EVENTS
+from ddlscope.skew.offload import (
+    DEFAULT_EMBEDDING_DIM,
+    DEFAULT_KEY_BYTES,
+    DEFAULT_METADATA_BYTES,
+    DEFAULT_REFRESH_ITERATIONS,
+    DEFAULT_SPACE_SAVING_COUNTERS,
+    DEFAULT_VALUE_BYTES,
+    DEFAULT_WIRE_VALUE_BYTES,
+    POLICIES,
+)
+from ddlscope.skew.streams import DEFAULT_REPLAY_BATCH_EVENTS, DEFAULT_REPLAY_WORKERS, SOURCE_KINDS
 
 MAX_BUDGET_BYTES = 1 << 40
 """Largest ``--budget`` accepted (1 TiB): orders of magnitude beyond the on-chip memory of any
@@ -74,8 +70,6 @@ VocabularyOpt = Annotated[Path | None, typer.Option("--vocabulary", help="table 
                                                                          "vocabulary.parquet")]
 ReportOpt = Annotated[Path | None, typer.Option("--report", "-o", help="write an HTML report folder here (a new or "
                                                                        "empty folder, or an earlier report's)")]
-OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="write the report's files into a non-empty folder that "
-                                                                "holds no ddlscope report (its other files are kept)")]
 
 
 def _check_common(fmt: str, kind: str, report: Path | None, overwrite: bool) -> None:
@@ -114,7 +108,8 @@ def register(rpc_app: typer.Typer) -> None:
         window: Annotated[int, typer.Option("--window", help="events per churn window when the source has no "
                                                              "iterations")] = DEFAULT_WINDOW_EVENTS,
         hot_fraction: Annotated[float, typer.Option("--hot-fraction", help="hot-set size for churn, as a fraction "
-                                                                          "of the distinct keys")] = 0.01,
+                                                                          "of the distinct keys")
+                                ] = DEFAULT_HOT_FRACTION,
         support: Annotated[int | None, typer.Option("--support", help="ranks of the Zipf fit, e.g. the table's "
                                                                       "rows (default: distinct keys seen)")] = None,
         top: Annotated[int, typer.Option("--top", help="most frequent keys to print")] = 15,
@@ -196,7 +191,8 @@ def register(rpc_app: typer.Typer) -> None:
         policy: Annotated[list[str] | None, typer.Option("--policy", "-p", help=f"hot-set policy, repeatable: "
                                                                              f"{', '.join(POLICIES)} (default all)")
                           ] = None,
-        dim: Annotated[int, typer.Option("--dim", help="embedding dimension (values per row)")] = 64,
+        dim: Annotated[int, typer.Option("--dim", help="embedding dimension (values per row)")
+                       ] = DEFAULT_EMBEDDING_DIM,
         value_bytes: Annotated[int, typer.Option("--value-bytes", help="bytes per value in the switch (32-bit "
                                                                        "integer registers)")] = DEFAULT_VALUE_BYTES,
         key_bytes: Annotated[int, typer.Option("--key-bytes", help="per-entry key bytes")] = DEFAULT_KEY_BYTES,
@@ -204,16 +200,20 @@ def register(rpc_app: typer.Typer) -> None:
                                                                              "bitmap + counter)")
                                   ] = DEFAULT_METADATA_BYTES,
         wire_value_bytes: Annotated[int, typer.Option("--wire-value-bytes", help="bytes per value on the wire "
-                                                                                 "(4 fp32, 2 fp16)")] = 4,
+                                                                                 "(4 fp32, 2 fp16)")
+                                    ] = DEFAULT_WIRE_VALUE_BYTES,
         warmup: Annotated[int | None, typer.Option("--warmup-iterations", help="iterations that only train the "
                                                                                 "policies (default 10 %)")] = None,
         refresh: Annotated[int, typer.Option("--refresh-iterations", help="re-install the hot set every N "
-                                                                          "iterations")] = 1,
+                                                                          "iterations")
+                       ] = DEFAULT_REFRESH_ITERATIONS,
         ss_counters: Annotated[float, typer.Option("--ss-counters", help="Space-Saving counters per switch entry")
                                ] = DEFAULT_SPACE_SAVING_COUNTERS,
-        workers: Annotated[int, typer.Option("--workers", help="workers, to replay a raw stream as training")] = 8,
+        workers: Annotated[int, typer.Option("--workers", help="workers, to replay a raw stream as training")
+                           ] = DEFAULT_REPLAY_WORKERS,
         batch_events: Annotated[int, typer.Option("--batch-events", help="events per worker mini-batch when "
-                                                                         "replaying a raw stream")] = 1024,
+                                                                         "replaying a raw stream")
+                                ] = DEFAULT_REPLAY_BATCH_EVENTS,
         report: ReportOpt = None,
         overwrite: OverwriteOpt = False,
         fmt: FormatOpt = "table",
@@ -255,10 +255,18 @@ def register(rpc_app: typer.Typer) -> None:
 
 
         from ddlscope.report.console import emit
-        from ddlscope.rpc import decompose, read_rpc_log
-        from ddlscope.skew.streams import emulate_training, load_stream, replay_hint
+        from ddlscope.rpc import decompose
+        from ddlscope.skew.streams import (
+            emulate_training,
+            load_stream,
+            read_rpc_log_with_keys,
+            replay_hint,
+            resolve_kind,
+        )
 
-        stream = load_stream(source, kind, column)
+        resolved = resolve_kind(source, kind, column)
+        log_read = read_rpc_log_with_keys(source) if resolved == "rpc_log" else None  # one read: keys and stages
+        stream = log_read.stream if log_read is not None else load_stream(source, resolved, column)
         if (hint := replay_hint(stream, workers, batch_events)) is not None:
             raise ValueError(f"{stream.source}: the offload simulation needs at least 2 iterations (warm-up + "
                              f"evaluation): {hint}")
@@ -266,16 +274,18 @@ def register(rpc_app: typer.Typer) -> None:
         trace = prepare_trace(trained)
         budgets = budgets or budgets_for(stream.num_keys, layout)
         stages = None
-        if stream.kind == "rpc_log":
+        if log_read is not None and log_read.log is None:
+            err_console.print(f"note: no latency estimate ({log_read.log_error})")
+        elif log_read is not None and log_read.log is not None:
+            log = log_read.log
             try:
-                log = read_rpc_log(source)
                 stages = decompose(log.frame)
-                if log.rejected.height:
-                    err_console.print(
-                        f"note: latency estimate from {log.frame.height:,} RPCs; {log.rejected.height:,} rejected "
-                        "rows of the log left out (ddlscope rpc dissect lists them with file:line and reason)")
             except ValueError as exc:
                 err_console.print(f"note: no latency estimate ({exc})")
+            if stages is not None and log.rejected.height:
+                err_console.print(
+                    f"note: latency estimate from {log.frame.height:,} RPCs; {log.rejected.height:,} rejected "
+                    "rows of the log left out (ddlscope rpc dissect lists them with file:line and reason)")
         res = simulate_offload(trace, layout, budgets, policies, warmup, refresh, stages, ss_counters)
         cols = ["policy", "budget_bytes", "capacity_keys", "push_aggregated_fraction", "pull_served_fraction",
                 "server_updates_saved_fraction", "server_bytes_saved_fraction", "switch_installs"]
@@ -285,8 +295,7 @@ def register(rpc_app: typer.Typer) -> None:
             emit(res.table.select(cols), "table",
                  title=f"Switch offload what-if: {stream.source} ({trace.num_keys:,} keys, "
                        f"{res.evaluation_iterations} evaluated iterations)",
-                 extra={"notes": " | ".join([*trained.notes[len(stream.notes):], *res.notes]),
-                        "simulated events/s (per budget pass)": {k: round(v) for k, v in res.events_per_s.items()}})
+                 extra={"notes": " | ".join([*trained.notes[len(stream.notes):], *res.notes])})
         else:
             emit(res.table, fmt, extra=None if fmt == "csv" else {k: v for k, v in res.summary().items()
                                                                    if k != "curve"})

@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import polars as pl
 
+from ddlscope.rpc.decompose import ns_to_us, percentiles_us
 from ddlscope.rpc.schema import LATENCY_COLUMN, READ_OPS, STAGES, stage_column
 
 CONCURRENCY_MEASURES: tuple[str, ...] = ("server", "server_other_conn", "connection", "worker")
@@ -355,12 +356,10 @@ def concurrency_profile(frame: pl.DataFrame, column: str, max_bins: int = 24) ->
     width = max(1, -(-(cap + 1) // max_bins))
     last = cap // width
     b = pl.min_horizontal(pl.col(column) // width, pl.lit(last)).alias("__bin")
-    lat = pl.col(LATENCY_COLUMN).cast(pl.Float64) / 1e3
     out = (
         frame.group_by(b)
-        .agg(pl.len().cast(pl.Int64).alias("rpcs"), lat.mean().alias("latency_mean_us"),
-             lat.quantile(0.5, interpolation="linear").alias("latency_p50_us"),
-             lat.quantile(0.99, interpolation="linear").alias("latency_p99_us"),
+        .agg(pl.len().cast(pl.Int64).alias("rpcs"), ns_to_us(LATENCY_COLUMN).mean().alias("latency_mean_us"),
+             *percentiles_us(LATENCY_COLUMN),
              pl.col(column).max().alias("__max"),
              *(pl.col(stage_column(s)).cast(pl.Float64).mean().truediv(1e3).alias(f"{s}_mean_us") for s in STAGES))
         .sort("__bin")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from ddlscope.rpc.decompose import ns_to_us, percentiles_us
 from ddlscope.rpc.schema import LATENCY_COLUMN, ConnectionEventEnum, stage_column
 
 CONNECTION_KEY: tuple[str, ...] = ("worker_id", "server_id", "connection_id")
@@ -54,10 +55,6 @@ def add_connection_events(frame: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     return frame, inferred
 
 
-def _us(col: str) -> pl.Expr:
-    return pl.col(col).cast(pl.Float64) / 1e3
-
-
 def connection_summary(frame: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, float | int | None]]:
     """Latency by connection event and op, and what set-ups and reconnects add in total.
 
@@ -73,15 +70,11 @@ def connection_summary(frame: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, flo
         set-up RPCs of (latency - the op's reuse median), ``added_share`` = that over the sum of all
         latencies, ``connect_s`` = total set-up time inside client queues.
     """
-    lat = _us(LATENCY_COLUMN)
+    lat = ns_to_us(LATENCY_COLUMN)
     table = (
         frame.group_by("op", "connection_event")
-        .agg(pl.len().cast(pl.Int64).alias("rpcs"),
-             lat.quantile(0.5, interpolation="linear").alias("latency_p50_us"),
-             lat.quantile(0.99, interpolation="linear").alias("latency_p99_us"),
-             _us(stage_column("client_queue")).quantile(0.5, interpolation="linear").alias("client_queue_p50_us"),
-             _us("connect_ns").quantile(0.5, interpolation="linear").alias("connect_p50_us"),
-             _us("connect_ns").quantile(0.99, interpolation="linear").alias("connect_p99_us"))
+        .agg(pl.len().cast(pl.Int64).alias("rpcs"), *percentiles_us(LATENCY_COLUMN),
+             *percentiles_us(stage_column("client_queue"), (0.5,)), *percentiles_us("connect_ns"))
         .sort("op", "connection_event")
     )
     reuse = table.filter(pl.col("connection_event") == "reuse").select("op", pl.col("latency_p50_us").alias("__b"))
@@ -133,11 +126,8 @@ def connections_per_server(frame: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFr
         ``connections`` served by that thread.
     """
     conn = pl.struct(list(CONNECTION_KEY)).n_unique().cast(pl.Int64).alias("connections")
-    q = _us(stage_column("server_queue"))
-    stats = [pl.len().cast(pl.Int64).alias("rpcs"),
-             q.quantile(0.5, interpolation="linear").alias("server_queue_p50_us"),
-             q.quantile(0.99, interpolation="linear").alias("server_queue_p99_us"),
-             _us(LATENCY_COLUMN).quantile(0.99, interpolation="linear").alias("latency_p99_us")]
+    stats = [pl.len().cast(pl.Int64).alias("rpcs"), *percentiles_us(stage_column("server_queue")),
+             *percentiles_us(LATENCY_COLUMN, (0.99,))]
     has_thread = "server_thread" in frame.columns and frame.get_column("server_thread").null_count() < frame.height
     threads = (pl.col("server_thread").n_unique().cast(pl.Int64) if has_thread else pl.lit(None, pl.Int64)).alias(
         "threads")

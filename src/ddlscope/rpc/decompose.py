@@ -35,6 +35,31 @@ def quantile_label(q: float) -> str:
     return "p" + text.replace(".", "_")
 
 
+def ns_to_us(column: str) -> pl.Expr:
+    """An integer-nanosecond column as float64 microseconds (``/ 1000``)."""
+    return pl.col(column).cast(pl.Float64) / 1e3
+
+
+def percentiles_us(column: str, quantiles: Sequence[float] = (0.5, 0.99), stem: str | None = None) -> list[pl.Expr]:
+    """Aggregation expressions: the ``quantiles`` of an integer-nanosecond ``column``, in
+    microseconds, one per quantile, named ``<stem>_<label>_us`` (label from :func:`quantile_label`;
+    ``stem`` defaults to ``column`` without its ``_ns``, so ``latency_ns`` gives
+    ``latency_p50_us``, ``latency_p99_us``). Nulls are ignored; an all-null group gives null.
+
+    Linear interpolation between order statistics (Hyndman & Fan 1996, type 7; NumPy's default),
+    the same definition as :func:`grouped_quantiles`.
+
+    Raises:
+        ValueError: a quantile outside ``[0, 1]``.
+    """
+    bad = [q for q in quantiles if not 0 <= q <= 1]
+    if bad:
+        raise ValueError(f"quantiles: expected values in [0, 1], got {bad}")
+    stem = stem if stem is not None else column.removesuffix("_ns")
+    return [ns_to_us(column).quantile(q, interpolation="linear").alias(f"{stem}_{quantile_label(q)}_us")
+            for q in quantiles]
+
+
 def stage_expressions() -> dict[str, pl.Expr]:
     """``<stage>_ns`` and ``latency_ns`` as Polars expressions over the timestamp columns (int64 ns)."""
     exprs = {stage_column(s): pl.col(b) - pl.col(a) for s, (a, b) in STAGE_BOUNDS.items()}

@@ -48,8 +48,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import gc
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +66,26 @@ _KINDS = {"SPAN_KIND_SERVER": SPAN_KIND_SERVER, "SPAN_KIND_CLIENT": SPAN_KIND_CL
           "SERVER": SPAN_KIND_SERVER, "CLIENT": SPAN_KIND_CLIENT}
 _SPANS_KEYS = {"resourceSpans", "resource_spans"}
 _SPAN_ID_LINE = re.compile(r'"span_?[iI]d"\s*:\s*"([^"]+)"')
+_HEX_ID = re.compile(r"[0-9a-fA-F]+")
+_HEX_SPAN_ID = re.compile(r"[0-9a-f]{1,16}")
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a file's spans become millions of small dicts
+    and lists (none of them in reference cycles). Otherwise every generation-0 threshold of new
+    containers triggers a collection, and the older generations' scans grow with the heap, so
+    parsing time grows faster than the file: at 50,000 RPCs (193 MB) the reader took twice as long
+    with the collector running. Reference counting still frees everything; the collector is
+    restored (if it was on) even when reading fails.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _norm_id(value: Any) -> str:
@@ -70,7 +93,7 @@ def _norm_id(value: Any) -> str:
     if not value:
         return ""
     s = str(value)
-    if re.fullmatch(r"[0-9a-fA-F]+", s) and len(s) in (16, 32):
+    if len(s) in (16, 32) and _HEX_ID.fullmatch(s):
         return s.lower()
     try:
         return base64.b64decode(s, validate=True).hex()
@@ -237,7 +260,12 @@ def read_otlp_raw(path: Path, mapping: ColumnMapping | None = None,
         ValueError: the file is JSON but not an OTLP object; it is not valid JSON (e.g. a
             truncated document; the message gives the line); or it holds no CLIENT or SERVER span.
     """
-    mapping = mapping or ColumnMapping()
+    with _gc_paused():
+        return _read_otlp_raw(path, mapping or ColumnMapping())
+
+
+def _read_otlp_raw(path: Path, mapping: ColumnMapping) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
+    """:func:`read_otlp_raw`'s work (with the collector paused)."""
     docs, bad_lines, span_line = _documents(path)
     spans, other = _spans(docs, span_line)
     if not spans and docs:
@@ -343,7 +371,7 @@ def _defaults(rows: list[dict[str, Any]], mapping: ColumnMapping) -> list[str]:
             notes.append(f"{col} of {n} RPCs from {how}")
 
     fill("rpc_id", "the client span id (low 63 bits)", lambda r: int(r["client_span_id"], 16) & ((1 << 63) - 1)
-         if re.fullmatch(r"[0-9a-f]{1,16}", r["client_span_id"]) else None)
+         if _HEX_SPAN_ID.fullmatch(r["client_span_id"]) else None)
     fill("request_bytes", "the client's message SENT events", lambda r: _message_bytes(r["_client_events"], "SENT"))
     fill("response_bytes", "the client's message RECEIVED events",
          lambda r: _message_bytes(r["_client_events"], "RECEIVED"))

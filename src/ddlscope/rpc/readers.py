@@ -289,30 +289,66 @@ def read_jsonl_raw(path: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
     return frame, rejected
 
 
-def read_rpc_log(
+@dataclass
+class RawRpcLog:
+    """RPC log files as read, before the schema's checks (the first half of :func:`read_rpc_log`).
+
+    Attributes:
+        raw: the files' rows concatenated (columns unified by name): each file's own columns plus
+            ``log_file`` (String) and ``log_line`` (Int64, 1-based; row number for Parquet); None
+            when no file gave a row.
+        rejected: the lines the readers could not parse (``unparseable_line``, ``extra_fields``),
+            :data:`~ddlscope.rpc.validate.REJECTED_SCHEMA`.
+        files: the files read, as given.
+        notes: what the readers inferred (empty files, OTLP fallbacks).
+        mapping: the column mapping the files were read with (mapped names checked per file).
+    """
+
+    raw: pl.DataFrame | None
+    rejected: pl.DataFrame
+    files: list[str]
+    notes: list[str]
+    mapping: ColumnMapping
+
+    @property
+    def what(self) -> str:
+        """How errors name the input: the file, or ``N log files``."""
+        return self.files[0] if len(self.files) == 1 else f"{len(self.files)} log files"
+
+    def check(self) -> RpcLog:
+        """Rename, type and check the rows (:func:`~ddlscope.rpc.validate.normalize`) into an
+        :class:`RpcLog`; the readers' rejected lines come first in its ``rejected``.
+
+        Raises:
+            ValueError: required columns missing after the mapping (the message names them, the
+                log's columns and how to map names).
+        """
+        rejected = [self.rejected]
+        if self.raw is None:
+            rows, norm_notes = empty_rpc_frame(), []
+        else:
+            rows, bad_rows, norm_notes = normalize(self.raw, self.mapping, self.what)
+            rejected.append(bad_rows)
+        return RpcLog(frame=rows, rejected=pl.concat(rejected, how="vertical_relaxed"), files=list(self.files),
+                      notes=self.notes + norm_notes)
+
+
+def read_raw_rpc_log(
     paths: str | Path | Sequence[str | Path],
     *,
     mapping: ColumnMapping | None = None,
     input_format: str = "auto",
-) -> RpcLog:
-    """Read one or more RPC log files into one checked RPC table.
-
-    Args:
-        paths: log file(s); all are read into one table (e.g. one file per worker).
-        mapping: column names, op names and the time unit of the input (default: the schema's names,
-            ns). For OTLP the column mapping applies to span attributes (see :mod:`ddlscope.rpc.otlp`).
-        input_format: one of :data:`INPUT_FORMATS`.
+) -> RawRpcLog:
+    """Read one or more RPC log files into one raw table, without the schema's checks (see
+    :func:`read_rpc_log` for the arguments; :meth:`RawRpcLog.check` does the rest).
 
     Returns:
-        An :class:`RpcLog` (good rows, rejected rows with reasons, notes).
+        A :class:`RawRpcLog`.
 
     Raises:
         FileNotFoundError: a path does not exist.
-        ValueError: unknown format, unreadable file, mapped/required columns missing (the message
-            names the file and columns), or a time unit other than ns with OTLP input.
-
-    An empty file contributes no rows (a note says so); a file whose every line or span was
-    rejected contributes its rejected rows only, so that the caller can report why.
+        ValueError: no path, unknown format, unreadable file, a mapped column missing from a file
+            (the message names the file), or a time unit other than ns with OTLP input.
     """
     from ddlscope.rpc.otlp import read_otlp_raw  # the OTLP reader imports this module's helpers
 
@@ -355,12 +391,34 @@ def read_rpc_log(
         # mapped names must exist in each file (a clear error naming the file)
         apply_column_mapping(raw.head(0), mapping, str(p))
         raws.append(raw)
-    what = files[0] if len(files) == 1 else f"{len(files)} log files"
-    if not raws:
-        rows, norm_notes = empty_rpc_frame(), []
-    else:
-        raw_all = pl.concat(raws, how="diagonal_relaxed") if len(raws) > 1 else raws[0]
-        rows, bad_rows, norm_notes = normalize(raw_all, mapping, what)
-        rejected.append(bad_rows)
+    raw_all = (pl.concat(raws, how="diagonal_relaxed") if len(raws) > 1 else raws[0]) if raws else None
     all_rejected = pl.concat(rejected, how="vertical_relaxed") if rejected else empty_rejected()
-    return RpcLog(frame=rows, rejected=all_rejected, files=files, notes=notes + norm_notes)
+    return RawRpcLog(raw=raw_all, rejected=all_rejected, files=files, notes=notes, mapping=mapping)
+
+
+def read_rpc_log(
+    paths: str | Path | Sequence[str | Path],
+    *,
+    mapping: ColumnMapping | None = None,
+    input_format: str = "auto",
+) -> RpcLog:
+    """Read one or more RPC log files into one checked RPC table.
+
+    Args:
+        paths: log file(s); all are read into one table (e.g. one file per worker).
+        mapping: column names, op names and the time unit of the input (default: the schema's names,
+            ns). For OTLP the column mapping applies to span attributes (see :mod:`ddlscope.rpc.otlp`).
+        input_format: one of :data:`INPUT_FORMATS`.
+
+    Returns:
+        An :class:`RpcLog` (good rows, rejected rows with reasons, notes).
+
+    Raises:
+        FileNotFoundError: a path does not exist.
+        ValueError: unknown format, unreadable file, mapped/required columns missing (the message
+            names the file and columns), or a time unit other than ns with OTLP input.
+
+    An empty file contributes no rows (a note says so); a file whose every line or span was
+    rejected contributes its rejected rows only, so that the caller can report why.
+    """
+    return read_raw_rpc_log(paths, mapping=mapping, input_format=input_format).check()

@@ -63,7 +63,7 @@ SERVER_TIMESTAMPS: tuple[str, ...] = (
 
 #: column -> (dtype, required, meaning)
 RPC_SCHEMA: dict[str, tuple[pl.DataType, bool, str]] = {
-    "rpc_id": (pl.Int64, True, "unique id of the RPC within the log"),
+    "rpc_id": (pl.Int64, True, "id of the RPC, unique per worker: (worker_id, rpc_id) names an RPC"),
     "worker_id": (pl.Int64, True, "worker (client) id"),
     "server_id": (pl.Int64, True, "parameter-server shard id"),
     "connection_id": (pl.Int64, True, "connection (channel/socket) id, unique within the log"),

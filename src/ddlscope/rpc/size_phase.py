@@ -17,6 +17,7 @@ import numpy as np
 import polars as pl
 
 from ddlscope.rpc.concurrency import dense_codes
+from ddlscope.rpc.decompose import ns_to_us, percentiles_us
 from ddlscope.rpc.schema import LATENCY_COLUMN, STAGES, stage_column
 
 PHASE_BINS: tuple[str, ...] = ("0-25%", "25-50%", "50-75%", "75-100%")
@@ -34,10 +35,6 @@ SIZE_FITS: tuple[tuple[str, str], ...] = (
 """(stage, regressor) pairs fitted per op by :func:`size_fits`."""
 
 
-def _us(col: str) -> pl.Expr:
-    return pl.col(col).cast(pl.Float64) / 1e3
-
-
 def add_message_bytes(frame: pl.DataFrame) -> pl.DataFrame:
     """Add ``message_bytes = request_bytes + response_bytes`` (bytes moved by the RPC)."""
     return frame.with_columns((pl.col("request_bytes") + pl.col("response_bytes")).alias("message_bytes"))
@@ -53,13 +50,10 @@ def size_profile(frame: pl.DataFrame) -> pl.DataFrame:
     """
     k = pl.when(pl.col("message_bytes") > 0).then(
         pl.col("message_bytes").cast(pl.Float64).log(2).floor().cast(pl.Int64)).otherwise(-1).alias("__k")
-    lat = _us(LATENCY_COLUMN)
     return (
         frame.group_by("op", k)
-        .agg(pl.len().cast(pl.Int64).alias("rpcs"),
-             lat.quantile(0.5, interpolation="linear").alias("latency_p50_us"),
-             lat.quantile(0.99, interpolation="linear").alias("latency_p99_us"),
-             *(_us(stage_column(s)).mean().alias(f"{s}_mean_us") for s in STAGES))
+        .agg(pl.len().cast(pl.Int64).alias("rpcs"), *percentiles_us(LATENCY_COLUMN),
+             *(ns_to_us(stage_column(s)).mean().alias(f"{s}_mean_us") for s in STAGES))
         .sort("op", "__k")
         .with_columns(pl.when(pl.col("__k") >= 0).then(pl.lit(2, pl.Int64).pow(pl.col("__k"))).otherwise(0)
                       .alias("size_lo_bytes"),
@@ -159,16 +153,13 @@ def phase_profile(frame: pl.DataFrame, bins: int = 10) -> pl.DataFrame:
         frame has them, ``server_in_flight_mean`` (reads + writes at the server).
     """
     b = (pl.col("iteration_phase") * bins).floor().clip(0, bins - 1).cast(pl.Int64).alias("__b")
-    lat = _us(LATENCY_COLUMN)
     extra = []
     if "server_in_flight_reads" in frame.columns:
         extra.append((pl.col("server_in_flight_reads") + pl.col("server_in_flight_writes")).cast(pl.Float64).mean()
                      .alias("server_in_flight_mean"))
     return (
         frame.group_by("op", b)
-        .agg(pl.len().cast(pl.Int64).alias("rpcs"),
-             lat.quantile(0.5, interpolation="linear").alias("latency_p50_us"),
-             lat.quantile(0.99, interpolation="linear").alias("latency_p99_us"), *extra)
+        .agg(pl.len().cast(pl.Int64).alias("rpcs"), *percentiles_us(LATENCY_COLUMN), *extra)
         .with_columns((pl.col("rpcs") / pl.col("rpcs").sum().over("op")).alias("share_of_op"),
                       (pl.col("__b") / bins).alias("phase_lo"), ((pl.col("__b") + 1) / bins).alias("phase_hi"))
         .sort("op", "__b")

@@ -11,8 +11,6 @@ dropped silently.
 from __future__ import annotations
 
 import itertools
-import json
-import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +27,7 @@ from ddlscope.rpc.schema import (
     ConnectionEventEnum,
     OpEnum,
 )
-from ddlscope.specs.files import parse_pairs
+from ddlscope.specs.files import parse_pairs, read_toml_or_json
 
 TIME_UNITS: dict[str, int] = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 """Nanoseconds per unit of the input timestamps (``--time-unit``)."""
@@ -130,41 +128,53 @@ class ColumnMapping:
 
     @classmethod
     def from_file(cls, path: str | Path) -> ColumnMapping:
-        """Read a mapping file (TOML or JSON)::
+        """Read a mapping file (TOML, or JSON when it ends in ``.json``; read with
+        :func:`ddlscope.specs.files.read_toml_or_json`)::
 
-            time_unit = "us"            # optional
+            time_unit = "us"            # optional, a key of TIME_UNITS (default ns)
             [columns]                   # source name = schema name
             ts_issue = "client_issue_ns"
             [ops]                       # source op value = schema op
             Pull = "pull_dense"
 
-        A file with only top-level ``name = "schema name"`` string pairs is a column mapping.
+        A file with only top-level ``name = "schema name"`` string pairs (and optionally ``ops``
+        and ``time_unit``) is a column mapping.
 
         Raises:
             FileNotFoundError: no such file.
-            ValueError: the file cannot be read or parsed, or a value is not a string.
+            ValueError: the file cannot be read or parsed (the parser's line), a field that is not
+                a name -> string table (``<file>: columns.<name>: ...``), an unknown top-level field
+                next to ``[columns]``, or a bad ``time_unit`` or op target (the file is named).
         """
         p = Path(path)
         if not p.exists():
             raise FileNotFoundError(f"{p}: no such mapping file")
         if not p.is_file():
             raise ValueError(f"{p}: the mapping file is a folder; expected a TOML or JSON file")
-        try:
-            text = p.read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{p}: cannot read the mapping file: {exc}") from exc
-        try:
-            data = json.loads(text) if p.suffix == ".json" else tomllib.loads(text)
-        except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise ValueError(f"{p}: cannot parse the mapping file: {exc}") from exc
+        data = read_toml_or_json(p)
         if not isinstance(data, dict):
-            raise ValueError(f"{p}: expected a table of names")
+            raise ValueError(f"{p}: expected a table of names, got {type(data).__name__}")
+        if "columns" in data:
+            unknown = [k for k in data if k not in ("columns", "ops", "time_unit")]
+            if unknown:
+                raise ValueError(f"{p}: unknown field(s) {', '.join(unknown)}; expected columns, ops, time_unit")
         columns = data.get("columns", {k: v for k, v in data.items() if k not in ("ops", "time_unit")})
         ops = data.get("ops", {})
         for what, table in (("columns", columns), ("ops", ops)):
-            if not isinstance(table, dict) or not all(isinstance(v, str) for v in table.values()):
-                raise ValueError(f"{p}: [{what}] must map names to strings")
-        return cls(columns=columns, ops=ops, time_unit=str(data.get("time_unit", "ns")))
+            if not isinstance(table, dict):
+                raise ValueError(f"{p}: {what}: expected a table of name = \"name\" pairs, got {table!r}")
+            for name, value in table.items():
+                if not isinstance(value, str):
+                    field_name = f"{what}.{name}" if what in data else name
+                    kind = "schema column" if what == "columns" else "schema op"
+                    raise ValueError(f"{p}: {field_name}: expected a string (a {kind} name), got {value!r}")
+        time_unit = data.get("time_unit", "ns")
+        if not isinstance(time_unit, str) or time_unit not in TIME_UNITS:
+            raise ValueError(f"{p}: time_unit: expected one of {', '.join(TIME_UNITS)}, got {time_unit!r}")
+        try:
+            return cls(columns=columns, ops=ops, time_unit=time_unit)
+        except ValueError as exc:
+            raise ValueError(f"{p}: {exc}") from exc
 
 
 def apply_column_mapping(raw: pl.DataFrame, mapping: ColumnMapping, what: str) -> pl.DataFrame:

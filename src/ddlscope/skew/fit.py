@@ -45,7 +45,9 @@ import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy import optimize, special
+
+# SciPy is imported inside the functions that use it, so that the CLI can import this package's
+# constants (e.g. ddlscope.skew.frequency.DEFAULT_WINDOW_EVENTS) without paying for SciPy.
 
 _ALPHA_BOUNDS = (1.0 + 1e-9, 12.0)
 _MAX_SUPPORT = 50_000_000
@@ -121,6 +123,8 @@ def fit_zipf_ranks(counts: np.ndarray | list[int], support: int | None = None) -
     Raises:
         ValueError: no positive count, ``support`` smaller than the observed keys or above 50 M.
     """
+    from scipy import optimize
+
     arr = _as_counts(counts)
     f = np.sort(arr[arr > 0])[::-1].astype(np.float64)
     if f.size == 0:
@@ -191,6 +195,8 @@ class PowerLawFit:
 
 def power_law_logpmf(k: np.ndarray, alpha: float, xmin: int) -> np.ndarray:
     """``ln P(k) = -alpha ln k - ln ζ(alpha, xmin)`` for integer ``k >= xmin`` (nats)."""
+    from scipy import special
+
     return -alpha * np.log(np.asarray(k, dtype=np.float64)) - math.log(float(special.zeta(alpha, xmin)))
 
 
@@ -216,6 +222,8 @@ def _golden_max(fun, lo: np.ndarray, hi: np.ndarray, iterations: int = 90) -> np
 def _alpha_mle(sum_log: np.ndarray, n: np.ndarray, xmin: np.ndarray) -> np.ndarray:
     """Exact discrete MLE of alpha for several tails at once: maximise
     ``-alpha Σ ln k - n ln ζ(alpha, xmin)`` (concave in alpha, so golden section is exact)."""
+    from scipy import special
+
     def loglik(alpha: np.ndarray) -> np.ndarray:
         return -alpha * sum_log - n * np.log(special.zeta(alpha, xmin))
 
@@ -226,6 +234,8 @@ def _alpha_mle(sum_log: np.ndarray, n: np.ndarray, xmin: np.ndarray) -> np.ndarr
 
 def _ks_discrete(values: np.ndarray, mult: np.ndarray, alpha: float, xmin: int) -> float:
     """sup over integers k >= xmin of |S(k) - P(k)|: at each observed value and just below it."""
+    from scipy import special
+
     n = mult.sum()
     emp_le = np.cumsum(mult) / n
     emp_lt = np.concatenate(([0.0], emp_le[:-1]))
@@ -252,6 +262,8 @@ def fit_discrete_power_law(
         ValueError: fewer than ``min_tail`` positive counts, fewer than two distinct counts, or
             a given ``xmin`` with fewer than two keys at or above it.
     """
+    from scipy import special
+
     arr = _as_counts(counts)
     data = arr[arr > 0]
     values, mult = np.unique(data, return_counts=True)
@@ -317,6 +329,8 @@ class LogNormalFit:
 
 def _log_interval_mass(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """``ln(Φ(hi) - Φ(lo))`` for standard-normal bounds ``lo < hi``, accurate in both tails."""
+    from scipy import special
+
     upper = lo > 0  # ln Φ(x) = log_ndtr(x), ln(1 - Φ(x)) = log_ndtr(-x)
     a = np.where(upper, special.log_ndtr(-lo), special.log_ndtr(hi))
     b = np.where(upper, special.log_ndtr(-hi), special.log_ndtr(lo))
@@ -326,6 +340,8 @@ def _log_interval_mass(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 def lognormal_logpmf(k: np.ndarray, mu: float, sigma: float, xmin: int) -> np.ndarray:
     """``ln P(k)`` with ``P(k) = [Φ(z(k+½)) - Φ(z(k-½))] / [1 - Φ(z(xmin-½))]``,
     ``z(x) = (ln x - mu) / sigma``, for integer ``k >= xmin`` (nats)."""
+    from scipy import special
+
     k = np.asarray(k, dtype=np.float64)
     lo = (np.log(k - 0.5) - mu) / sigma
     hi = (np.log(k + 0.5) - mu) / sigma
@@ -340,6 +356,8 @@ def fit_discrete_lognormal(counts: np.ndarray | list[int], xmin: int) -> LogNorm
     Raises:
         ValueError: fewer than two keys with a count ``>= xmin``.
     """
+    from scipy import optimize
+
     arr = _as_counts(counts)
     values, mult = np.unique(arr[arr >= max(xmin, 1)], return_counts=True)
     if mult.sum() < 2:
@@ -397,6 +415,8 @@ def vuong_test(loglik_first: np.ndarray, loglik_second: np.ndarray, first: str =
     Raises:
         ValueError: shapes differ or fewer than two points.
     """
+    from scipy import special
+
     a, b = np.asarray(loglik_first, dtype=np.float64), np.asarray(loglik_second, dtype=np.float64)
     if a.shape != b.shape or a.ndim != 1 or a.size < 2:
         raise ValueError(f"vuong_test: expected two equal 1-D arrays of >= 2 points, got {a.shape} and {b.shape}")

@@ -43,6 +43,8 @@ COVERAGE_FRACTIONS: tuple[float, ...] = (0.001, 0.01, 0.1)
 DEFAULT_WINDOW_EVENTS = 8192
 """Window (events) for the churn of streams without iterations: about one mini-batch of
 ids of a small sparse model (e.g. 64 sequences of 128 tokens)."""
+DEFAULT_HOT_FRACTION = 0.01
+"""Hot-set size for the churn, as a fraction of the distinct keys (the top 1 %)."""
 
 
 def key_counts(events: pl.DataFrame, num_keys: int) -> np.ndarray:
@@ -253,7 +255,7 @@ def analyze_skew(
     stream: KeyStream,
     events: str = "updates",
     window: int = DEFAULT_WINDOW_EVENTS,
-    hot_fraction: float = 0.01,
+    hot_fraction: float = DEFAULT_HOT_FRACTION,
     support: int | None = None,
     fractions: tuple[float, ...] = COVERAGE_FRACTIONS,
 ) -> SkewAnalysis:

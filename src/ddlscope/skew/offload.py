@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,6 +69,13 @@ DEFAULT_METADATA_BYTES = 8
 """Per-entry metadata: a 32-bit worker bitmap (SwitchML ``worker_bitmap_t``) + a 32-bit counter."""
 DEFAULT_VALUE_BYTES = 4
 """In-switch value: 32-bit integer (SwitchML ``data_t``)."""
+
+DEFAULT_EMBEDDING_DIM = 64
+"""Values per embedding row (a common embedding width of sparse CTR models)."""
+DEFAULT_WIRE_VALUE_BYTES = 4
+"""Bytes per value on the wire: fp32 gradients and rows."""
+DEFAULT_REFRESH_ITERATIONS = 1
+"""The control plane re-installs the hot set every iteration (``lfu``, ``space_saving``)."""
 
 DEFAULT_SPACE_SAVING_COUNTERS = 4.0
 """Space-Saving counters per switch entry. A counter (key + count, 12 B) is far smaller than an
@@ -93,11 +99,11 @@ class SwitchLayout:
         wire_key_bytes: bytes of the key in a message (8).
     """
 
-    embedding_dim: int = 64
+    embedding_dim: int = DEFAULT_EMBEDDING_DIM
     value_bytes: int = DEFAULT_VALUE_BYTES
     key_bytes: int = DEFAULT_KEY_BYTES
     metadata_bytes: int = DEFAULT_METADATA_BYTES
-    wire_value_bytes: int = 4
+    wire_value_bytes: int = DEFAULT_WIRE_VALUE_BYTES
     wire_key_bytes: int = 8
 
     def __post_init__(self) -> None:
@@ -134,7 +140,11 @@ class OffloadTrace:
         key: key id per event; push: True for a push, False for a pull; count: multiplicity.
         first_push: True on the first push of each (iteration, key).
         hot: the events that count towards hotness (pushes, or pulls when there are none).
-        rpc_id: the RPC of each event, or None.
+        rpc: the RPC of each event as a dense index ``0..R-1`` into ``rpcs`` (-1 for an event
+            without an RPC), shape ``(M,)``; None when no event has an RPC.
+        rpcs: the RPCs, one row per index of ``rpc``: ``worker_id`` (Int64, null when the log has
+            none), ``rpc_id`` (Int64). An RPC is named by the pair (the schema's ``rpc_id`` need
+            only be unique per worker, as :mod:`ddlscope.rpc.validate` checks it); None with ``rpc``.
         starts: index of each iteration's first event, shape ``(I + 1,)`` (last = M).
         num_keys: key ids are ``0..num_keys-1``.
         iteration_values: the original iteration numbers, shape ``(I,)``.
@@ -146,7 +156,8 @@ class OffloadTrace:
     count: np.ndarray
     first_push: np.ndarray
     hot: np.ndarray
-    rpc_id: np.ndarray | None
+    rpc: np.ndarray | None
+    rpcs: pl.DataFrame | None
     starts: np.ndarray
     num_keys: int
     iteration_values: np.ndarray
@@ -189,10 +200,18 @@ def prepare_trace(stream: KeyStream) -> OffloadTrace:
     _, first_idx = np.unique(codes, return_index=True)
     first_push[pidx[first_idx]] = True
     hot = push if push.any() else ~push
-    rpc = ev["rpc_id"]
+    rpc, rpcs = None, None
+    if ev["rpc_id"].null_count() < ev.height:
+        # an RPC is the pair (worker_id, rpc_id): rpc ids may restart on every worker
+        rpcs = (ev.filter(pl.col("rpc_id").is_not_null()).select("worker_id", "rpc_id")
+                .unique(maintain_order=True).with_row_index("_rpc"))
+        rpc = (ev.select("worker_id", "rpc_id")
+               .join(rpcs, on=["worker_id", "rpc_id"], how="left", nulls_equal=True, maintain_order="left")
+               ["_rpc"].cast(pl.Int64).fill_null(-1).to_numpy())
+        rpcs = rpcs.drop("_rpc")
     return OffloadTrace(
         iteration=it, key=key, push=push, count=ev["count"].to_numpy().astype(np.int64), first_push=first_push,
-        hot=hot, rpc_id=None if rpc.null_count() == rpc.len() else rpc.fill_null(-1).to_numpy(),
+        hot=hot, rpc=rpc, rpcs=rpcs,
         starts=np.searchsorted(it, np.arange(n_iter + 1)), num_keys=stream.num_keys,
         iteration_values=np.sort(ev["iteration"].unique().to_numpy()),
     )
@@ -335,16 +354,40 @@ class SpaceSaving:
         return dict(self._count)
 
 
-def _space_saving_policy(trace: OffloadTrace, warmup: int, refresh: int, capacity: int, counters_factor: float
-                         ) -> tuple[np.ndarray, int, int]:
+@dataclass(frozen=True)
+class _HotEvents:
+    """The hot events of a trace as Python lists for the Space-Saving loop, built once per
+    simulation (not per capacity).
+
+    Attributes:
+        starts: index into ``keys`` of each iteration's first hot event, shape ``(I + 1,)``.
+        keys: key id per hot event, in order; weights: its count, or None when every count is 1.
+    """
+
+    starts: np.ndarray
+    keys: list[int]
+    weights: list[int] | None
+
+    @classmethod
+    def of(cls, trace: OffloadTrace) -> _HotEvents:
+        """The hot events of ``trace``."""
+        hot_idx = np.flatnonzero(trace.hot)
+        unit = bool(np.all(trace.count[hot_idx] == 1))
+        return cls(np.searchsorted(hot_idx, trace.starts), trace.key[hot_idx].tolist(),
+                   None if unit else trace.count[hot_idx].tolist())
+
+    def slice(self, a: int, b: int) -> tuple[list[int], list[int] | None]:
+        """Keys and weights of the hot events ``a..b-1``."""
+        return self.keys[a:b], None if self.weights is None else self.weights[a:b]
+
+
+def _space_saving_policy(trace: OffloadTrace, hot: _HotEvents, warmup: int, refresh: int, capacity: int,
+                         counters_factor: float) -> tuple[np.ndarray, int, int]:
     """Per-event residency (evaluation events), installs and refreshes for one capacity."""
     lo = trace.starts[warmup]
     ss = SpaceSaving(max(capacity, math.ceil(counters_factor * capacity)))
-    hot_idx = np.flatnonzero(trace.hot)
-    hot_starts = np.searchsorted(hot_idx, trace.starts)
-    keys_l, w_l = trace.key[hot_idx].tolist(), trace.count[hot_idx].tolist()
-    unit = bool(np.all(trace.count[hot_idx] == 1))
-    ss.update(keys_l[:hot_starts[warmup]], None if unit else w_l[:hot_starts[warmup]])
+    hot_starts = hot.starts
+    ss.update(*hot.slice(0, hot_starts[warmup]))
     mask = np.zeros(trace.num_keys, dtype=bool)
     out = np.empty(trace.key.size - lo, dtype=bool)
     installs = refreshes = 0
@@ -357,8 +400,7 @@ def _space_saving_policy(trace: OffloadTrace, warmup: int, refresh: int, capacit
             mask = new
             refreshes += 1
         out[a - lo:b - lo] = mask[trace.key[a:b]]
-        ha, hb = hot_starts[i], hot_starts[i + 1]
-        ss.update(keys_l[ha:hb], None if unit else w_l[ha:hb])
+        ss.update(*hot.slice(hot_starts[i], hot_starts[i + 1]))
     return out, installs, refreshes
 
 
@@ -397,8 +439,6 @@ class OffloadResult:
             ``latency_*`` columns of :func:`~ddlscope.skew.latency.estimate_latency_gain`.
         layout: the entry/message sizes.
         warmup_iterations, evaluation_iterations, refresh_iterations: the time split.
-        events_per_s: simulated evaluation-plus-warm-up events per second of wall time, per policy
-            (all budgets of the policy together).
         notes: assumptions worth showing with the table.
     """
 
@@ -407,7 +447,6 @@ class OffloadResult:
     warmup_iterations: int
     evaluation_iterations: int
     refresh_iterations: int
-    events_per_s: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
@@ -419,10 +458,63 @@ class OffloadResult:
             "entry_bytes": self.layout.entry_bytes, "message_bytes": self.layout.message_bytes,
             "warmup_iterations": self.warmup_iterations, "evaluation_iterations": self.evaluation_iterations,
             "refresh_iterations": self.refresh_iterations,
-            "events_per_s": self.events_per_s,
             "best_by_policy": {r["policy"]: r for r in best.to_dicts()},
             "curve": self.table.to_dicts(),
         }
+
+
+@dataclass(frozen=True)
+class _LatencyIndex:
+    """Stage times matched to the trace's RPCs, built once per simulation.
+
+    Attributes:
+        stages: the stage-time rows of the RPCs with keys in the evaluated iterations (input order).
+        stage_rpc: each of those rows' RPC index into ``trace.rpcs``, shape ``(S,)``.
+        event_rpc: the RPC index of each evaluated event that has an RPC, shape ``(E,)``.
+        event_mask: which evaluated events have an RPC, shape ``(M - lo,)``.
+        event_count: the multiplicity of the events of ``event_rpc``, shape ``(E,)``.
+        total: keys (weighted by count) per RPC over the evaluated events, shape ``(R,)``.
+    """
+
+    stages: pl.DataFrame
+    stage_rpc: np.ndarray
+    event_rpc: np.ndarray
+    event_mask: np.ndarray
+    event_count: np.ndarray
+    total: np.ndarray
+
+    @classmethod
+    def build(cls, trace: OffloadTrace, lo: int, stage_times: pl.DataFrame) -> _LatencyIndex:
+        """Match ``stage_times`` to the RPCs of the evaluated events (from index ``lo``) by
+        (``worker_id``, ``rpc_id``).
+
+        Raises:
+            ValueError: the trace has no RPCs, or ``stage_times`` lacks ``worker_id``/``rpc_id``.
+        """
+        if trace.rpc is None or trace.rpcs is None:
+            raise ValueError("stage_times: the trace has no RPC ids to match them with")
+        missing = [c for c in ("worker_id", "rpc_id") if c not in stage_times.columns]
+        if missing:
+            raise ValueError(f"stage_times: expected columns worker_id and rpc_id (an RPC is the pair); "
+                             f"missing {', '.join(missing)}")
+        rpc = trace.rpc[lo:]
+        mask = rpc >= 0
+        event_rpc, event_count = rpc[mask], trace.count[lo:][mask]
+        total = np.bincount(event_rpc, weights=event_count, minlength=trace.rpcs.height)
+        index = trace.rpcs.with_row_index("_rpc").with_columns(pl.col("_rpc").cast(pl.Int64))
+        matched = (stage_times.with_columns(pl.col("worker_id").cast(pl.Int64), pl.col("rpc_id").cast(pl.Int64))
+                   .join(index, on=["worker_id", "rpc_id"], how="inner", maintain_order="left"))
+        stage_rpc = matched["_rpc"].to_numpy()
+        keep = total[stage_rpc] > 0
+        return cls(matched.drop("_rpc").filter(pl.Series(keep)), stage_rpc[keep], event_rpc, mask, event_count,
+                   total)
+
+    def handled_fraction(self, resident: np.ndarray) -> np.ndarray:
+        """``h`` per row of :attr:`stages`: the share of the RPC's keys (weighted by count) whose
+        event is resident in the switch; ``resident`` has one flag per evaluated event."""
+        handled = np.bincount(self.event_rpc, weights=self.event_count * resident[self.event_mask],
+                              minlength=self.total.size)
+        return handled[self.stage_rpc] / self.total[self.stage_rpc]
 
 
 def default_budgets(min_bytes: int = 64 * 1024, max_bytes: int = 64 * 1024 * 1024) -> list[int]:
@@ -456,7 +548,7 @@ def simulate_offload(
     budgets_bytes: list[int] | None = None,
     policies: tuple[str, ...] = POLICIES,
     warmup_iterations: int | None = None,
-    refresh_iterations: int = 1,
+    refresh_iterations: int = DEFAULT_REFRESH_ITERATIONS,
     stage_times: pl.DataFrame | None = None,
     space_saving_counters: float = DEFAULT_SPACE_SAVING_COUNTERS,
 ) -> OffloadResult:
@@ -472,16 +564,18 @@ def simulate_offload(
         refresh_iterations: the control plane re-installs the hot set every this many iterations
             (``lfu`` and ``space_saving``).
         space_saving_counters: counters of the Space-Saving summary per switch entry (>= 1).
-        stage_times: per-RPC stage times (a frame with ``rpc_id`` and one column per stage, see
-            :func:`~ddlscope.skew.latency.stage_seconds`) for the latency estimate; needs
-            ``trace.rpc_id``.
+        stage_times: per-RPC stage times for the latency estimate: one row per RPC with
+            ``worker_id`` and ``rpc_id`` (the pair names the RPC, matched to ``trace.rpcs``) and
+            one column per stage (see :func:`~ddlscope.skew.latency.stage_seconds`), e.g.
+            :func:`ddlscope.rpc.decompose` of the same log; needs ``trace.rpc``. Only the RPCs
+            with keys in the evaluated iterations count.
 
     Returns:
         :class:`OffloadResult`.
 
     Raises:
-        ValueError: an unknown policy, a bad budget, warm-up or refresh, or stage times without
-            RPC ids.
+        ValueError: an unknown policy, a bad budget, warm-up or refresh, stage times for a trace
+            without RPCs, or stage times without ``worker_id``/``rpc_id`` columns.
     """
     layout = layout or SwitchLayout()
     budgets = list(budgets_bytes) if budgets_bytes is not None else default_budgets()
@@ -499,22 +593,15 @@ def simulate_offload(
         raise ValueError(f"space_saving_counters: expected >= 1 counter per entry, got {space_saving_counters}")
     if refresh_iterations < 1:
         raise ValueError(f"refresh_iterations: expected >= 1, got {refresh_iterations}")
-    if stage_times is not None and trace.rpc_id is None:
-        raise ValueError("stage_times: the trace has no RPC ids to match them with")
     caps = np.array([layout.capacity_keys(b) for b in budgets], dtype=np.int64)
     lo = int(trace.starts[warmup])
-    n_sim = trace.key.size
-    rpc_eval = None
-    if stage_times is not None:
-        rpc_eval = np.unique(trace.rpc_id[lo:][trace.rpc_id[lo:] >= 0])
-        stage_times = stage_times.filter(pl.col("rpc_id").is_in(rpc_eval)).sort("rpc_id")
+    latency = _LatencyIndex.build(trace, lo, stage_times) if stage_times is not None else None
+    hot = _HotEvents.of(trace) if "space_saving" in policies else None
     rows: list[dict[str, Any]] = []
-    speeds: dict[str, float] = {}
     for policy in policies:
-        t0 = time.perf_counter()
         per_cap: list[tuple[np.ndarray, int, int]] = []
-        if policy == "space_saving":
-            per_cap = [_space_saving_policy(trace, warmup, refresh_iterations, int(c), space_saving_counters)
+        if policy == "space_saving" and hot is not None:
+            per_cap = [_space_saving_policy(trace, hot, warmup, refresh_iterations, int(c), space_saving_counters)
                        for c in caps]
         else:
             ranks, installs, refreshes = _rank_policy(trace, policy, warmup, refresh_iterations, caps)
@@ -531,29 +618,17 @@ def simulate_offload(
                 "server_bytes_saved_fraction": 1 - messages / base if base else float("nan"),
                 "switch_installs": installs_c, "refreshes": refreshes,
             }
-            if stage_times is not None and rpc_eval is not None:
-                rid = trace.rpc_id[lo:]
-                ok = rid >= 0
-                w = trace.count[lo:][ok]
-                idx = np.searchsorted(rpc_eval, rid[ok])
-                handled = np.bincount(idx, weights=w * resident[ok], minlength=rpc_eval.size)
-                total = np.bincount(idx, weights=w, minlength=rpc_eval.size)
-                frac = np.zeros(rpc_eval.size)
-                np.divide(handled, total, out=frac, where=total > 0)
-                st_ids = stage_times["rpc_id"].to_numpy()
-                h = frac[np.searchsorted(rpc_eval, st_ids)]
-                row |= estimate_latency_gain(stage_times, h)
+            if latency is not None:
+                row |= estimate_latency_gain(latency.stages, latency.handled_fraction(resident))
             rows.append(row)
-        elapsed = time.perf_counter() - t0
-        speeds[policy] = n_sim * len(caps) / elapsed if elapsed > 0 else float("inf")
     notes = [
         f"entry = {layout.embedding_dim} x {layout.value_bytes} B + {layout.key_bytes} B key + "
         f"{layout.metadata_bytes} B metadata = {layout.entry_bytes} B; row message = {layout.message_bytes} B",
         f"iterations: {warmup} warm-up, {n_iter - warmup} evaluated; hot set refreshed every "
         f"{refresh_iterations} iteration(s) (lfu, space_saving)",
     ]
-    if stage_times is not None:
-        notes.append(f"latency: over the {stage_times.height:,} RPCs with keys in the evaluated iterations; server "
+    if latency is not None:
+        notes.append(f"latency: over the {latency.stages.height:,} RPCs with keys in the evaluated iterations; server "
                      "stages scaled by the share of each RPC's keys left to the server")
     table = pl.DataFrame(rows)
-    return OffloadResult(table, layout, warmup, n_iter - warmup, refresh_iterations, speeds, notes)
+    return OffloadResult(table, layout, warmup, n_iter - warmup, refresh_iterations, notes)

@@ -12,7 +12,8 @@ op          Enum(pull, push, access)   pull = a read of the row, push = an updat
 iteration   Int64 (nullable)           training iteration (step); null for raw streams
 worker_id   Int64 (nullable)           worker that issued the event; null when unknown
 count       Int64                      multiplicity (>= 1): how many updates the row stands for
-rpc_id      Int64 (nullable)           the RPC that carried the key (RPC logs only)
+rpc_id      Int64 (nullable)           the RPC that carried the key (RPC logs only); rpc ids
+                                       may restart per worker, so (worker_id, rpc_id) names it
 ==========  =========================  ==================================================
 
 and its ``keys`` table maps ``key`` to the original ``label`` (the word, the hashed feature id,
@@ -27,10 +28,10 @@ Sources (:func:`load_stream` picks one from the file, or ``kind`` says which):
 * ``column`` — one categorical column of a CSV or Parquet table (e.g. ``C1``..``C26`` of the
   Criteo sample): every non-empty value, in row order, is one event; empty cells are skipped
   and counted.
-* ``rpc_log`` — an RPC log (Parquet or JSON lines) with the ``keys`` list column of
-  :data:`ddlscope.rpc.schema.RPC_SCHEMA`: every key of every ``pull_*``/``push_*`` RPC is one
-  event, in order of ``client_issue_ns``; ``table_id`` (when present) and ``key`` together name
-  a parameter row.
+* ``rpc_log`` — an RPC log (Parquet or JSON lines, read by the RPC dissection's readers) with
+  the ``keys`` list column of :data:`ddlscope.rpc.schema.RPC_SCHEMA`: every key of every
+  ``pull_*``/``push_*`` RPC is one event, in order of ``client_issue_ns``; ``table_id`` (when
+  present) and ``key`` together name a parameter row.
 * ``update_table`` — a per-key update-count table (columns ``iteration``, ``key``, ``updates``,
   optional ``table_id``; the table ``ddlscope ps-train`` writes): every row is one push event of
   multiplicity ``updates``, in iteration order.
@@ -45,7 +46,14 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from ddlscope.rpc.readers import first_extra_fields_line, parquet_columns, read_parquet_table
+from ddlscope.rpc.readers import (
+    RawRpcLog,
+    RpcLog,
+    first_extra_fields_line,
+    parquet_columns,
+    read_parquet_table,
+    read_raw_rpc_log,
+)
 from ddlscope.rpc.schema import OPS
 
 EVENT_OPS: tuple[str, ...] = ("pull", "push", "access")
@@ -239,31 +247,37 @@ def read_categorical_column(path: str | Path, column: str) -> KeyStream:
                    {"empty value": int(empty.sum())}, (f"column {column!r}: one event per non-empty cell",))
 
 
-def read_rpc_log_keys(path: str | Path) -> KeyStream:
-    """The keys of an RPC log (Parquet or JSON lines; :data:`~ddlscope.rpc.schema.RPC_SCHEMA`).
+def rpc_log_key_stream(log: pl.DataFrame, source: str, skipped: dict[str, int] | None = None) -> KeyStream:
+    """The key stream of an RPC log table in memory (:data:`~ddlscope.rpc.schema.RPC_SCHEMA`
+    columns as read, before the dissection's checks; see :func:`read_rpc_log_keys`).
 
-    Every key of every RPC is one event: ``pull_*`` -> ``pull``, ``push_*`` -> ``push``. Events
-    are ordered by ``client_issue_ns`` when present (file order otherwise), keys within an RPC in
-    list order. Rows whose ``keys`` is null or empty (e.g. dense ops) are skipped and counted.
+    Args:
+        log: the table: ``op`` (String or Enum), ``keys`` (list of integers), ``iteration``,
+            optional ``rpc_id``, ``worker_id``, ``table_id``, ``client_issue_ns``; ``log_file`` and
+            ``log_line`` (as :class:`~ddlscope.rpc.readers.RawRpcLog` adds them) name bad rows.
+        source: how errors and the stream name the input (the file).
+        skipped: rows already left out by the reader, by reason -> count (added to the stream's).
 
     Raises:
         ValueError: a required column (``op``, ``keys``, ``iteration``) is missing, an ``op``
-            value is not one of :data:`~ddlscope.rpc.schema.OPS` (the row is named), or a
-            ``keys`` entry is not a list of integers.
+            value is not one of :data:`~ddlscope.rpc.schema.OPS` (the file and line are named),
+            or ``keys`` is not a list of integers.
     """
-    path = Path(path)
-    log = read_table(path)
+    columns = [c for c in log.columns if c not in ("log_file", "log_line")]
     missing = [c for c in ("op", "keys", "iteration") if c not in log.columns]
     if missing:
-        raise ValueError(f"{path}: an RPC log needs columns {missing} for key analysis "
-                         f"(columns: {', '.join(log.columns)})")
+        dropped = f"; skipped {', '.join(f'{r}: {n:,}' for r, n in skipped.items())}" if skipped else ""
+        raise ValueError(f"{source}: an RPC log needs columns {missing} for key analysis "
+                         f"(columns: {', '.join(columns)}{dropped})")
     if not isinstance(log.schema["keys"], pl.List) or not log.schema["keys"].inner.is_integer():
-        raise ValueError(f"{path}: column 'keys' must be a list of integers, got {log.schema['keys']}")
+        raise ValueError(f"{source}: column 'keys' must be a list of integers, got {log.schema['keys']}")
     op = log["op"].cast(pl.String)
     bad = ~op.is_in(list(OPS)) | op.is_null()
     if bad.any():
         row = int(bad.arg_max())
-        raise ValueError(f"{path}: row {row}: op {op[row]!r} is not one of {', '.join(OPS)}")
+        where = (f"{log['log_file'][row]}:{log['log_line'][row]}" if "log_line" in log.columns
+                 else f"{source}: row {row}")
+        raise ValueError(f"{where}: op {op[row]!r} is not one of {', '.join(OPS)}")
     log = log.with_row_index("_row").with_columns(
         pl.when(op.str.starts_with("pull")).then(pl.lit("pull")).otherwise(pl.lit("push")).alias("_op"))
     if "client_issue_ns" in log.columns:
@@ -283,9 +297,72 @@ def read_rpc_log_keys(path: str | Path) -> KeyStream:
     )
     label = pl.when(pl.col("table_id").is_null()).then(pl.col("raw_key").cast(pl.String)).otherwise(
         pl.format("{}:{}", pl.col("table_id"), pl.col("raw_key")))
-    return _finish(raw, ["table_id", "raw_key"], label, str(path), "rpc_log",
-                   {"RPC without keys (null or empty 'keys', e.g. dense ops)": int(no_keys.sum())},
+    return _finish(raw, ["table_id", "raw_key"], label, source, "rpc_log",
+                   {**(skipped or {}), "RPC without keys (null or empty 'keys', e.g. dense ops)": int(no_keys.sum())},
                    ("one event per key of each RPC, ordered by client_issue_ns",))
+
+
+def _reader_skipped(raw: RawRpcLog) -> dict[str, int]:
+    """The lines the RPC log readers rejected, by reason -> count."""
+    counts = raw.rejected["reason"].value_counts(sort=True)
+    return {f"rejected line ({r})": int(n) for r, n in counts.iter_rows()}
+
+
+def read_rpc_log_keys(path: str | Path) -> KeyStream:
+    """The keys of an RPC log (Parquet, JSON lines, OTLP JSON or CSV — any other suffix is read as
+    CSV — by the RPC dissection's readers, :func:`~ddlscope.rpc.readers.read_raw_rpc_log`;
+    :data:`~ddlscope.rpc.schema.RPC_SCHEMA`).
+
+    Every key of every RPC is one event: ``pull_*`` -> ``pull``, ``push_*`` -> ``push``. Events
+    are ordered by ``client_issue_ns`` when present (file order otherwise), keys within an RPC in
+    list order. Rows whose ``keys`` is null or empty (e.g. dense ops) and lines the reader cannot
+    parse are skipped and counted. The RPC of an event is (``worker_id``, ``rpc_id``);
+    without an ``rpc_id`` column, the row number.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: an unknown file type, a required column (``op``, ``keys``, ``iteration``)
+            missing, an ``op`` value not one of :data:`~ddlscope.rpc.schema.OPS` (the file and
+            line are named), or ``keys`` not a list of integers.
+    """
+    return read_rpc_log_with_keys(path, check=False).stream
+
+
+@dataclass(frozen=True)
+class RpcLogKeys:
+    """An RPC log read once for both of its uses here.
+
+    Attributes:
+        stream: its key stream (:func:`read_rpc_log_keys`).
+        log: its rows as the RPC dissection checks them (:class:`~ddlscope.rpc.readers.RpcLog`,
+            e.g. for :func:`ddlscope.rpc.decompose` stage times); None when not checked or when
+            the log lacks what the dissection needs.
+        log_error: why ``log`` is None after a check (the checker's message), else None.
+    """
+
+    stream: KeyStream
+    log: RpcLog | None = None
+    log_error: str | None = None
+
+
+def read_rpc_log_with_keys(path: str | Path, check: bool = True) -> RpcLogKeys:
+    """Read an RPC log once: its key stream, and (``check``) its checked RPC table.
+
+    Raises:
+        FileNotFoundError, ValueError: as :func:`read_rpc_log_keys`. A log the dissection's checks
+        refuse (e.g. missing timestamp columns) is not an error: :attr:`RpcLogKeys.log_error` says why.
+    """
+    path = Path(path)
+    known = path.suffix.lower() in (".parquet", ".pq", ".jsonl", ".ndjson", ".json", ".csv", ".tsv")
+    raw = read_raw_rpc_log(path, input_format="auto" if known else "csv")  # other suffixes: CSV, as read_table
+    table = raw.raw if raw.raw is not None else pl.DataFrame()
+    stream = rpc_log_key_stream(table, str(path), _reader_skipped(raw))
+    if not check:
+        return RpcLogKeys(stream)
+    try:
+        return RpcLogKeys(stream, raw.check())
+    except ValueError as exc:
+        return RpcLogKeys(stream, None, str(exc))
 
 
 def read_update_table(path: str | Path) -> KeyStream:
@@ -388,6 +465,21 @@ def detect_kind(path: str | Path, column: str | None = None) -> str:
     return "text"
 
 
+def resolve_kind(path: str | Path, kind: str = "auto", column: str | None = None) -> str:
+    """The source kind ``path`` is read as: ``kind`` itself, or :func:`detect_kind` for ``auto``.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: unknown ``kind``, or :func:`detect_kind`'s errors.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    if kind not in SOURCE_KINDS:
+        raise ValueError(f"kind: expected one of {', '.join(SOURCE_KINDS)}, got {kind!r}")
+    return detect_kind(path, column) if kind == "auto" else kind
+
+
 def load_stream(path: str | Path, kind: str = "auto", column: str | None = None) -> KeyStream:
     """Read ``path`` as a key stream of ``kind`` (one of :data:`SOURCE_KINDS`; ``auto`` uses
     :func:`detect_kind`).
@@ -397,12 +489,7 @@ def load_stream(path: str | Path, kind: str = "auto", column: str | None = None)
         ValueError: unknown ``kind``, ``column`` missing for ``kind='column'``, or any reader error.
     """
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such file")
-    if kind not in SOURCE_KINDS:
-        raise ValueError(f"kind: expected one of {', '.join(SOURCE_KINDS)}, got {kind!r}")
-    if kind == "auto":
-        kind = detect_kind(path, column)
+    kind = resolve_kind(path, kind, column)
     if kind == "text":
         return read_text_tokens(path)
     if kind == "column":
@@ -431,7 +518,14 @@ def select_events(stream: KeyStream, events: str = "updates") -> pl.DataFrame:
     return out
 
 
-def emulate_training(stream: KeyStream, workers: int = 8, batch_events: int = 1024) -> KeyStream:
+DEFAULT_REPLAY_WORKERS = 8
+"""Workers of :func:`emulate_training` by default (a small data-parallel job)."""
+DEFAULT_REPLAY_BATCH_EVENTS = 1024
+"""Events per worker mini-batch of :func:`emulate_training` by default."""
+
+
+def emulate_training(stream: KeyStream, workers: int = DEFAULT_REPLAY_WORKERS,
+                     batch_events: int = DEFAULT_REPLAY_BATCH_EVENTS) -> KeyStream:
     """A raw stream (``access`` events) replayed as data-parallel sparse training.
 
     Iteration ``i`` takes the next ``workers * batch_events`` events; worker ``w`` gets the

@@ -18,7 +18,7 @@ def read_toml_or_json(path: str | Path, section: str | None = None) -> Any:
     when the document has one (so both ``[workload] ...`` and bare fields are accepted).
 
     Raises:
-        ValueError: the file cannot be read (``<path>: cannot read: ...``) or does not parse
+        ValueError: the file cannot be read or is not UTF-8 (``<path>: cannot read: ...``) or does not parse
             (``<path>: not valid TOML|JSON: <parser message with line>``).
     """
     path = Path(path)
@@ -27,6 +27,8 @@ def read_toml_or_json(path: str | Path, section: str | None = None) -> Any:
         text = path.read_text()
     except OSError as exc:
         raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: cannot read: not UTF-8 text (byte {exc.start})") from exc
     try:
         data = json.loads(text) if kind == "JSON" else tomllib.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
