@@ -93,6 +93,31 @@ def test_user_csv_with_map_pairs(tmp_path):
     assert report.malformed.row(0, named=True)["text"] == "d,vgg16,2,x,ok"
 
 
+def test_repeated_rows_with_and_without_a_job_id(tmp_path):
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    a.write_text(
+        "id,net,gpus\n"
+        "j1,resnet50,8\n"     # line 2: kept
+        "j1,resnet50,8\n"     # line 3: exact duplicate of line 2 -> duplicate_rows
+        "j1,resnet50,4\n"     # line 4: j1 again with other values -> malformed, first kept
+        "j2,bert_base,2\n"    # line 5: kept
+    )
+    b.write_text("id,net,gpus\nj2,resnet50,1\nj3,resnet50,1\n")  # j2 given in a.csv -> malformed
+    pop, report = read_population([a, b], mapping=parse_map_pairs(["job_id=id", "model=net", "num_gpus=gpus"]))
+    assert pop["job_id"].to_list() == ["j1", "j2", "j3"] and pop["num_gpus"].to_list() == [8, 2, 1]
+    t = report.tables.select("file", "data_rows", "malformed_rows", "duplicate_rows", "used_rows").rows()
+    # data_rows = used + malformed + duplicate: a.csv 4 = 2 + 1 + 1, b.csv 2 = 1 + 1 + 0
+    assert t == [(str(a), 4, 1, 1, 2), (str(b), 2, 1, 0, 1)]
+    bad = report.malformed.select("file", "line", "problem").rows()
+    assert bad == [(str(a), 4, "duplicate job_id"), (str(b), 2, "duplicate job_id")]
+    assert any("1 exact duplicate row(s)" in n for n in report.notes)
+    # without an id, identical lines may be different jobs: all three are jobs
+    c = tmp_path / "c.csv"
+    c.write_text("net,gpus\nresnet50,8\nresnet50,8\nresnet50,8\n")
+    pop, report = read_population(c, mapping=parse_map_pairs(["model=net", "num_gpus=gpus"]))
+    assert pop.height == 3 and report.tables["duplicate_rows"].to_list() == [0]
+
+
 def test_mapping_file_extract_constants_models_and_global_batch(tmp_path):
     path = tmp_path / "jobs.tsv"
     path.write_text("job\tkind\tbatch\tn\n1\tmodel=ctr-v2\t512\t2\n2\tmodel=mystery\t64\t1\n3\tmodel=ctr-v2\t100\t3\n")

@@ -102,6 +102,7 @@ OUT_OF_RANGE = "value out of range"
 UNKNOWN_STATUS = "unknown status"
 UNKNOWN_ARCHITECTURE = "unknown architecture"
 ARCHITECTURE_MISFIT = "architecture does not fit counts"
+DUPLICATE_JOB_ID = "duplicate job_id"
 
 
 class TableMapping(BaseModel):
@@ -424,8 +425,23 @@ def read_table_population(
         )
     reads: list[TableRead] = []
     frames: list[pl.LazyFrame] = []
+    seen_ids = pl.Series("f_job_id", [], dtype=pl.String)
     for path in files:
-        read = _validate(_field_frame(_read_file(path, mapping), mapping), mapping)
+        read = _read_file(path, mapping)
+        if "job_id" in mapping.fields:
+            # with an id in the line an identical line is the same job again; without one, identical
+            # lines may be different jobs (a table of one row per job with no id): all kept
+            read = read.drop_exact_duplicates()
+        read = _validate(_field_frame(read, mapping), mapping)
+        if "job_id" in mapping.fields:
+            # a job id given again (in this file or an earlier one) with other values: the first is kept
+            repeated = pl.col("f_job_id").is_not_null() & (
+                ~pl.col("f_job_id").is_first_distinct() | pl.col("f_job_id").is_in(seen_ids.implode())
+            )
+            read = read.reject(repeated, DUPLICATE_JOB_ID,
+                               pl.format("job_id {} was given by an earlier row with other values; the first is kept",
+                                         "f_job_id"))
+            seen_ids = pl.concat([seen_ids, read.frame["f_job_id"].drop_nulls()])
         lf = _counts(read.frame.lazy(), mapping, opts)
         given_arch = "architecture" in mapping.fields or "architecture" in mapping.constants
         if given_arch:
@@ -445,6 +461,9 @@ def read_table_population(
     kept = [f"trace_{c}" for c in mapping.keep]
     population = finalize(lf, opts, no_label_reason=NO_MODEL_LABEL, extra_columns=kept)
     notes: list[str] = []
+    duplicates = sum(r.duplicate_rows for r in reads)
+    if duplicates:
+        notes.append(f"{duplicates:,} exact duplicate row(s) of an earlier line of the same file (not used)")
     if opts.model_mix:
         mixed = population.filter(pl.col("model_source") == "mix").height
         shares = ", ".join(f"{k} {v:.3g}" for k, v in opts.model_mix.items())

@@ -42,9 +42,13 @@ def breakdown_figure(shares: pl.DataFrame):
         archs = _archs(df)[::-1]
         left = np.zeros(len(archs))
         for comp in COMPONENTS:
-            vals = np.array([df.filter(c("architecture") == a)[f"mean_share_{comp}"].item() * 100 for a in archs])
+            # a mean is null where no job of the architecture has a weight (no known GPU time): no bar
+            vals = np.array([df.filter(c("architecture") == a)[f"mean_share_{comp}"].fill_null(np.nan).item() * 100
+                             for a in archs])
             ax.barh(archs, vals, left=left, color=COMPONENT_COLORS[comp], label=COMPONENT_LABELS[comp])
             left += vals
+        for i in np.flatnonzero(np.isnan(left)):
+            ax.text(2, i, "no job with a known GPU time", va="center", fontsize=8, color="0.35")
         ax.set_xlim(0, 100)
         ax.set_xlabel("mean share of step time (%)")
         ax.set_title(title)
