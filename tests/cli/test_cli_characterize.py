@@ -65,3 +65,18 @@ def test_trace_with_nothing_attributable_is_a_clear_message(shared_data, tmp_pat
     assert "no job the model can evaluate" in res.output and "--model-mix" in res.output
     assert "no model label" in res.output  # the accounting is printed
     assert not (tmp_path / "p" / "index.html").exists()
+
+
+def test_trace_without_any_gpu_time_still_draws_the_report(tmp_path):
+    """No duration, no steps: every GPU-time-weighted mean is undefined (null), the job-weighted ones
+    are not; the report is written and says so instead of failing on the missing means."""
+    path = tmp_path / "jobs.csv"
+    path.write_text("id,num_gpus,model\n1,8,resnet50\n2,4,resnet50\n3,2,bert_base\n")
+    out = tmp_path / "rep"
+    res = runner.invoke(app, ["characterize", str(path), "--map", "job_id=id", "--map", "num_gpus=num_gpus",
+                              "--map", "model=model", "--out", str(out), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    payload = json.loads(res.output)
+    assert payload["evaluated_jobs"] == 3 and payload["headline"]["mean_comm_share_gpu_time"] is None
+    assert 0 < payload["headline"]["mean_comm_share"] < 1
+    assert (out / "figures" / "breakdown.png").stat().st_size > 10_000
