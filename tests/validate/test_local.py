@@ -14,7 +14,15 @@ from typer.testing import CliRunner
 from ddlscope.calibrate.api import CalibrationPlan, run_calibration
 from ddlscope.calibrate.profile_file import write_calibration
 from ddlscope.cli.main import app
-from ddlscope.validate.local import VALIDATION_COLUMNS, ddp_buckets, measure_ddp, predict_case, validate_local
+from ddlscope.validate.local import (
+    VALIDATION_COLUMNS,
+    ddp_buckets,
+    measure_ddp,
+    predict_case,
+    timed_steps,
+    typical_s,
+    validate_local,
+)
 from ddlscope.validate.models import CASES
 
 
@@ -73,3 +81,20 @@ def test_validate_cli_json(calibration, tmp_path):
     bad = CliRunner().invoke(app, ["validate", "--system-file", str(path), "--model", "alexnet"])
     assert bad.exit_code == 2 and "unknown ['alexnet']" in bad.output
 
+
+def test_typical_step_rule_skips_warmup_and_takes_the_median():
+    ticks = iter([0.0, 1.0, 1.0, 3.0, 3.0, 6.0])  # a fake clock: three timed steps of 1, 2 and 3 s
+    ran = []
+    times = timed_steps(lambda: ran.append(1), lambda: next(ticks), steps=3, warmup=2)
+    assert len(ran) == 5 and times == [1.0, 2.0, 3.0]  # 2 untimed warm-up steps + 3 timed
+    assert typical_s(times) == 2.0
+    # one interrupted step (9 s) among identical ones: the median stays 1 s where the mean is 11/3 s
+    assert typical_s([1.0, 9.0, 1.0]) == 1.0
+    with pytest.raises(ValueError, match="steps: expected >= 1 timed steps, got 0"):
+        timed_steps(lambda: None, lambda: 0.0, steps=0, warmup=1)
+    with pytest.raises(ValueError, match="warmup: expected >= 0 untimed steps, got -1"):
+        timed_steps(lambda: None, lambda: 0.0, steps=1, warmup=-1)
+    with pytest.raises(ValueError, match="no timed steps"):
+        typical_s([])
+    res = CliRunner().invoke(app, ["validate", "--steps", "0"])
+    assert res.exit_code == 2 and "steps: expected >= 1 timed steps, got 0" in res.output

@@ -93,8 +93,10 @@ def register(app: typer.Typer) -> None:
             _published(find_shared_data(data), fmt)
             return
         from ddlscope.calibrate.profile_file import load_calibration
-        from ddlscope.validate.local import validate_local
+        from ddlscope.validate.local import check_steps, validate_local
         from ddlscope.validate.models import CASES
+
+        check_steps(steps, warmup)  # before a calibration or a training run
 
         load_before = os.getloadavg()[0]
         path = system_file or (DEFAULT_OUT if DEFAULT_OUT.is_file() else None)
