@@ -73,3 +73,15 @@ def test_calibrate_cli_errors_name_the_line(tmp_path):
     assert "x.txt:" in res.output and "expected" in res.output
     res = runner.invoke(app, ["calibrate", "--no-bench"])
     assert res.exit_code == 2 and "nothing to do" in res.output
+
+
+def test_calibrate_cli_warns_on_stderr_about_a_table_cut_short(tmp_path):
+    cut = tmp_path / "cut.txt"
+    cut.write_text("\n".join(line for line in ALL_REDUCE_8X_A100.splitlines()
+                             if "Avg bus bandwidth" not in line))
+    res = runner.invoke(app, ["calibrate", "--no-bench", "--system", "dgx-a100", "--nccl-tests", str(cut),
+                              "-o", str(tmp_path / "out.toml"), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    # the warning goes to the shared stderr console; stdout stays one JSON document
+    assert "has no 'Avg bus bandwidth' footer" in res.stderr and "cut.txt: table 0" in res.stderr
+    assert json.loads(res.stdout)["fits"][0]["collective"] == "all_reduce"

@@ -7,10 +7,10 @@ from typing import Annotated, Any
 
 import polars as pl
 import typer
-from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ddlscope.cli.common import CatalogFiles, FormatOpt, user_errors
+from ddlscope.cli.common import CatalogFiles, FormatOpt, err_console, user_errors
 from ddlscope.report.console import emit
 from ddlscope.specs.catalog import load_catalog
 
@@ -23,7 +23,7 @@ class StageProgress:
     def __init__(self, quiet: bool = False):
         self.bar = None if quiet else Progress(
             TextColumn("[bold]{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=Console(stderr=True), transient=False)
+            console=err_console, transient=False)
         self.tasks: dict[str, Any] = {}
 
     def __enter__(self) -> StageProgress:
@@ -55,8 +55,8 @@ def _nccl_inputs(items: list[str], collective: str | None, ranks: int | None, de
         parsed = read_nccl_tests(path, collective=collective, ranks=ranks)
         for i, table in enumerate(parsed.tables):
             if not table.complete:
-                Console(stderr=True).print(f"[yellow]warning:[/yellow] {path}: table {i} (line {table.header_line}) "
-                                           "has no 'Avg bus bandwidth' footer: the output may be cut short")
+                err_console.print(f"[yellow]warning:[/yellow] {escape(path)}: table {i} (line {table.header_line}) "
+                                  "has no 'Avg bus bandwidth' footer: the output may be cut short")
             out.append((table, slot, f"{path} table {i}"))
     return out
 

@@ -9,10 +9,10 @@ from typing import Annotated
 
 import polars as pl
 import typer
-from rich.console import Console
+from rich.markup import escape
 
 from ddlscope.cli.calibrate import DEFAULT_OUT, StageProgress
-from ddlscope.cli.common import FormatOpt, user_errors
+from ddlscope.cli.common import FormatOpt, err_console, out_console, user_errors
 from ddlscope.report.console import emit
 
 
@@ -39,7 +39,7 @@ def find_shared_data(given: Path | None) -> Path:
 def _published(data: Path, fmt: str) -> None:
     from ddlscope.validate.published import LEFT_OUT, published_validation
 
-    with Console(stderr=True).status("profiling ResNet-50, CIFAR ResNet-18, NeuMF; predicting every row"):
+    with err_console.status("profiling ResNet-50, CIFAR ResNet-18, NeuMF; predicting every row"):
         res = published_validation(data)
     if fmt != "table":
         emit(res.rows, fmt) if fmt == "csv" else emit(res.rows, fmt, extra={
@@ -57,9 +57,9 @@ def _published(data: Path, fmt: str) -> None:
     emit(fitted, "table", title="Fitted parameters")
     for key, n in {**res.skipped, **{f"{k}: {v}": 0 for k, v in LEFT_OUT.items()}}.items():
         if n:
-            Console(soft_wrap=True).print(f"skipped rows: {key}: {n}")
+            out_console.print(f"skipped rows: {escape(key)}: {n}")
         else:
-            Console(soft_wrap=True).print(f"left out: {key}")
+            out_console.print(f"left out: {escape(key)}")
 
 
 def register(app: typer.Typer) -> None:
