@@ -141,9 +141,10 @@ def _check_ranks(ranks: object) -> None:
 
 
 def _constant(value: float, like: N) -> N:
-    """``value`` in the kind of ``like``: an array of its shape, a literal expression, or the number."""
+    """``value`` in the kind of ``like``: an array of its shape, an expression of its length (null
+    where ``like`` is null; a bare ``pl.lit`` would be one row in a ``select``), or the number."""
     if isinstance(like, pl.Expr):
-        return pl.lit(value)  # type: ignore[return-value]
+        return like * 0 + value  # type: ignore[return-value]
     if isinstance(like, np.ndarray):
         return np.full(like.shape, value)  # type: ignore[return-value]
     return value  # type: ignore[return-value]
