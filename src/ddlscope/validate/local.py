@@ -39,14 +39,14 @@ Prediction: the workload of ``profile_model`` on the same factory and batch (den
 gradients, as DDP with ``sparse=False`` has), with no input copy or storage read (the batch is in
 memory, as here) and, for DDP, ``num_gradient_tensors`` = DDP's bucket count
 ``1 + ceil(max(S - 1 MiB, 0) / 25 MiB)`` for ``S`` gradient bytes (PyTorch DDP documentation,
-``bucket_cap_mb``; ``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES``). The system is the calibrated
-profile with the op-mix efficiencies of the workload (:mod:`ddlscope.calibrate.opmix`); overlap
-``none`` (each process has one core: gloo's communication threads compete with the backward for it).
+``bucket_cap_mb``; ``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES``; :mod:`ddlscope.validate.ddp`).
+The system is the calibrated profile with the op-mix efficiencies of the workload
+(:mod:`ddlscope.calibrate.opmix`); overlap ``none`` (each process has one core: gloo's
+communication threads compete with the backward for it).
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import statistics
@@ -65,10 +65,9 @@ from ddlscope.model.api import predict
 from ddlscope.profile import profile_model
 from ddlscope.specs.architecture import Architecture
 from ddlscope.specs.system import Efficiency
+from ddlscope.validate.ddp import ddp_buckets
 from ddlscope.validate.models import CASES, ValidationCase, call_model, real_batch
 
-BUCKET_CAP_BYTES = 25 * 2**20
-FIRST_BUCKET_BYTES = 2**20
 COMPUTE_EVENT = re.compile(
     r"^aten::(?:mkldnn_convolution|convolution_backward|_?convolution|conv\d?d|(?:_mkldnn_)?mm|addmm|bmm|baddbmm|"
     r"matmul|linear|_scaled_dot_product\w*attention\w*|einsum|addbmm|addmv|mv|dot|vdot|"
@@ -138,13 +137,6 @@ def check_steps(steps: int, warmup: int) -> None:
         raise ValueError(f"steps: expected >= 1 timed steps, got {steps}")
     if warmup < 0:
         raise ValueError(f"warmup: expected >= 0 untimed steps, got {warmup}")
-
-
-def ddp_buckets(gradient_bytes: float) -> int:
-    """DDP's bucket count for ``gradient_bytes`` of gradients (module docstring)."""
-    if gradient_bytes <= 0:
-        return 0
-    return 1 + math.ceil(max(gradient_bytes - FIRST_BUCKET_BYTES, 0) / BUCKET_CAP_BYTES)
 
 
 def _optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
