@@ -16,6 +16,7 @@ from ddlscope.calibrate.profile_file import write_calibration
 from ddlscope.cli.main import app
 from ddlscope.validate.local import (
     VALIDATION_COLUMNS,
+    component_clock,
     ddp_buckets,
     measure_ddp,
     predict_case,
@@ -98,3 +99,9 @@ def test_typical_step_rule_skips_warmup_and_takes_the_median():
         typical_s([])
     res = CliRunner().invoke(app, ["validate", "--steps", "0"])
     assert res.exit_code == 2 and "steps: expected >= 1 timed steps, got 0" in res.output
+
+
+def test_comm_rows_say_their_wall_clock():
+    # the DDP hook times communication in wall time whatever --clock says; the step follows --clock
+    assert component_clock("comm", "cpu") == "wall" and component_clock("step", "cpu") == "cpu"
+    assert component_clock("comm", "wall") == "wall" and component_clock("memory_bound", "cpu") == "cpu"

@@ -81,7 +81,7 @@ VALIDATION_COLUMNS: dict[str, str] = {
     "architecture": "1w1g (one process) or allreduce_local (DDP over gloo)",
     "processes": "training processes",
     "component": "step, compute_bound, memory_bound, comm, other",
-    "clock": "cpu (the process's thread CPU time, one-core devices) or wall",
+    "clock": "the clock of measured_s: cpu (CPU time, one-core devices) or wall; comm rows are always wall",
     "measured_s": "measured seconds per step (null where not measured)",
     "predicted_s": "the model's seconds per step (null: the model has no such term)",
     "error": "predicted / measured - 1",
@@ -137,6 +137,13 @@ def check_steps(steps: int, warmup: int) -> None:
         raise ValueError(f"steps: expected >= 1 timed steps, got {steps}")
     if warmup < 0:
         raise ValueError(f"warmup: expected >= 0 untimed steps, got {warmup}")
+
+
+def component_clock(component: str, clock: str) -> str:
+    """The clock a measured ``component`` is timed on in a run on ``clock``: ``wall`` for ``comm``
+    (the timed hook measures wall time on any clock: the link works while the CPU waits), else
+    ``clock``."""
+    return "wall" if component == "comm" else clock
 
 
 def _optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
@@ -358,7 +365,7 @@ def validate_local(
             meas = measure_ddp(case, ranks=ranks, threads=threads, steps=steps, warmup=warmup, clock=clock)
             for comp in ("step", "comm"):
                 rows.append({"model": name, "architecture": "allreduce_local", "processes": ranks, "component": comp,
-                             "clock": clock,
+                             "clock": component_clock(comp, clock),
                              "measured_s": meas[f"{comp}_s"], "predicted_s": pred[f"{comp}_s"], **extra})
             done += 1
             if progress:
