@@ -101,6 +101,19 @@ def test_typical_step_rule_skips_warmup_and_takes_the_median():
     assert res.exit_code == 2 and "steps: expected >= 1 timed steps, got 0" in res.output
 
 
+def test_validate_cli_rejects_bad_options_before_any_calibration(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no ddlscope-system.toml here: a valid run would calibrate first
+    import ddlscope.calibrate.api as api
+
+    monkeypatch.setattr(api, "run_calibration", lambda *a, **k: pytest.fail("calibrated before checking options"))
+    for args, message in ((["--model", "alexnet"], "models: unknown ['alexnet']"),
+                          (["--processes", "1"], "processes: expected >= 2 DDP processes, got 1"),
+                          (["--clock", "gpu"], "clock: expected auto, wall or cpu, got 'gpu'"),
+                          (["--warmup", "-1"], "warmup: expected >= 0 untimed steps, got -1")):
+        res = CliRunner().invoke(app, ["validate", *args])
+        assert res.exit_code == 2 and message in res.output, (args, res.output)
+
+
 def test_comm_rows_say_their_wall_clock():
     # the DDP hook times communication in wall time whatever --clock says; the step follows --clock
     assert component_clock("comm", "cpu") == "wall" and component_clock("step", "cpu") == "cpu"

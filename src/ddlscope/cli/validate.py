@@ -93,10 +93,12 @@ def register(app: typer.Typer) -> None:
             _published(find_shared_data(data), fmt)
             return
         from ddlscope.calibrate.profile_file import load_calibration
-        from ddlscope.validate.local import check_steps, validate_local
+        from ddlscope.validate.local import check_options, validate_local
         from ddlscope.validate.models import CASES
 
-        check_steps(steps, warmup)  # before a calibration or a training run
+        cases = tuple(model or CASES)
+        check_options(cases, steps=steps, warmup=warmup, clock=clock, ranks=processes,
+                      data_parallel=not no_ddp)  # before a calibration or a training run
 
         load_before = os.getloadavg()[0]
         path = system_file or (DEFAULT_OUT if DEFAULT_OUT.is_file() else None)
@@ -109,7 +111,7 @@ def register(app: typer.Typer) -> None:
             else:
                 cal = load_calibration(path)
                 source = str(path)
-            frame = validate_local(cal, tuple(model or CASES), ranks=processes, steps=steps, warmup=warmup,
+            frame = validate_local(cal, cases, ranks=processes, steps=steps, warmup=warmup,
                                    data_parallel=not no_ddp, clock=clock, progress=view.update)
         step = frame.filter(pl.col("component") == "step")
         median = float(step["error"].abs().median())

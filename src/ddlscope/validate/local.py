@@ -312,6 +312,25 @@ def predict_case(case: ValidationCase, cal: Calibration, *, ranks: int = 1) -> d
             "eff_memory": mix.eff_memory, "buckets": buckets}
 
 
+def check_options(cases: Sequence[str], *, steps: int, warmup: int, clock: str, ranks: int,
+                  data_parallel: bool) -> None:
+    """Check what :func:`validate_local` can check without a calibration (the CLI calls it before
+    calibrating or training, so a mistake costs no run).
+
+    Raises:
+        ValueError: an unknown case, ``steps < 1``, ``warmup < 0``, a clock other than ``auto``,
+            ``wall`` or ``cpu``, or fewer than 2 DDP processes; naming the option.
+    """
+    check_steps(steps, warmup)
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        raise ValueError(f"models: unknown {unknown}; expected some of {', '.join(CASES)}")
+    if clock != "auto" and clock not in CLOCKS:
+        raise ValueError(f"clock: expected auto, wall or cpu, got {clock!r}")
+    if data_parallel and ranks < 2:
+        raise ValueError(f"processes: expected >= 2 DDP processes, got {ranks} (or --no-ddp)")
+
+
 def validate_local(
     cal: Calibration,
     cases: Sequence[str] = tuple(CASES),
@@ -331,18 +350,13 @@ def validate_local(
             or ``warmup < 0``.
         RuntimeError: a DDP run failed.
     """
-    check_steps(steps, warmup)
-    unknown = [c for c in cases if c not in CASES]
-    if unknown:
-        raise ValueError(f"models: unknown {unknown}; expected some of {', '.join(CASES)}")
+    check_options(cases, steps=steps, warmup=warmup, clock=clock, ranks=ranks, data_parallel=data_parallel)
     devices = cal.system.gpus_per_server
     if data_parallel and not 2 <= ranks <= devices:
         raise ValueError(f"processes: expected 2..{devices} (the calibrated host's devices), got {ranks}")
     threads = int(cal.meta.get("cores_per_device", 1))
     if clock == "auto":
         clock = "cpu" if threads == 1 and cal.meta.get("device_kind", "cpu") == "cpu" else "wall"
-    if clock not in CLOCKS:
-        raise ValueError(f"clock: expected auto, wall or cpu, got {clock!r}")
     if clock == "cpu" and threads != 1:
         raise ValueError("clock: the cpu clock needs one thread per process (a profile of one-core devices)")
     rows: list[dict[str, Any]] = []
