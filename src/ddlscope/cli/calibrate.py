@@ -141,14 +141,15 @@ def register(app: typer.Typer) -> None:
             raise ValueError(f"--format: expected table or json, got {fmt!r}")
         cat = load_catalog(*(catalog or []))
         dev = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
-        tables = _nccl_inputs(nccl_tests or [], collective, ranks,
-                              "nvlink" if system and cat.server(system).nvlink else "pcie")
         plan = None
         if not no_bench:
             kw: dict[str, Any] = {"device": dev, "cores_per_device": cores_per_device, "ranks": processes,
                                   "collectives": not no_collectives, "clock": clock,
                                   "precisions": tuple(precision or ())}
             plan = CalibrationPlan.quick(**kw) if quick else CalibrationPlan(**kw)
+            plan.check()  # before reading files or measuring anything
+        tables = _nccl_inputs(nccl_tests or [], collective, ranks,
+                              "nvlink" if system and cat.server(system).nvlink else "pcie")
         with StageProgress(quiet=fmt != "table") as view:
             cal = run_calibration(plan, catalog=cat, base_server=system, nic=nic, nccl_tables=tables,
                                   progress=view.update)
@@ -171,7 +172,7 @@ def register(app: typer.Typer) -> None:
             "efficiency": ", ".join(f"{k} {v:.3g}" for k, v in s.efficiency.model_dump().items()),
             "op overhead (s per op)": cal.meta.get("op_overhead_s"),
             "clock": cal.meta.get("clock"),
-            "load average (1 min)": load,
+            "load average (1 min)": None if load is None else round(load, 2),
         }
         for note in cal.meta.get("notes", []) or []:
             facts[f"note {len([k for k in facts if k.startswith('note')]) + 1}"] = note
