@@ -118,3 +118,11 @@ def test_comm_rows_say_their_wall_clock():
     # the DDP hook times communication in wall time whatever --clock says; the step follows --clock
     assert component_clock("comm", "cpu") == "wall" and component_clock("step", "cpu") == "cpu"
     assert component_clock("comm", "wall") == "wall" and component_clock("memory_bound", "cpu") == "cpu"
+
+
+def test_published_data_folder_errors_name_the_option(tmp_path, monkeypatch):
+    monkeypatch.setenv("DDLSCOPE_SHARED_DATA", str(tmp_path / "nowhere"))
+    res = CliRunner().invoke(app, ["validate", "--published"])
+    assert res.exit_code == 2 and f"DDLSCOPE_SHARED_DATA={tmp_path / 'nowhere'}: not a folder" in res.output
+    res = CliRunner().invoke(app, ["validate", "--published", "--data", str(tmp_path / "none")])
+    assert res.exit_code == 2 and "--data" in res.output and "not a folder" in res.output

@@ -21,13 +21,15 @@ def find_shared_data(given: Path | None) -> Path:
     folder or its parents.
 
     Raises:
-        FileNotFoundError: none found.
+        FileNotFoundError: ``given`` or ``$DDLSCOPE_SHARED_DATA`` is not a folder, or none found.
     """
     if given is not None:
         if not given.is_dir():
             raise FileNotFoundError(f"--data {given}: not a folder")
         return given
     if env := os.environ.get("DDLSCOPE_SHARED_DATA"):
+        if not Path(env).is_dir():
+            raise FileNotFoundError(f"DDLSCOPE_SHARED_DATA={env}: not a folder")
         return Path(env)
     for parent in [Path.cwd(), *Path.cwd().parents]:
         if (parent / "shared" / "data").is_dir():
