@@ -73,3 +73,30 @@ def test_calibrate_cli_errors_name_the_line(tmp_path):
     assert "x.txt:" in res.output and "expected" in res.output
     res = runner.invoke(app, ["calibrate", "--no-bench"])
     assert res.exit_code == 2 and "nothing to do" in res.output
+
+
+def test_calibrate_cli_warns_on_stderr_about_a_table_cut_short(tmp_path):
+    cut = tmp_path / "cut.txt"
+    cut.write_text("\n".join(line for line in ALL_REDUCE_8X_A100.splitlines()
+                             if "Avg bus bandwidth" not in line))
+    res = runner.invoke(app, ["calibrate", "--no-bench", "--system", "dgx-a100", "--nccl-tests", str(cut),
+                              "-o", str(tmp_path / "out.toml"), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    # the warning goes to the shared stderr console; stdout stays one JSON document
+    assert "has no 'Avg bus bandwidth' footer" in res.stderr and "cut.txt: table 0" in res.stderr
+    assert json.loads(res.stdout)["fits"][0]["collective"] == "all_reduce"
+
+
+def test_calibrate_cli_rejects_bad_plans_before_measuring(tmp_path, monkeypatch):
+    import ddlscope.calibrate.api as api
+
+    monkeypatch.setattr(api, "_measure_device", lambda *a, **k: pytest.fail("measured before checking the plan"))
+    out = str(tmp_path / "x.toml")
+    for args, message in ((["--clock", "gpu"], "clock: expected auto, wall or cpu, got 'gpu'"),
+                          (["--processes", "1"], "processes: a collective needs >= 2 processes, got 1"),
+                          (["--precision", "fp64"], "precision: expected some of fp32, tf32, fp16, bf16, got 'fp64'"),
+                          (["--device", "tpu"], "device: expected cpu or cuda, got 'tpu'"),
+                          (["--cores-per-device", "0"], "cores_per_device: expected >= 1, got 0"),
+                          (["--clock", "cpu", "--cores-per-device", "2"], "the cpu clock (thread CPU time) measures")):
+        res = runner.invoke(app, ["calibrate", "--quick", "-o", out, *args])
+        assert res.exit_code == 2 and message in res.output, (args, res.output)

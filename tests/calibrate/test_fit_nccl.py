@@ -3,19 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
-import polars as pl
 import pytest
 
 from ddlscope.calibrate.fit import fit_alpha_beta
 from ddlscope.calibrate.nccl_tests import NcclTestsError, parse_nccl_tests
-from ddlscope.model.collectives import (
-    COLLECTIVE_ALIASES,
-    COLLECTIVES,
-    bus_factor,
-    busbw,
-    canonical_collective,
-    collective_steps,
-)
 
 from .nccl_samples import ALL_GATHER_OLD_MPIRUN, ALL_REDUCE_8X_A100
 
@@ -37,46 +28,6 @@ def test_fit_recovers_alpha_beta_exactly_from_noise_free_timings():
     f = fit_alpha_beta(sizes, t, collective="alltoall_perf", ranks=8)
     assert (f.collective, f.steps) == ("all_to_all", 7)
     assert f.alpha_s == pytest.approx(2e-6, rel=1e-9) and f.bandwidth_gb_s == pytest.approx(3.0, rel=1e-9)
-
-
-def test_bus_factors_are_nccl_tests_definitions():
-    assert bus_factor("all_reduce", 8) == pytest.approx(2 * 7 / 8)
-    assert bus_factor("all_gather", 4) == pytest.approx(3 / 4)
-    assert bus_factor("reduce_scatter_perf", 2) == pytest.approx(1 / 2)
-    assert bus_factor("alltoall", 8) == pytest.approx(7 / 8)
-    assert bus_factor("broadcast", 16) == 1.0 and bus_factor("sendrecv_perf", 2) == 1.0
-    assert collective_steps("all_reduce", 8) == 14 and collective_steps("all_gather", 8) == 7
-    assert collective_steps("all_to_all", 4) == 3 and collective_steps("send_recv", 8) == 1
-    with pytest.raises(ValueError, match="unknown 'gather_all'"):
-        bus_factor("gather_all", 4)
-    with pytest.raises(ValueError, match="ranks: expected >= 1, got 0"):
-        collective_steps("all_reduce", 0)
-
-
-def test_collective_names_one_canonical_list_and_nccl_tests_aliases():
-    assert COLLECTIVES == ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
-                           "send_recv")
-    spellings = {"alltoall_perf": "all_to_all", "sendrecv": "send_recv", "AllReduce": "all_reduce",
-                 "all-gather": "all_gather", "reducescatter": "reduce_scatter", "all_reduce_perf_mpi": "all_reduce",
-                 "bcast": "broadcast", "reduce_perf": "reduce"}
-    assert {k: canonical_collective(k) for k in spellings} == spellings
-    assert all(v in COLLECTIVES for v in COLLECTIVE_ALIASES.values())
-
-
-def test_bus_factor_and_steps_vectorised_over_polars_and_numpy():
-    frame = pl.DataFrame({"collective": ["all_reduce", "alltoall", "sendrecv", "broadcast", "other"],
-                          "ranks": [4, 8, 2, 4, 4], "size_bytes": [1e6] * 5, "time_s": [1e-3] * 5})
-    out = frame.select(f=bus_factor(pl.col("collective"), pl.col("ranks")),
-                       k=collective_steps(pl.col("collective"), pl.col("ranks")),
-                       busbw=busbw(pl.col("collective"), pl.col("size_bytes"), pl.col("time_s"), pl.col("ranks")))
-    # 2*3/4, 7/8, 1, 1; an unknown name has no factor
-    assert out["f"].to_list() == [1.5, 0.875, 1.0, 1.0, None]
-    # 2*(4-1), 8-1, 1, 4-1
-    assert out["k"].to_list() == [6, 7, 1, 3, None]
-    # S/t = 1e6 / 1e-3 = 1e9 bytes/s times the factor
-    assert out["busbw"].to_list() == [1.5e9, 0.875e9, 1e9, 1e9, None]
-    assert bus_factor("all_reduce", np.array([2, 4])).tolist() == [1.0, 1.5]
-    assert collective_steps("broadcast", np.array([2, 4])).tolist() == [1, 3]
 
 
 def test_fit_rejects_sizes_without_bandwidth_term():

@@ -10,7 +10,7 @@ from ddlscope.calibrate.microbench import bench_matmul, bench_stream, cpu_time_a
 from ddlscope.calibrate.opmix import opmix_efficiency
 from ddlscope.calibrate.profile_file import Calibration, load_calibration, write_calibration
 from ddlscope.cli.main import app
-from ddlscope.specs.catalog import builtin_catalog
+from ddlscope.specs.catalog import CatalogError, builtin_catalog
 
 MATMUL = pl.DataFrame({"precision": ["fp32", "fp32"], "flops": [1e8, 1e9], "intensity_flops_per_byte": [10.0, 100.0],
                        "efficiency": [0.2, 0.8]})
@@ -94,6 +94,40 @@ def test_profile_file_round_trip_and_predict_reads_it(tmp_path):
     # (2 (p-1)/p S = S for p = 2) at 1 GB/s
     assert row["pcie_s"] == pytest.approx(322 * 50e-6 + 102_228_128 / 1e9, rel=1e-3)
     assert row["system"] == "test-host"
+
+
+def test_load_calibration_parses_the_file_once_and_reads_json(tmp_path, monkeypatch):
+    import json
+
+    import ddlscope.specs.catalog as catalog_module
+
+    entries = {
+        "gpu": {"cpu:test": {"peak_tflops": {"fp32": 0.1, "tf32": 0.1, "fp16": 0.1, "bf16": 0.1},
+                             "memory_bandwidth_gb_s": 20.0, "memory_gb": 8.0, "source": "test"}},
+        "server": {"test-host": {"gpu": "cpu:test", "gpus_per_server": 2, "pcie": "pcie4-x16",
+                                 "gpus_per_pcie_root": 2, "nvlink": "", "nic": "eth-10g", "storage_read_gb_s": 1.0}},
+        "system": {"server": "test-host", "name": "test-host", "efficiency": {"compute": 0.5}},
+        "calibration": {"host": "h", "op_overhead_s": 2e-6, "matmul": MATMUL.to_dict(as_series=False)},
+    }
+    path = tmp_path / "sys.json"
+    path.write_text(json.dumps(entries))
+    reads: list[str] = []
+    real = catalog_module.read_toml_or_json
+    monkeypatch.setattr(catalog_module, "read_toml_or_json",
+                        lambda p, *a, **k: reads.append(str(p)) or real(p, *a, **k))
+    cal = load_calibration(path)
+    assert reads == [str(path)]  # one read and parse of the user's file per load
+    assert cal.system.name == "test-host" and cal.system.efficiency.compute == 0.5
+    assert cal.table("matmul").equals(MATMUL) and cal.meta == {"host": "h", "op_overhead_s": 2e-6}
+    # the same validation as load_system: errors name the file
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**entries, "system": {"server": "test-host", "gpus": 4}}))
+    with pytest.raises(CatalogError, match=r"bad\.json: \[system\] has unknown field\(s\) \['gpus'\]"):
+        load_calibration(bad)
+    ragged = tmp_path / "ragged.json"
+    ragged.write_text(json.dumps({**entries, "calibration": {"matmul": {"n": [1, 2], "time_s": [1.0]}}}))
+    with pytest.raises(CatalogError, match=r"ragged\.json: \[calibration\.matmul\]: columns of different lengths"):
+        load_calibration(ragged)
 
 
 def test_microbench_rows_follow_their_definitions():

@@ -5,7 +5,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from ddlscope.validate.published import ddp_buckets_expr, dle_validation, pollux_validation
+from ddlscope.validate.ddp import FIRST_BUCKET_BYTES, ddp_buckets, ddp_buckets_expr
+from ddlscope.validate.published import dle_validation, pollux_validation
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +30,12 @@ def test_ddp_bucket_count():
     # = ceil(3.86) = 4 buckets of 25 MiB: 5 in all; nothing to send: 0
     got = pl.DataFrame({"s": [102_228_128.0, 1.0, 0.0]}).select(ddp_buckets_expr(pl.col("s")))
     assert got.to_series().to_list() == [5, 1, 0]
+    # the same rule on numbers; a 1 MiB first bucket + 25 MiB = 27,262,976 B is two buckets, one byte more three
+    assert [ddp_buckets(s) for s in (102_228_128.0, 1.0, 0.0, 27_262_976, 27_262_977)] == [5, 1, 0, 2, 3]
+    # the first bucket is PyTorch's own constant
+    import torch.distributed
+
+    assert FIRST_BUCKET_BYTES == torch.distributed._DEFAULT_FIRST_BUCKET_BYTES == 1_048_576
 
 
 def test_dle_resnet50_throughput(dle):

@@ -44,7 +44,9 @@ from ddlscope.calibrate.collbench import COLLECTIVE_SIZES, bench_collectives, fi
 from ddlscope.calibrate.device import DeviceInfo, describe_cpu, describe_cuda
 from ddlscope.calibrate.fit import AlphaBetaFit
 from ddlscope.calibrate.microbench import (
+    CLOCKS,
     CONV_CHANNELS,
+    DTYPES,
     ELEMENTWISE_ELEMENTS,
     FAMILY_ELEMENTS,
     MATMUL_SIZES,
@@ -84,6 +86,32 @@ class CalibrationPlan:
     target_s: float = 0.05
     collectives: bool = True
     clock: str = "auto"
+
+    def check(self) -> None:
+        """Check the plan before anything is measured, so a bad option costs no benchmark time.
+
+        Raises:
+            ValueError: a device other than ``cpu``/``cuda``, a clock other than ``auto``/``wall``/
+                ``cpu`` (or ``cpu`` on a device that is not one CPU core), ``cores_per_device < 1``,
+                an unknown precision, fewer than 2 collective ranks, or ``target_s <= 0``; naming
+                the option.
+        """
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"device: expected cpu or cuda, got {self.device!r}")
+        if self.clock not in ("auto", *CLOCKS):
+            raise ValueError(f"clock: expected auto, wall or cpu, got {self.clock!r}")
+        if self.cores_per_device < 1:
+            raise ValueError(f"cores_per_device: expected >= 1, got {self.cores_per_device}")
+        if self.resolved_clock() == "cpu" and (self.device != "cpu" or self.cores_per_device != 1):
+            raise ValueError("clock: the cpu clock (thread CPU time) measures a device of one CPU core only")
+        bad = [p for p in self.precisions if p not in DTYPES]
+        if bad:
+            raise ValueError(f"precision: expected some of {', '.join(DTYPES)}, got {', '.join(map(repr, bad))}")
+        if self.collectives and self.ranks is not None and self.ranks < 2:
+            raise ValueError(f"processes: a collective needs >= 2 processes, got {self.ranks} "
+                             "(or skip them: --no-collectives)")
+        if self.target_s <= 0:
+            raise ValueError(f"target_s: expected > 0 seconds per repetition, got {self.target_s}")
 
     def resolved_clock(self) -> str:
         """``cpu`` (thread CPU time) for a one-core CPU device, else ``wall``, unless set."""
@@ -131,10 +159,13 @@ def run_calibration(
         progress: ``progress(task, completed, total)`` after each measurement.
 
     Raises:
-        ValueError: a bad plan, an unknown slot, or no plan and no base server.
+        ValueError: a bad plan (:meth:`CalibrationPlan.check`, before any measurement), an unknown
+            slot, or no plan and no base server.
         CatalogError: unknown catalog names.
         RuntimeError: a collective benchmark process failed.
     """
+    if plan is not None:
+        plan.check()
     catalog = catalog or builtin_catalog()
     for _, slot, _ in nccl_tables:
         if slot not in SLOTS:

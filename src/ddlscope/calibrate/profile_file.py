@@ -17,12 +17,12 @@ Layout (every number measured on the host unless its ``source`` says assumed)::
 
 ``ddlscope predict --system-file`` (and every command that takes a system file) reads the first
 four through :func:`ddlscope.specs.catalog.load_system`, which ignores ``[calibration]``;
-:func:`load_calibration` reads everything back, for :mod:`ddlscope.calibrate.opmix`.
+:func:`load_calibration` reads everything back, for :mod:`ddlscope.calibrate.opmix`, parsing and
+validating the file once (TOML, or the same layout as JSON).
 """
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from typing import Any
 import polars as pl
 import tomli_w
 
-from ddlscope.specs.catalog import CatalogError, load_system
+from ddlscope.specs.catalog import CatalogError, read_system_file, system_from_mapping
 from ddlscope.specs.system import System
 
 TABLES = ("matmul", "conv", "stream", "elementwise", "families", "collectives")
@@ -96,22 +96,27 @@ def write_calibration(cal: Calibration, path: str | Path, header: str = "") -> P
 
 
 def load_calibration(path: str | Path) -> Calibration:
-    """Read a system file written by ``ddlscope calibrate`` (or any system file: the
-    ``[calibration]`` part is then empty).
+    """Read a system file written by ``ddlscope calibrate`` (or any TOML/JSON system file: the
+    ``[calibration]`` part is then empty). The file is read and parsed once; its catalog entries
+    and ``[system]`` are validated as :func:`ddlscope.specs.catalog.load_system` does.
 
     Raises:
-        CatalogError: unreadable or invalid file (naming it), or a ``[calibration]`` table whose
-            columns have different lengths.
+        CatalogError: unreadable or invalid file (naming it), a ``[calibration]`` that is not a
+            table, or a ``[calibration]`` table whose columns have different lengths.
     """
     path = Path(path)
-    system, _ = load_system(path)
-    data = tomllib.loads(path.read_text())
+    data = read_system_file(path)
+    system, _ = system_from_mapping(data, origin=str(path))
     calib = data.get("calibration", {}) or {}
+    if not isinstance(calib, dict):
+        raise CatalogError(f"{path}: [calibration]: expected a table, got {type(calib).__name__}")
     tables: dict[str, pl.DataFrame] = {}
     for name in TABLES:
         cols = calib.get(name)
         if cols is None:
             continue
+        if not isinstance(cols, dict) or not all(isinstance(v, list) for v in cols.values()):
+            raise CatalogError(f"{path}: [calibration.{name}]: expected a table of columns (lists)")
         lengths = {len(v) for v in cols.values()}
         if len(lengths) > 1:
             raise CatalogError(f"{path}: [calibration.{name}]: columns of different lengths {sorted(lengths)}")

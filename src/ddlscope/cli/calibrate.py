@@ -7,10 +7,10 @@ from typing import Annotated, Any
 
 import polars as pl
 import typer
-from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ddlscope.cli.common import CatalogFiles, FormatOpt, user_errors
+from ddlscope.cli.common import CatalogFiles, FormatOpt, err_console, user_errors
 from ddlscope.report.console import emit
 from ddlscope.specs.catalog import load_catalog
 
@@ -23,7 +23,7 @@ class StageProgress:
     def __init__(self, quiet: bool = False):
         self.bar = None if quiet else Progress(
             TextColumn("[bold]{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=Console(stderr=True), transient=False)
+            console=err_console, transient=False)
         self.tasks: dict[str, Any] = {}
 
     def __enter__(self) -> StageProgress:
@@ -55,8 +55,8 @@ def _nccl_inputs(items: list[str], collective: str | None, ranks: int | None, de
         parsed = read_nccl_tests(path, collective=collective, ranks=ranks)
         for i, table in enumerate(parsed.tables):
             if not table.complete:
-                Console(stderr=True).print(f"[yellow]warning:[/yellow] {path}: table {i} (line {table.header_line}) "
-                                           "has no 'Avg bus bandwidth' footer: the output may be cut short")
+                err_console.print(f"[yellow]warning:[/yellow] {escape(path)}: table {i} (line {table.header_line}) "
+                                  "has no 'Avg bus bandwidth' footer: the output may be cut short")
             out.append((table, slot, f"{path} table {i}"))
     return out
 
@@ -141,14 +141,15 @@ def register(app: typer.Typer) -> None:
             raise ValueError(f"--format: expected table or json, got {fmt!r}")
         cat = load_catalog(*(catalog or []))
         dev = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
-        tables = _nccl_inputs(nccl_tests or [], collective, ranks,
-                              "nvlink" if system and cat.server(system).nvlink else "pcie")
         plan = None
         if not no_bench:
             kw: dict[str, Any] = {"device": dev, "cores_per_device": cores_per_device, "ranks": processes,
                                   "collectives": not no_collectives, "clock": clock,
                                   "precisions": tuple(precision or ())}
             plan = CalibrationPlan.quick(**kw) if quick else CalibrationPlan(**kw)
+            plan.check()  # before reading files or measuring anything
+        tables = _nccl_inputs(nccl_tests or [], collective, ranks,
+                              "nvlink" if system and cat.server(system).nvlink else "pcie")
         with StageProgress(quiet=fmt != "table") as view:
             cal = run_calibration(plan, catalog=cat, base_server=system, nic=nic, nccl_tables=tables,
                                   progress=view.update)
@@ -171,7 +172,7 @@ def register(app: typer.Typer) -> None:
             "efficiency": ", ".join(f"{k} {v:.3g}" for k, v in s.efficiency.model_dump().items()),
             "op overhead (s per op)": cal.meta.get("op_overhead_s"),
             "clock": cal.meta.get("clock"),
-            "load average (1 min)": load,
+            "load average (1 min)": None if load is None else round(load, 2),
         }
         for note in cal.meta.get("notes", []) or []:
             facts[f"note {len([k for k in facts if k.startswith('note')]) + 1}"] = note

@@ -22,6 +22,9 @@ from ddlscope.specs.scenario import BUILTIN_SCENARIOS, Scenario, resolve_scenari
 from ddlscope.specs.system import System
 
 err_console = Console(stderr=True, soft_wrap=True)  # long messages (paths) stay on one line
+"""The console of every command's progress, notes, warnings and errors (stderr)."""
+out_console = Console(soft_wrap=True)
+"""The console of every command's result lines beside ``report.console.emit``'s tables (stdout)."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -9,10 +9,10 @@ from typing import Annotated
 
 import polars as pl
 import typer
-from rich.console import Console
+from rich.markup import escape
 
 from ddlscope.cli.calibrate import DEFAULT_OUT, StageProgress
-from ddlscope.cli.common import FormatOpt, user_errors
+from ddlscope.cli.common import FormatOpt, err_console, out_console, user_errors
 from ddlscope.report.console import emit
 
 
@@ -21,13 +21,15 @@ def find_shared_data(given: Path | None) -> Path:
     folder or its parents.
 
     Raises:
-        FileNotFoundError: none found.
+        FileNotFoundError: ``given`` or ``$DDLSCOPE_SHARED_DATA`` is not a folder, or none found.
     """
     if given is not None:
         if not given.is_dir():
             raise FileNotFoundError(f"--data {given}: not a folder")
         return given
     if env := os.environ.get("DDLSCOPE_SHARED_DATA"):
+        if not Path(env).is_dir():
+            raise FileNotFoundError(f"DDLSCOPE_SHARED_DATA={env}: not a folder")
         return Path(env)
     for parent in [Path.cwd(), *Path.cwd().parents]:
         if (parent / "shared" / "data").is_dir():
@@ -39,7 +41,7 @@ def find_shared_data(given: Path | None) -> Path:
 def _published(data: Path, fmt: str) -> None:
     from ddlscope.validate.published import LEFT_OUT, published_validation
 
-    with Console(stderr=True).status("profiling ResNet-50, CIFAR ResNet-18, NeuMF; predicting every row"):
+    with err_console.status("profiling ResNet-50, CIFAR ResNet-18, NeuMF; predicting every row"):
         res = published_validation(data)
     if fmt != "table":
         emit(res.rows, fmt) if fmt == "csv" else emit(res.rows, fmt, extra={
@@ -57,9 +59,9 @@ def _published(data: Path, fmt: str) -> None:
     emit(fitted, "table", title="Fitted parameters")
     for key, n in {**res.skipped, **{f"{k}: {v}": 0 for k, v in LEFT_OUT.items()}}.items():
         if n:
-            Console(soft_wrap=True).print(f"skipped rows: {key}: {n}")
+            out_console.print(f"skipped rows: {escape(key)}: {n}")
         else:
-            Console(soft_wrap=True).print(f"left out: {key}")
+            out_console.print(f"left out: {escape(key)}")
 
 
 def register(app: typer.Typer) -> None:
@@ -93,8 +95,12 @@ def register(app: typer.Typer) -> None:
             _published(find_shared_data(data), fmt)
             return
         from ddlscope.calibrate.profile_file import load_calibration
-        from ddlscope.validate.local import validate_local
+        from ddlscope.validate.local import check_options, validate_local
         from ddlscope.validate.models import CASES
+
+        cases = tuple(model or CASES)
+        check_options(cases, steps=steps, warmup=warmup, clock=clock, ranks=processes,
+                      data_parallel=not no_ddp)  # before a calibration or a training run
 
         load_before = os.getloadavg()[0]
         path = system_file or (DEFAULT_OUT if DEFAULT_OUT.is_file() else None)
@@ -107,7 +113,7 @@ def register(app: typer.Typer) -> None:
             else:
                 cal = load_calibration(path)
                 source = str(path)
-            frame = validate_local(cal, tuple(model or CASES), ranks=processes, steps=steps, warmup=warmup,
+            frame = validate_local(cal, cases, ranks=processes, steps=steps, warmup=warmup,
                                    data_parallel=not no_ddp, clock=clock, progress=view.update)
         step = frame.filter(pl.col("component") == "step")
         median = float(step["error"].abs().median())

@@ -70,9 +70,14 @@ def canonical_collective(name: str) -> str:
 
 
 def _canonical_expr(collective: pl.Expr) -> pl.Expr:
-    """Canonical names of a String column of collective names; unknown names become null."""
-    key = collective.str.to_lowercase().str.strip_chars().str.replace_all("-", "_", literal=True)
-    return key.replace_strict(COLLECTIVE_ALIASES, default=None, return_dtype=pl.String)
+    """Canonical names of a String column of collective names, by the rule of
+    :func:`canonical_collective` (the same spellings); unknown names become null."""
+    key = (collective.str.to_lowercase().str.strip_chars().str.replace_all("-", "_", literal=True)
+           .str.replace(r"_mpi$", "").str.replace(r"_perf$", ""))
+    exact = key.replace_strict(COLLECTIVE_ALIASES, default=None, return_dtype=pl.String)
+    squashed = key.str.replace_all("_", "", literal=True).replace_strict(COLLECTIVE_ALIASES, default=None,
+                                                                         return_dtype=pl.String)
+    return pl.coalesce(exact, squashed)
 
 
 def bus_factor(collective: str | pl.Expr, ranks: N) -> N:
@@ -84,8 +89,7 @@ def bus_factor(collective: str | pl.Expr, ranks: N) -> N:
 
     Args:
         collective: a name (any spelling :func:`canonical_collective` accepts), or a Polars String
-            expression of names (canonical or :data:`COLLECTIVE_ALIASES` spellings; an unknown name
-            gives null).
+            expression of names (the same spellings; an unknown name gives null, not an error).
         ranks: ``p``: a number, numpy array or Polars expression.
 
     Returns:
@@ -141,9 +145,10 @@ def _check_ranks(ranks: object) -> None:
 
 
 def _constant(value: float, like: N) -> N:
-    """``value`` in the kind of ``like``: an array of its shape, a literal expression, or the number."""
+    """``value`` in the kind of ``like``: an array of its shape, an expression of its length (null
+    where ``like`` is null; a bare ``pl.lit`` would be one row in a ``select``), or the number."""
     if isinstance(like, pl.Expr):
-        return pl.lit(value)  # type: ignore[return-value]
+        return like * 0 + value  # type: ignore[return-value]
     if isinstance(like, np.ndarray):
         return np.full(like.shape, value)  # type: ignore[return-value]
     return value  # type: ignore[return-value]

@@ -238,26 +238,52 @@ def load_catalog(*paths: str | Path) -> Catalog:
 def load_system(path: str | Path, catalog: Catalog | None = None) -> tuple[System, Catalog]:
     """Read a system file: catalog entries plus a ``[system]`` table (see module docstring).
 
-    Returns the resolved :class:`System` and the catalog extended by the file's entries.
+    Returns the resolved :class:`System` and the catalog extended by the file's entries. A caller
+    that needs the file's other tables too (``ddlscope validate``'s ``[calibration]``) reads the
+    file once with :func:`read_system_file` and resolves it with :func:`system_from_mapping`.
 
     Raises:
         CatalogError: unreadable file, no ``[system]`` table, unknown names, invalid values.
     """
     path = Path(path)
-    data = _read_mapping(path)
+    return system_from_mapping(read_system_file(path), catalog, origin=str(path))
+
+
+def read_system_file(path: str | Path) -> dict[str, Any]:
+    """The top-level table of a TOML or JSON system (or catalog) file, parsed, not yet validated.
+
+    Raises:
+        CatalogError: the file cannot be read or parsed, or its top level is not a table (naming it).
+    """
+    return _read_mapping(Path(path))
+
+
+def system_from_mapping(data: Mapping[str, Any], catalog: Catalog | None = None, *,
+                        origin: str = "system file") -> tuple[System, Catalog]:
+    """Resolve a parsed system file (:func:`read_system_file`): its ``gpu``/``link``/``server``
+    entries are added to ``catalog`` (a fresh built-in one by default) and its ``[system]`` table
+    resolved against it; other top-level tables (``[calibration]``) are ignored.
+
+    Returns the :class:`System` and the extended catalog.
+
+    Raises:
+        CatalogError: no ``[system]`` table with ``server``, an unknown ``[system]`` field, unknown
+            names or invalid values; every message starts with ``origin`` (the file's path).
+    """
     cat = catalog or builtin_catalog()
-    cat.add({k: v for k, v in data.items() if k in SECTIONS}, origin=str(path))
+    cat.add({k: v for k, v in data.items() if k in SECTIONS}, origin=origin)
     spec = data.get("system")
     if not isinstance(spec, Mapping) or "server" not in spec:
-        raise CatalogError(f"{path}: expected a [system] table with at least `server = \"<name>\"`")
+        raise CatalogError(f"{origin}: expected a [system] table with at least `server = \"<name>\"`")
     allowed = {
         "server", "gpu", "nic", "nvlink", "pcie", "gpus_per_server", "gpus_per_pcie_root",
         "nics_per_server", "storage_read_gb_s", "efficiency", "name",
     }
     extra = set(spec) - allowed
     if extra:
-        raise CatalogError(f"{path}: [system] has unknown field(s) {sorted(extra)}; expected some of {sorted(allowed)}")
+        raise CatalogError(f"{origin}: [system] has unknown field(s) {sorted(extra)}; expected some of "
+                           f"{sorted(allowed)}")
     try:
         return cat.system(**spec), cat
     except CatalogError as exc:
-        raise CatalogError(f"{path}: {exc}") from exc
+        raise CatalogError(f"{origin}: {exc}") from exc

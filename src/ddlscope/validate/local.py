@@ -17,6 +17,17 @@ For each :class:`~ddlscope.validate.models.ValidationCase`:
   all-reduces each bucket synchronously and times it runs a few more steps: the sum of its bucket
   times per step is the measured communication. The slowest rank's figures are reported.
 
+The typical step (one rule, :func:`typical_s`, applied to every measured time here): ``warmup``
+untimed steps first (allocator growth, oneDNN primitive creation, DDP's bucket rebuild on its first
+iterations), then the **median** of the ``steps`` timed ones; for DDP the slowest rank's median (a
+synchronous step waits for the last rank), and the timed hook's first step is a warm-up too. The
+median, not the mean: the steps repeat identical work, so their spread is the host's interference,
+which only adds time and comes in bursts (a neighbour's process holding the core for a few
+milliseconds); the median ignores a minority of interrupted steps that would pull the mean up, and
+it is the statistic the calibration used for the rates the prediction is built from
+(:func:`ddlscope.calibrate.microbench.time_call`), so measurement and prediction describe the same
+typical step.
+
 Clocks: ``wall`` is real time. ``cpu`` (the default for one-core devices) is CPU time: the
 training thread's for one process, the process's (all threads, gloo's included) for DDP. On a host
 where other processes compete for the cores, wall time measures the competition; CPU time measures
@@ -28,14 +39,14 @@ Prediction: the workload of ``profile_model`` on the same factory and batch (den
 gradients, as DDP with ``sparse=False`` has), with no input copy or storage read (the batch is in
 memory, as here) and, for DDP, ``num_gradient_tensors`` = DDP's bucket count
 ``1 + ceil(max(S - 1 MiB, 0) / 25 MiB)`` for ``S`` gradient bytes (PyTorch DDP documentation,
-``bucket_cap_mb``; ``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES``). The system is the calibrated
-profile with the op-mix efficiencies of the workload (:mod:`ddlscope.calibrate.opmix`); overlap
-``none`` (each process has one core: gloo's communication threads compete with the backward for it).
+``bucket_cap_mb``; ``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES``; :mod:`ddlscope.validate.ddp`).
+The system is the calibrated profile with the op-mix efficiencies of the workload
+(:mod:`ddlscope.calibrate.opmix`); overlap ``none`` (each process has one core: gloo's
+communication threads compete with the backward for it).
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import statistics
@@ -54,10 +65,9 @@ from ddlscope.model.api import predict
 from ddlscope.profile import profile_model
 from ddlscope.specs.architecture import Architecture
 from ddlscope.specs.system import Efficiency
+from ddlscope.validate.ddp import ddp_buckets
 from ddlscope.validate.models import CASES, ValidationCase, call_model, real_batch
 
-BUCKET_CAP_BYTES = 25 * 2**20
-FIRST_BUCKET_BYTES = 2**20
 COMPUTE_EVENT = re.compile(
     r"^aten::(?:mkldnn_convolution|convolution_backward|_?convolution|conv\d?d|(?:_mkldnn_)?mm|addmm|bmm|baddbmm|"
     r"matmul|linear|_scaled_dot_product\w*attention\w*|einsum|addbmm|addmv|mv|dot|vdot|"
@@ -71,18 +81,69 @@ VALIDATION_COLUMNS: dict[str, str] = {
     "architecture": "1w1g (one process) or allreduce_local (DDP over gloo)",
     "processes": "training processes",
     "component": "step, compute_bound, memory_bound, comm, other",
-    "clock": "cpu (the process's thread CPU time, one-core devices) or wall",
+    "clock": "the clock of measured_s: cpu (CPU time, one-core devices) or wall; comm rows are always wall",
     "measured_s": "measured seconds per step (null where not measured)",
     "predicted_s": "the model's seconds per step (null: the model has no such term)",
     "error": "predicted / measured - 1",
 }
 
 
-def ddp_buckets(gradient_bytes: float) -> int:
-    """DDP's bucket count for ``gradient_bytes`` of gradients (module docstring)."""
-    if gradient_bytes <= 0:
-        return 0
-    return 1 + math.ceil(max(gradient_bytes - FIRST_BUCKET_BYTES, 0) / BUCKET_CAP_BYTES)
+HOOK_WARMUP_STEPS = 1
+"""Steps of the timed communication hook discarded before its times count (:func:`typical_s`)."""
+
+
+def typical_s(samples: Sequence[float]) -> float:
+    """The typical value of repeated timings of the same work, in their unit (seconds): their median
+    (module docstring: the rule and its reason). Warm-up repetitions are excluded by the caller
+    (:func:`timed_steps`).
+
+    Raises:
+        ValueError: no samples.
+    """
+    if len(samples) == 0:
+        raise ValueError("typical_s: no timed steps (expected steps >= 1)")
+    return float(statistics.median(samples))
+
+
+def timed_steps(run_step: Callable[[], object], now: Callable[[], float], *, steps: int, warmup: int,
+                after_warmup: Callable[[], object] | None = None) -> list[float]:
+    """Run ``run_step`` ``warmup`` times untimed, call ``after_warmup`` (DDP: a barrier, so ranks
+    start together), then ``steps`` times timed on the clock ``now``; the ``steps`` durations
+    (seconds, ``now``'s clock). :func:`typical_s` of the result is the measured step.
+
+    Raises:
+        ValueError: ``steps < 1`` or ``warmup < 0``.
+    """
+    check_steps(steps, warmup)
+    for _ in range(warmup):
+        run_step()
+    if after_warmup is not None:
+        after_warmup()
+    times = []
+    for _ in range(steps):
+        t0 = now()
+        run_step()
+        times.append(now() - t0)
+    return times
+
+
+def check_steps(steps: int, warmup: int) -> None:
+    """Check the step counts of a run.
+
+    Raises:
+        ValueError: ``steps < 1`` (nothing to time) or ``warmup < 0``, naming the option.
+    """
+    if steps < 1:
+        raise ValueError(f"steps: expected >= 1 timed steps, got {steps}")
+    if warmup < 0:
+        raise ValueError(f"warmup: expected >= 0 untimed steps, got {warmup}")
+
+
+def component_clock(component: str, clock: str) -> str:
+    """The clock a measured ``component`` is timed on in a run on ``clock``: ``wall`` for ``comm``
+    (the timed hook measures wall time on any clock: the link works while the CPU waits), else
+    ``clock``."""
+    return "wall" if component == "comm" else clock
 
 
 def _optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
@@ -98,9 +159,14 @@ def _train_step(model: torch.nn.Module, batch: Any, opt: torch.optim.Optimizer) 
 
 def measure_single(case: ValidationCase, *, threads: int = 1, steps: int = 5, warmup: int = 2,
                    clock: str = "wall") -> dict[str, float]:
-    """Measure ``case`` in this process (module docstring): ``step_s``, ``compute_bound_s``,
-    ``memory_bound_s``, ``other_s`` (seconds on ``clock``: ``wall`` or ``cpu``, this thread's CPU
-    time, valid with one thread)."""
+    """Measure ``case`` in this process (module docstring): ``step_s`` (:func:`typical_s` of
+    ``steps`` timed steps after ``warmup``), ``compute_bound_s``, ``memory_bound_s``, ``other_s``
+    (seconds per step on ``clock``: ``wall`` or ``cpu``, this thread's CPU time, valid with one
+    thread).
+
+    Raises:
+        ValueError: ``steps < 1`` or ``warmup < 0``.
+    """
     now = CLOCKS[clock]
     torch.set_num_threads(threads)
     torch.manual_seed(0)
@@ -108,14 +174,7 @@ def measure_single(case: ValidationCase, *, threads: int = 1, steps: int = 5, wa
     batch = real_batch(batch)
     model.train()
     opt = _optimizer(model)
-    for _ in range(warmup):
-        _train_step(model, batch, opt)
-    times = []
-    for _ in range(steps):
-        t0 = now()
-        _train_step(model, batch, opt)
-        times.append(now() - t0)
-    step = statistics.median(times)
+    step = typical_s(timed_steps(lambda: _train_step(model, batch, opt), now, steps=steps, warmup=warmup))
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -153,14 +212,8 @@ def _ddp_worker(rank: int, world: int, port: int, case_name: str, threads: int, 
         batch = real_batch(batch, seed=rank)
         ddp = DistributedDataParallel(model)
         opt = _optimizer(ddp)
-        for _ in range(warmup):
-            _train_step(ddp, batch, opt)
-        dist.barrier()
-        times = []
-        for _ in range(steps):
-            t0 = now()
-            _train_step(ddp, batch, opt)
-            times.append(now() - t0)
+        times = timed_steps(lambda: _train_step(ddp, batch, opt), now, steps=steps, warmup=warmup,
+                            after_warmup=dist.barrier)
         record: list[tuple[int, float]] = []
 
         def timed_allreduce(state, bucket):  # unannotated: DDP rejects string annotations
@@ -175,14 +228,15 @@ def _ddp_worker(rank: int, world: int, port: int, case_name: str, threads: int, 
 
         ddp.register_comm_hook(None, timed_allreduce)
         comm, buckets, bucket_bytes = [], 0, 0
-        for i in range(max(2, steps // 2) + 1):
+        for i in range(HOOK_WARMUP_STEPS + max(2, steps // 2)):
             record.clear()
             _train_step(ddp, batch, opt)
-            if i == 0:  # the first step after registering a hook rebuilds nothing but may warm up
+            if i < HOOK_WARMUP_STEPS:
                 continue
             comm.append(sum(t for _, t in record))
             buckets, bucket_bytes = len(record), sum(b for b, _ in record)
-        step = torch.tensor([statistics.median(times), statistics.median(comm)])
+        # each rank's typical step; the slowest rank's is the step (MAX below)
+        step = torch.tensor([typical_s(times), typical_s(comm)])
         dist.all_reduce(step, op=dist.ReduceOp.MAX)
         if rank == 0:
             queue.put({"step_s": float(step[0]), "comm_s": float(step[1]), "buckets": buckets,
@@ -198,14 +252,16 @@ def _ddp_worker(rank: int, world: int, port: int, case_name: str, threads: int, 
 def measure_ddp(case: ValidationCase, *, ranks: int = 2, threads: int = 1, steps: int = 5, warmup: int = 2,
                 clock: str = "wall", timeout_s: float = 600.0) -> dict[str, float]:
     """Measure ``case`` with DDP on ``ranks`` local processes (module docstring): ``step_s``,
-    ``comm_s``, ``buckets``, ``bucket_bytes`` (seconds on ``clock``: ``wall``, or ``cpu``: each
-    process's CPU time, all its threads, the slowest rank's).
+    ``comm_s``, ``buckets``, ``bucket_bytes`` (seconds per step on ``clock``: ``wall``, or ``cpu``:
+    each process's CPU time, all its threads; each the slowest rank's :func:`typical_s`).
 
     Raises:
+        ValueError: ``steps < 1`` or ``warmup < 0``.
         RuntimeError: a process failed or timed out.
     """
     import torch.multiprocessing as mp
 
+    check_steps(steps, warmup)
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
     port = _free_port()
@@ -256,6 +312,25 @@ def predict_case(case: ValidationCase, cal: Calibration, *, ranks: int = 1) -> d
             "eff_memory": mix.eff_memory, "buckets": buckets}
 
 
+def check_options(cases: Sequence[str], *, steps: int, warmup: int, clock: str, ranks: int,
+                  data_parallel: bool) -> None:
+    """Check what :func:`validate_local` can check without a calibration (the CLI calls it before
+    calibrating or training, so a mistake costs no run).
+
+    Raises:
+        ValueError: an unknown case, ``steps < 1``, ``warmup < 0``, a clock other than ``auto``,
+            ``wall`` or ``cpu``, or fewer than 2 DDP processes; naming the option.
+    """
+    check_steps(steps, warmup)
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        raise ValueError(f"models: unknown {unknown}; expected some of {', '.join(CASES)}")
+    if clock != "auto" and clock not in CLOCKS:
+        raise ValueError(f"clock: expected auto, wall or cpu, got {clock!r}")
+    if data_parallel and ranks < 2:
+        raise ValueError(f"processes: expected >= 2 DDP processes, got {ranks} (or --no-ddp)")
+
+
 def validate_local(
     cal: Calibration,
     cases: Sequence[str] = tuple(CASES),
@@ -271,20 +346,17 @@ def validate_local(
     :data:`VALIDATION_COLUMNS` plus ``eff_compute``, ``eff_memory``.
 
     Raises:
-        ValueError: an unknown case, or more ranks than the calibrated host has devices.
+        ValueError: an unknown case, more ranks than the calibrated host has devices, ``steps < 1``
+            or ``warmup < 0``.
         RuntimeError: a DDP run failed.
     """
-    unknown = [c for c in cases if c not in CASES]
-    if unknown:
-        raise ValueError(f"models: unknown {unknown}; expected some of {', '.join(CASES)}")
+    check_options(cases, steps=steps, warmup=warmup, clock=clock, ranks=ranks, data_parallel=data_parallel)
     devices = cal.system.gpus_per_server
     if data_parallel and not 2 <= ranks <= devices:
         raise ValueError(f"processes: expected 2..{devices} (the calibrated host's devices), got {ranks}")
     threads = int(cal.meta.get("cores_per_device", 1))
     if clock == "auto":
         clock = "cpu" if threads == 1 and cal.meta.get("device_kind", "cpu") == "cpu" else "wall"
-    if clock not in CLOCKS:
-        raise ValueError(f"clock: expected auto, wall or cpu, got {clock!r}")
     if clock == "cpu" and threads != 1:
         raise ValueError("clock: the cpu clock needs one thread per process (a profile of one-core devices)")
     rows: list[dict[str, Any]] = []
@@ -307,7 +379,7 @@ def validate_local(
             meas = measure_ddp(case, ranks=ranks, threads=threads, steps=steps, warmup=warmup, clock=clock)
             for comp in ("step", "comm"):
                 rows.append({"model": name, "architecture": "allreduce_local", "processes": ranks, "component": comp,
-                             "clock": clock,
+                             "clock": component_clock(comp, clock),
                              "measured_s": meas[f"{comp}_s"], "predicted_s": pred[f"{comp}_s"], **extra})
             done += 1
             if progress:

@@ -7,7 +7,8 @@ pass. Workloads come from :func:`ddlscope.profile.profile_model` of the zoo mode
 every per-step quantity of these models is affine in the batch size (activations scale, the
 optimizer update does not), so each (model, precision) is profiled at batches 2 and 4 and
 interpolated exactly (``W(b) = W(2) + (b - 2) (W(4) - W(2)) / 2``). Gradients go as DDP buckets:
-``num_gradient_tensors = 1 + ceil(max(S - 1 MiB, 0) / 25 MiB)`` (PyTorch DDP defaults); the input
+``num_gradient_tensors = 1 + ceil(max(S - 1 MiB, 0) / 25 MiB)`` (PyTorch DDP defaults,
+:mod:`ddlscope.validate.ddp`); the input
 is read and decoded by asynchronous loader workers (DALI, DataLoader workers), so only its
 host-to-GPU copy is charged (``stored_input_bytes = 0``); DDP overlaps all-reduce with the
 backward.
@@ -51,9 +52,8 @@ from ddlscope.model.jobs import JOB_SCHEMA, system_columns
 from ddlscope.model.step_time import breakdown
 from ddlscope.specs.catalog import Catalog, builtin_catalog
 from ddlscope.specs.system import System
+from ddlscope.validate.ddp import ddp_buckets_expr
 
-BUCKET_CAP_BYTES = 25 * 2**20
-FIRST_BUCKET_BYTES = 2**20
 WORKLOAD_LINEAR = (
     "compute_bound_flops",
     "memory_bound_bytes",
@@ -124,16 +124,6 @@ class PublishedResult:
     summary: pl.DataFrame
     fitted: dict[str, dict[str, float]]
     skipped: dict[str, int] = field(default_factory=dict)
-
-
-def ddp_buckets_expr(grad_bytes: pl.Expr) -> pl.Expr:
-    """DDP's bucket count for ``grad_bytes``: ``1 + ceil(max(S - 1 MiB, 0) / 25 MiB)`` (0 for none)."""
-    return (
-        pl.when(grad_bytes > 0)
-        .then(1 + ((grad_bytes - FIRST_BUCKET_BYTES).clip(lower_bound=0) / BUCKET_CAP_BYTES).ceil())
-        .otherwise(0)
-        .cast(pl.Int64)
-    )
 
 
 _PROFILE_CACHE: dict[tuple, dict[str, float]] = {}

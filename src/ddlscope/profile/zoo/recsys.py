@@ -36,12 +36,24 @@ class MIND(nn.Module):
 
     ``forward(user (B,), hist_item/hist_category/hist_brand (B, L), target_item/target_category/
     target_brand (B,), neg_item/neg_category/neg_brand (N,))`` returns the loss (a scalar).
+
+    ``tables`` gives rows of some of the four tables (``item``, ``category``, ``brand``, ``user``);
+    the others keep :data:`MIND_TABLES`' rows.
+
+    Raises:
+        ValueError: a ``tables`` key that is not one of the four, or a row count below 1.
     """
 
     def __init__(self, dim: int = 64, interests: int = 4, routing_iterations: int = 3, max_len: int = 50,
                  tables: dict[str, int] | None = None, power: float = 2.0):
         super().__init__()
-        rows = tables or MIND_TABLES
+        rows = {**MIND_TABLES, **(tables or {})}
+        unknown = sorted(set(rows) - set(MIND_TABLES))
+        if unknown:
+            raise ValueError(f"MIND tables: unknown {unknown}; expected some of {sorted(MIND_TABLES)}")
+        small = {k: v for k, v in rows.items() if not (isinstance(v, int) and v >= 1)}
+        if small:
+            raise ValueError(f"MIND tables: expected whole row counts >= 1, got {small}")
         self.item = nn.Embedding(rows["item"], dim)
         self.category = nn.Embedding(rows["category"], dim)
         self.brand = nn.Embedding(rows["brand"], dim)
@@ -79,8 +91,14 @@ class MIND(nn.Module):
         return F.cross_entropy(scores, torch.zeros(b, dtype=torch.long, device=scores.device))
 
 
-def mind(batch_size: int = 512, seq_len: int = 50, negatives: int = 1000) -> tuple[nn.Module, dict[str, torch.Tensor]]:
-    """MIND and a batch of ``batch_size`` users with ``seq_len`` behaviours, targets and shared negatives."""
+def mind(batch_size: int = 512, seq_len: int = 50, negatives: int = 1000,
+         tables: dict[str, int] | None = None) -> tuple[nn.Module, dict[str, torch.Tensor]]:
+    """MIND and a batch of ``batch_size`` users with ``seq_len`` behaviours, targets and
+    ``negatives`` shared negatives; ``tables`` overrides rows of :data:`MIND_TABLES` (:class:`MIND`).
+
+    Raises:
+        ValueError: bad ``tables`` (:class:`MIND`).
+    """
     hist = torch.zeros(batch_size, seq_len, dtype=torch.long)
     one = torch.zeros(batch_size, dtype=torch.long)
     neg = torch.zeros(negatives, dtype=torch.long)
@@ -89,7 +107,7 @@ def mind(batch_size: int = 512, seq_len: int = 50, negatives: int = 1000) -> tup
         "target_item": one.clone(), "target_category": one.clone(), "target_brand": one.clone(),
         "neg_item": neg, "neg_category": neg.clone(), "neg_brand": neg.clone(),
     }
-    return MIND(max_len=seq_len), batch
+    return MIND(max_len=seq_len, tables=tables), batch
 
 
 # -- DLRM (Naumov et al. 2019) --------------------------------------------------------------------
