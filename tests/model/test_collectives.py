@@ -17,8 +17,6 @@ from ddlscope.model.collectives import (
     COLLECTIVE_ALIASES,
     COLLECTIVES,
     algbw,
-    allgather_busbw,
-    allreduce_busbw,
     bus_factor,
     busbw,
     canonical_collective,
@@ -70,14 +68,13 @@ def test_bus_factor_and_steps_on_numbers():
     assert collective_steps("send_recv", 8) == 1
 
 
-def test_busbw_on_numbers_equals_the_named_formulas():
+def test_busbw_on_numbers():
     # S = 8e9 bytes in t = 0.1 s: algbw = 8e10 bytes/s
     assert algbw(8e9, 0.1) == pytest.approx(8e10)
     # all-reduce on 8 ranks: 8e10 * 1.75 = 1.4e11 bytes/s
     assert busbw("all_reduce", 8e9, 0.1, 8) == pytest.approx(1.4e11)
-    assert busbw("all_reduce", 8e9, 0.1, 8) == pytest.approx(allreduce_busbw(8e9, 0.1, 8))
     # all-gather on 4 ranks, S the total size: 8e10 * 3/4 = 6e10
-    assert busbw("allgather", 8e9, 0.1, 4) == pytest.approx(6e10) == pytest.approx(allgather_busbw(8e9, 0.1, 4))
+    assert busbw("allgather", 8e9, 0.1, 4) == pytest.approx(6e10)
     # all-to-all on 8 ranks: 8e10 * 7/8 = 7e10; broadcast: 8e10
     assert busbw("alltoall_perf", 8e9, 0.1, 8) == pytest.approx(7e10)
     assert busbw("broadcast", 8e9, 0.1, 8) == pytest.approx(8e10)

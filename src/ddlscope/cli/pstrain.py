@@ -63,7 +63,7 @@ class _ProgressView:
     (from 80 columns on, the bar takes what the figures leave)."""
 
     def __init__(self, total: int, quiet: bool, console: Console | None = None):
-        self.console = console or Console(stderr=True)
+        self.console = console or err_console
         self.bar = None
         if not quiet:
             figures = "it  loss {task.fields[loss]}  {task.fields[rate]} RPCs/s"
