@@ -63,8 +63,10 @@ def comm_cdf_figure(baseline: pl.DataFrame):
     fig, ax = new_figure(7.0, 4.8)
     for arch in _archs(baseline):
         x = np.sort(baseline.filter(c("architecture") == arch)["share_comm"].to_numpy() * 100)
-        y = np.arange(1, len(x) + 1) / len(x)
-        ax.step(x, y, where="post", label=f"{arch} ({len(x)} jobs)")
+        n = len(x)
+        # the empirical CDF from 0 at the smallest share: a rise at every job, so one job is a visible step
+        xs, ys = np.concatenate([x[:1], x]), np.concatenate([[0.0], np.arange(1, n + 1) / n])
+        ax.step(xs, ys, where="post", label=f"{arch} ({n} job{'s' if n != 1 else ''})")
     ax.set_xlim(-2, 100)  # a little room left of 0, so jobs without communication (a line at 0) show
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("exposed weight/gradient communication (% of step time)")
