@@ -54,6 +54,13 @@ def test_bad_input_is_one_clear_line_and_exit_2():
     assert res.exit_code == 2 and "num_workers" in res.output
     res = runner.invoke(app, ["predict", "--overlap", "sometimes"])
     assert res.exit_code == 2 and "overlap" in res.output
+    # a negative batch size is one error, not followed by the negative demands it would scale to
+    res = runner.invoke(app, ["predict", "--batch-size", "-1"])
+    assert res.exit_code == 2 and "batch_size: expected a whole number >= 1, got -1" in res.output
+    assert "compute_bound_flops" not in res.output
+    # an inline scenario's unknown GPU names the scenario
+    res = runner.invoke(app, ["whatif", "--scenario", "x:gpu=NOPE"])
+    assert res.exit_code == 2 and "scenario x: gpu: unknown GPU 'NOPE'" in res.output
 
 
 def test_catalog_lists_every_kind():

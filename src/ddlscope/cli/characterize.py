@@ -136,7 +136,7 @@ def register(app: typer.Typer) -> None:
                 raise ValueError(f"{', '.join(given)}: options for reading a trace; give a TRACE (the built-in "
                                  "population has its models, placements and servers)")
         cat = user_catalog(catalog)
-        scenarios = parse_scenarios(scenario)
+        scenarios = parse_scenarios(scenario, cat)
         servers = {cat.gpu(gpu).name: srv for gpu, srv in _parse_server_for(server_for).items()}
         for srv in [*servers.values(), *([system] if system else [])]:
             cat.server(srv)

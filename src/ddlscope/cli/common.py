@@ -134,13 +134,25 @@ def resolve_architecture(
     return Architecture.model_validate(fields)
 
 
-def parse_scenarios(items: list[str] | None) -> list[Scenario]:
+def parse_scenarios(items: list[str] | None, catalog: Catalog | None = None) -> list[Scenario]:
     """The ``--scenario`` values: built-in names, scenario files, or inline ``name:key=value,...``
-    scenarios (all built-ins when none are given).
+    scenarios (all built-ins when none are given). With ``catalog``, every GPU, link and server
+    they name is looked up there before any job is read
+    (:func:`ddlscope.model.scenarios.check_scenarios`).
 
     Raises:
-        ValueError / pydantic.ValidationError: an unknown name, a bad file or inline field.
+        ValueError / pydantic.ValidationError: an unknown name, a bad file or inline field, or
+            (``catalog``) ``scenario NAME: unknown GPU ...`` and the like.
     """
+    out = _parse_scenarios(items)
+    if catalog is not None:
+        from ddlscope.model.scenarios import check_scenarios
+
+        check_scenarios(out, catalog)
+    return out
+
+
+def _parse_scenarios(items: list[str] | None) -> list[Scenario]:
     if not items:
         return list(BUILTIN_SCENARIOS.values())
     out: list[Scenario] = []

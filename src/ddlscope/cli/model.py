@@ -186,7 +186,7 @@ def register(app: typer.Typer) -> None:
         w = _workload(workload_file, batch_size, precision, model, seq_len, image_size, optimizer)
         arch = resolve_architecture(architecture, workers, gpus_per_worker, ps, servers, example_architecture())
         sysm, cat = resolve_system(system, system_file, gpu, nic, nvlink, catalog)
-        scenarios = parse_scenarios(scenario)
+        scenarios = parse_scenarios(scenario, cat)
         if fmt not in FORMATS:
             raise ValueError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
         out = predict_whatif(w, arch, sysm, scenarios, overlap=overlap, catalog=cat)

@@ -101,10 +101,7 @@ def register(app: typer.Typer) -> None:
                     lookup(value)
                 except ValueError as exc:
                     raise ValueError(f"{flag}: {exc}") from None
-        scenarios = [] if no_whatif else parse_scenarios(scenario)
-        from ddlscope.model.scenarios import check_scenarios
-
-        check_scenarios(scenarios, cat)
+        scenarios = [] if no_whatif else parse_scenarios(scenario, cat)
 
         from ddlscope.measure.analysis import analyze_traces
         from ddlscope.report.console import emit_sections

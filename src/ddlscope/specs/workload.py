@@ -109,8 +109,12 @@ class Workload(BaseModel):
         does. Re-profile (``ddlscope profile``) for exact figures.
 
         Raises:
-            pydantic.ValidationError: a batch size or precision the spec rejects.
+            ValueError: ``batch_size`` < 1 (checked first, so the error is not followed by the
+                negative demands it would scale to).
+            pydantic.ValidationError: a precision the spec rejects.
         """
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size: expected a whole number >= 1, got {batch_size}")
         changes = _scaled(self, batch_size, precision)
         return Workload.model_validate({**self.model_dump(), **changes}) if changes else self
 
