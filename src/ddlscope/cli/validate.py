@@ -14,11 +14,11 @@ from rich.markup import escape
 from ddlscope.cli.calibrate import DEFAULT_OUT, StageProgress
 from ddlscope.cli.common import FormatOpt, err_console, out_console, user_errors
 from ddlscope.report.console import emit
+from ddlscope.shared_data import SEARCHED, find_shared_data
 
 
-def find_shared_data(given: Path | None) -> Path:
-    """``given``, else ``$DDLSCOPE_SHARED_DATA``, else the first ``shared/data`` in the working
-    folder or its parents.
+def published_data_dir(given: Path | None) -> Path:
+    """``given`` (``--data``), else :func:`ddlscope.shared_data.find_shared_data`.
 
     Raises:
         FileNotFoundError: ``given`` or ``$DDLSCOPE_SHARED_DATA`` is not a folder, or none found.
@@ -27,15 +27,11 @@ def find_shared_data(given: Path | None) -> Path:
         if not given.is_dir():
             raise FileNotFoundError(f"--data {given}: not a folder")
         return given
-    if env := os.environ.get("DDLSCOPE_SHARED_DATA"):
-        if not Path(env).is_dir():
-            raise FileNotFoundError(f"DDLSCOPE_SHARED_DATA={env}: not a folder")
-        return Path(env)
-    for parent in [Path.cwd(), *Path.cwd().parents]:
-        if (parent / "shared" / "data").is_dir():
-            return parent / "shared" / "data"
-    raise FileNotFoundError("published data not found: give --data (the folder with dle_tables/ and pollux/) or set "
-                            "DDLSCOPE_SHARED_DATA")
+    found = find_shared_data()
+    if found is None:
+        raise FileNotFoundError(f"published data not found (searched {SEARCHED}): give --data (the folder with "
+                                f"dle_tables/ and pollux/) or set DDLSCOPE_SHARED_DATA")
+    return found
 
 
 def _published(data: Path, fmt: str) -> None:
@@ -92,7 +88,7 @@ def register(app: typer.Typer) -> None:
         on the calibrated profile; or, with --published, predict the Pollux and NVIDIA ResNet-50 tables.
         """
         if published:
-            _published(find_shared_data(data), fmt)
+            _published(published_data_dir(data), fmt)
             return
         from ddlscope.calibrate.profile_file import load_calibration
         from ddlscope.validate.local import check_options, validate_local

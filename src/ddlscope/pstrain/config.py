@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ddlscope.shared_data import SEARCHED, find_shared_data
+
 DEFAULT_TEXT = Path("text") / "tinyshakespeare.txt"
 DEFAULT_CTR = Path("criteo") / "criteo_sample.txt"
-
-
-def find_shared_data() -> Path | None:
-    """The folder of bundled public data: ``$DDLSCOPE_SHARED_DATA``, else the nearest ``shared/data``
-    above the working directory or above this package; None when there is none."""
-    if env := os.environ.get("DDLSCOPE_SHARED_DATA"):
-        return Path(env)
-    for base in (Path.cwd(), Path(__file__).resolve()):
-        for parent in (base, *base.parents):
-            candidate = parent / "shared" / "data"
-            if candidate.is_dir():
-                return candidate
-    return None
 
 
 class NetemConfig(BaseModel):
@@ -117,9 +105,6 @@ def requests_per_shard(model: str, connections: str, max_connections: int | None
     return min(n, max_connections) if connections == "per-rpc" and max_connections is not None else n
 
 
-def _shared_data_places() -> str:
-    return ("$DDLSCOPE_SHARED_DATA, else the nearest shared/data folder above the working directory or above "
-            "the installed ddlscope package")
 class RunConfig(BaseModel):
     """A parameter-server training run.
 
@@ -233,7 +218,7 @@ class RunConfig(BaseModel):
 
     def data_path(self) -> Path:
         """The input file: ``data``, or the default for the model (``text/tinyshakespeare.txt`` or
-        ``criteo/criteo_sample.txt`` in the shared data folder, see :func:`find_shared_data`).
+        ``criteo/criteo_sample.txt`` in the shared data folder, see :func:`ddlscope.shared_data.find_shared_data`).
 
         Raises:
             FileNotFoundError: ``data`` is missing, or not given and the default is not found.
@@ -251,6 +236,6 @@ class RunConfig(BaseModel):
             where = f"looked in {shared}" if shared is not None else "no shared/data folder found"
             raise FileNotFoundError(
                 f"no --data given and the default data file {rel} was not found ({where}; the default is "
-                f"searched in {_shared_data_places()}); pass --data FILE or set DDLSCOPE_SHARED_DATA"
+                f"searched in {SEARCHED}); pass --data FILE or set DDLSCOPE_SHARED_DATA"
             )
         return shared / rel
