@@ -272,3 +272,22 @@ def test_damaged_empty_and_missing_inputs_are_clear_errors(tmp_path):
     assert log.frame.height == 200 and f"{tmp_path / 'empty.csv'}: empty file, no rows" in log.notes
     with pytest.raises(FileNotFoundError, match=r"nonexist\.toml: no such mapping file"):
         ColumnMapping.from_file(tmp_path / "nonexist.toml")
+
+
+@pytest.mark.parametrize("eol", [b"\r\n", b"\r\r\n"])
+def test_csv_with_crlf_line_endings_reads_every_row(tmp_path, eol):
+    # CRLF (Windows) and CR CR LF (a CRLF file converted once more, `sed 's/$/\r/'`): no hidden \r in the
+    # header or the last field (server_send_end_ns)
+    rows = [_row(i) for i in range(3)]
+    cols = list(rows[0])
+    text = "\n".join([",".join(cols), *(_csv_line(r, cols) for r in rows)]) + "\n"
+    path = tmp_path / "log.csv"
+    path.write_bytes(text.encode().replace(b"\n", eol))
+    log = read_rpc_log(path)
+    assert log.rejected.height == 0
+    assert log.frame.height == 3
+    # server_send_end_ns of rpc 1 = issue 1_001_000 + client_queue 10 + client_send 20 + network/2 45
+    # + server_receive 8 + server_queue 12 + server_processing 50 + server_send 10 + server offset 2.5e9
+    assert log.frame.get_column("server_send_end_ns").to_list()[1] == 1_001_000 + 10 + 20 + 45 + 8 + 12 + 50 + 10 \
+        + 2_500_000_000
+    assert log.frame.get_column("log_line").to_list() == [2, 3, 4]
