@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 from rpclog_builders import rpc_frame, rpc_row
 
-from ddlscope.rpc import dissect
+from ddlscope.rpc import ColumnMapping, dissect
 from ddlscope.rpc.dissect import _slope_text
 from ddlscope.rpc.synthetic import synthetic_rpc_log
 
@@ -91,3 +91,35 @@ def test_the_report_of_a_two_rpc_log_draws_without_warnings(tmp_path):
     assert "Every server thread serves 1 connection(s)" in (tmp_path / "r" / "index.html").read_text()
     fig = tail_servers_figure(d)
     assert fig.axes[0].get_legend() is None and len(fig.legends) == 1  # the legend sits below the axes
+
+
+def test_large_durations_read_in_human_units():
+    from ddlscope.rpc.dissect import _us
+
+    assert _us(476.0) == "476 µs"
+    assert _us(2_190.0) == "2.19 ms"
+    assert _us(1_500_000.0) == "1.5 s"               # 1.5e6 µs
+    assert _us(135_000 * 1e6 / 1000) == "2.25 min"   # 135 s = 2.25 min
+    assert _us(135_000 * 1e6) == "37.5 h"            # 135,000 s / 3600 = 37.5 h
+    assert _us(-3_000.0) == "-3 ms"
+
+
+def test_an_implausible_median_latency_says_check_the_time_unit(tmp_path):
+    # every RPC: network 100,000 + server_processing 35,000 = latency 135,000 (in the log's unit)
+    rows = [rpc_row(i, issue_ns=1_000_000 * i, stages={"network": 100_000, "server_processing": 35_000})
+            for i in range(5)]
+    path = tmp_path / "log.csv"
+    rpc_frame(rows).write_csv(path)
+    ok = dissect(path)   # ns: 135 µs, plausible
+    assert ok.warnings == [] and ok.summary["warnings"] == []
+    as_s = dissect(path, mapping=ColumnMapping(time_unit="s"))   # 135,000 s = 37.5 h
+    assert as_s.findings[0].endswith("latency p50 37.5 h, p99 37.5 h (1x p50), p99.9 37.5 h.")
+    assert as_s.warnings == ["the median RPC latency is 37.5 h, implausible for an RPC (expected 1 µs to 1 min): "
+                             "check --time-unit (the timestamps were read as s)"]
+    # a µs log read as ns: latency 135 ns = 0.135 µs
+    us_path = tmp_path / "log_us.csv"
+    rpc_frame(rows).with_columns(pl.col("^.*_ns$") // 1000).write_csv(us_path)
+    as_ns = dissect(us_path)
+    assert as_ns.warnings == ["the median RPC latency is 0.135 µs, implausible for an RPC (expected 1 µs to "
+                              "1 min): check --time-unit (the timestamps were read as ns)"]
+    assert dissect(us_path, mapping=ColumnMapping(time_unit="us")).warnings == []

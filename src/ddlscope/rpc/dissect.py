@@ -72,6 +72,10 @@ class Dissection:
         files: input files; notes: what the reader or analyzers inferred.
         findings: headline findings, one sentence each.
         summary: the headline numbers (JSON-ready; see :func:`findings`).
+        time_unit: the unit the log's timestamps were read as (``--time-unit``), None when not
+            known (an in-memory table).
+        warnings: what looks wrong with the input (an implausible median latency: check the time
+            unit), filled by :func:`findings`.
     """
 
     rpcs: pl.DataFrame
@@ -94,6 +98,8 @@ class Dissection:
     notes: list[str] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
+    time_unit: str | None = None
+    warnings: list[str] = field(default_factory=list)
 
     def rejected_counts(self) -> pl.DataFrame:
         """Rejected rows per reason (:func:`~ddlscope.rpc.validate.rejected_counts`)."""
@@ -206,6 +212,7 @@ def dissect(
         ValueError: no RPC is left after the checks (the message gives the rejection counts), or
             the reader's errors (missing columns, unreadable files).
     """
+    time_unit: str | None = None  # known for file input only
     if isinstance(source, RpcLog):
         log = source
     elif isinstance(source, pl.DataFrame):
@@ -213,6 +220,7 @@ def dissect(
         log = RpcLog(frame=good, rejected=bad, files=["<memory>"])
     else:
         log = read_rpc_log(source, mapping=mapping, input_format=input_format)
+        time_unit = mapping.time_unit if mapping is not None else "ns"
     if log.frame.height == 0:
         raise ValueError(no_rows_message(log))
     rpcs, notes = annotate(log.frame, threads=threads)
@@ -242,6 +250,7 @@ def dissect(
         rejected=log.rejected,
         files=list(log.files),
         notes=[*log.notes, *notes],
+        time_unit=time_unit,
     )
     d.findings, d.summary = findings(d, levels)
     return d
@@ -254,13 +263,33 @@ def _finite(x: float | None) -> bool:
 
 
 def _us(x: float | None) -> str:
-    """``476 µs``, ``2.19 ms`` (3 significant digits; ``-`` when unknown)."""
+    """A duration in µs in the largest unit that keeps it at or above 1: ``476 µs``, ``2.19 ms``,
+    ``1.5 s``, ``2.25 min``, ``37.5 h`` (3 significant digits; ``-`` when unknown)."""
     if not _finite(x):
         return "-"
     sign = "-" if x < 0 else ""
-    if abs(x) >= 1000:
-        return f"{sign}{abs(x) / 1000:.3g} ms"
-    return f"{sign}{abs(x):.3g} µs"
+    a = abs(x)
+    for unit, size_us in (("h", 3_600e6), ("min", 60e6), ("s", 1e6), ("ms", 1e3)):
+        if a >= size_us:
+            return f"{sign}{a / size_us:.3g} {unit}"
+    return f"{sign}{a:.3g} µs"
+
+
+PLAUSIBLE_MEDIAN_LATENCY_US: tuple[float, float] = (1.0, 60e6)
+"""Median RPC latencies outside [1 µs, 1 min] suggest timestamps read in the wrong unit. Our
+bounds, not from a source: a request and response between two hosts take at least a few µs
+(one network hop plus two kernel crossings), and a training step's RPCs do not take minutes."""
+
+
+def time_unit_warning(p50_us: float | None, time_unit: str | None) -> str | None:
+    """The warning when the median latency ``p50_us`` (µs) is outside
+    :data:`PLAUSIBLE_MEDIAN_LATENCY_US` (None when plausible, 0 or unknown)."""
+    low, high = PLAUSIBLE_MEDIAN_LATENCY_US
+    if not _finite(p50_us) or p50_us <= 0 or low <= p50_us <= high:
+        return None
+    read_as = f" (the timestamps were read as {time_unit})" if time_unit else ""
+    return (f"the median RPC latency is {_us(p50_us)}, implausible for an RPC (expected {_us(low)} to {_us(high)}): "
+            f"check --time-unit{read_as}")
 
 
 def _pct(x: float | None) -> str:
@@ -379,7 +408,8 @@ def findings(d: Dissection, levels: Sequence[float] = TAIL_LEVELS) -> tuple[list
         level: threshold, top stage, its dominant and excess share, top server), ``concurrency``
         (latency slopes per measure), ``connections_management`` (totals), ``phase`` (per
         pulls/pushes: mean phase, busiest quarter and its share),
-        ``network_fit`` (per op alpha and effective bandwidth), ``notes``.
+        ``network_fit`` (per op alpha and effective bandwidth), ``warnings`` (see
+        :func:`time_unit_warning`), ``notes``.
     """
     r = d.rpcs
     out: list[str] = []
@@ -419,6 +449,8 @@ def findings(d: Dissection, levels: Sequence[float] = TAIL_LEVELS) -> tuple[list
         out.append(f"{d.rejected.height:,} input row(s) rejected and not analysed: "
                    + ", ".join(f"{k} {v:,}" for k, v in s["rejected_by_reason"].items()) + ".")
     d.notes.extend(n for n in notes if n not in d.notes)
+    d.warnings = [w for w in (time_unit_warning(lat["p50_us"], d.time_unit),) if w]
+    s["warnings"] = d.warnings
     s["notes"] = d.notes
     s["findings"] = out
     return out, s
