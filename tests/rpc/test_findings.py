@@ -17,8 +17,9 @@ def test_one_rpc_gives_findings_not_a_traceback():
     d = dissect(rpc_frame([rpc_row(0, issue_ns=0, stages={"network": 300, "server_processing": 100})]))
     assert d.findings[0] == ("1 RPC from 1 worker(s) to 1 server(s) over 1 connection(s): latency p50 0.4 µs, "
                              "p99 0.4 µs (1x p50), p99.9 0.4 µs.")
-    # the tail of one RPC is that RPC; with no rest there is no excess to share out
-    assert d.findings[2] == "Slowest 1% (1 RPC, >= 0.4 µs): network is the longest stage in 100% of them."
+    # the tail of one RPC is that RPC, no slower than the median (itself): nothing to attribute
+    assert d.findings[2] == ("Slowest 1% (1 RPC, >= 0.4 µs): no tail: the slowest 1% are no slower than the median "
+                             "(0.4 µs), so no stage or server is singled out.")
     assert "concurrency fit not quoted: 1 RPC, fewer than 30" in d.notes
 
 
@@ -123,3 +124,44 @@ def test_an_implausible_median_latency_says_check_the_time_unit(tmp_path):
     assert as_ns.warnings == ["the median RPC latency is 0.135 µs, implausible for an RPC (expected 1 µs to "
                               "1 min): check --time-unit (the timestamps were read as ns)"]
     assert dissect(us_path, mapping=ColumnMapping(time_unit="us")).warnings == []
+
+
+def test_tied_latencies_have_no_tail_to_attribute():
+    # 200 RPCs, all network 100 us + server_processing 35 us = 135 us, on servers 0 (120 RPCs) and 1 (80):
+    # the slowest 1% (ceil(200 * 0.01) = 2 RPCs) are picked by tie-breaking; they are no slower than the median
+    rows = [rpc_row(i, issue_ns=10**6 * i, server_id=int(i >= 120), connection_id=int(i >= 120),
+                    stages={"network": 100_000, "server_processing": 35_000}) for i in range(200)]
+    d = dissect(rpc_frame(rows))
+    assert d.findings[2] == ("Slowest 1% (2 RPCs, >= 135 µs): no tail: the slowest 1% are no slower than the median "
+                             "(135 µs), so no stage or server is singled out.")
+    assert d.findings[3].startswith("Slowest 0.1% (1 RPC, >= 135 µs): no tail:")
+    assert not any("holds" in f or "in flight at their server" in f for f in d.findings)
+    entry = d.summary["tail"]["slowest 1%"]
+    assert entry["no_tail"] is True and entry["top_server"] is None and entry["dominant_stage"] is None
+    from ddlscope.report.rpc_dissect import tail_stages_figure
+
+    fig = tail_stages_figure(d)
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert texts == ["nothing to show: no tail\n(the slowest 1% and 0.1% are no slower\nthan the median latency)"] * 2
+
+
+def test_a_real_tail_is_still_attributed():
+    # 199 RPCs of 135 us on server 0, one of 1135 us (server_queue 1000 us) on server 1: p50 135 us < 1135 us
+    rows = [rpc_row(i, issue_ns=10**6 * i, stages={"network": 100_000, "server_processing": 35_000})
+            for i in range(199)]
+    rows.append(rpc_row(199, issue_ns=10**6 * 199, server_id=1, connection_id=1,
+                        stages={"network": 100_000, "server_processing": 35_000, "server_queue": 1_000_000}))
+    d = dissect(rpc_frame(rows))
+    # the slowest 1% = 2 RPCs: the 1135 us one and a 135 us one picked by tie-breaking (threshold 135 us = the
+    # median); the tail (mean 635 us) is slower than the rest (135 us): attributed, with the tie said.
+    # Excess: server_queue (500 - 0) / (635 - 135) = 100%; dominant: server_queue in 1 of 2 RPCs, network in
+    # the other (first on the sort's tie: network) = 50%
+    assert d.findings[2].startswith("Slowest 1% (2 RPCs, >= 135 µs): ")
+    assert "server_queue" in d.findings[2] and "carries the most excess latency (100%)" in d.findings[2]
+    assert "its threshold is the median: RPCs tied at 135 µs fill the tail, picked by tie-breaking" in d.findings[2]
+    # the slowest 0.1% = 1 RPC (1.135 ms > 135 us): server_queue is its longest stage and carries its excess
+    # (1000 us of 1000 us = 100%); server 1 holds it with 0.5% of all RPCs
+    assert d.findings[3] == ("Slowest 0.1% (1 RPC, >= 1.14 ms): server_queue is the longest stage in 100% of them "
+                             "and carries 100% of their excess latency over the rest; server 1 holds 100% of them "
+                             "with 0.5% of all RPCs.")
+    assert d.summary["tail"]["slowest 0.1%"]["no_tail"] is False

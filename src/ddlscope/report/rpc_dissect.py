@@ -114,7 +114,16 @@ def tail_stages_figure(d: Dissection) -> Figure:
     of the tail's excess latency."""
     fig, axes = new_figure(10.0, 3.8, ncols=2, sharey=True)
     t = d.tail.filter(pl.col("scope") == "all")
-    tails = t.get_column("tail").unique(maintain_order=True).to_list()
+    levels = t.get_column("tail").unique(maintain_order=True).to_list()
+    tails = [tl for tl in levels if not _no_tail(d, tl)]
+    if not tails:  # every level is no slower than the median (e.g. tied latencies): nothing to attribute
+        which = " and ".join(levels).replace("% and slowest ", "% and ") or "the slowest RPCs"
+        for ax, title in ((axes[0], "longest stage: share of the tail RPCs"),
+                          (axes[1], "share of the tail's excess latency")):
+            no_data(ax, f"nothing to show: no tail\n(the {which} are no slower\nthan the median latency)")
+            ax.set_title(title)
+        return fig
+    t = t.filter(pl.col("tail").is_in(tails))
     y = np.arange(len(STAGES))
     h = 0.8 / max(len(tails), 1)
     shades = ["#444444", "#bbbbbb", "#888888"]
@@ -132,6 +141,11 @@ def tail_stages_figure(d: Dissection) -> Figure:
     axes[0].invert_yaxis()
     axes[0].legend(frameon=False, loc="lower right")
     return fig
+
+
+def _no_tail(d: Dissection, tail: str) -> bool:
+    """Whether the findings found the tail ``tail`` (a :func:`tail_label`) no slower than the median."""
+    return bool(d.summary.get("tail", {}).get(tail, {}).get("no_tail"))
 
 
 def tail_servers_figure(d: Dissection, top: int = 16) -> Figure:
@@ -350,7 +364,11 @@ def dissection_report(d: Dissection, title: str = "RPC latency dissection") -> H
     figure("tail_stages", tail_stages_figure, "Slowest 1% and 0.1% of all RPCs: how often each stage is "
                    "the longest, and its share of the tail's excess latency over the rest.")
     rep.add_table("tail_attribution", d.tail, "Per scope (all, each op), tail and stage", max_rows=32)
-    figure("tail_servers", tail_servers_figure, "Share of all RPCs and of the slowest 1% per server.")
+    if _no_tail(d, tail_label(0.99)):
+        rep.add_text("No tail: the slowest 1% are no slower than the median latency, so no server is singled "
+                     "out (no figure of the servers holding the tail).")
+    else:
+        figure("tail_servers", tail_servers_figure, "Share of all RPCs and of the slowest 1% per server.")
     rep.add_table("tail_servers", d.tail_servers, "Servers in the tail", max_rows=20)
     rep.add_table("tail_contributors", d.tail_contributors, "Mean contributors in the tail against the rest")
 

@@ -314,14 +314,32 @@ def _synthetic(r: pl.DataFrame) -> bool:
 
 
 def _tail_sentence(level: float, t: pl.DataFrame, srv: dict[str, Any] | None, servers: int,
-                   ) -> tuple[str, dict[str, Any]]:
+                   p50_us: float) -> tuple[str, dict[str, Any]]:
     """The finding on one tail level (rows of :func:`~ddlscope.rpc.tail.tail_attribution` for
-    scope ``all``) and its summary entry."""
+    scope ``all``) and its summary entry.
+
+    When the tail is no slower than the rest (mean latency, the sum of the stage means; or there
+    is no rest), e.g. every latency tied, which RPCs form the "tail" is an artefact of
+    tie-breaking: nothing is attributed (``no_tail`` in the entry). When the tail is slower but its
+    threshold (its fastest RPC) is not above the median ``p50_us``, the sentence says that RPCs
+    tied at the median fill the tail.
+    """
     dom = t.sort("dominant_share", descending=True).row(0, named=True)
+    tail_mean = t.get_column("mean_tail_us").sum()
+    rest_mean = t.get_column("mean_rest_us").sum() if t.get_column("mean_rest_us").null_count() == 0 else None
+    if rest_mean is None or tail_mean <= rest_mean + 1e-9 * abs(rest_mean):
+        entry = {"rpcs": dom["tail_rpcs"], "threshold_us": dom["threshold_us"], "no_tail": True,
+                 "dominant_stage": None, "dominant_share": None, "excess_stage": None, "excess_share": None,
+                 "top_server": None, "top_server_share_of_tail": None, "top_server_share_of_rpcs": None}
+        label = tail_label(level)
+        return (f"{label.capitalize()} ({_rpcs(dom['tail_rpcs'])}, >= {_us(dom['threshold_us'])}): no tail: the "
+                f"{label} are no slower than the median ({_us(p50_us)}), so no stage or server is singled out.",
+                entry)
     known = t.filter(pl.col("excess_share").is_not_nan() & pl.col("excess_share").is_not_null())
     exc = known.sort("excess_share", descending=True).row(0, named=True) if known.height else None
     entry = {
-        "rpcs": dom["tail_rpcs"], "threshold_us": dom["threshold_us"], "dominant_stage": dom["stage"],
+        "rpcs": dom["tail_rpcs"], "threshold_us": dom["threshold_us"], "no_tail": False,
+        "dominant_stage": dom["stage"],
         "dominant_share": dom["dominant_share"], "excess_stage": exc["stage"] if exc else None,
         "excess_share": exc["excess_share"] if exc else None,
         "top_server": srv["server_id"] if srv else None,
@@ -342,6 +360,9 @@ def _tail_sentence(level: float, t: pl.DataFrame, srv: dict[str, Any] | None, se
             text += f" and carries {_pct(share)} of their excess latency over the rest"
         else:
             text += f"; {exc['stage']} carries the most excess latency ({_pct(share)})"
+    if not dom["threshold_us"] > p50_us:
+        text += (f"; its threshold is the median: RPCs tied at {_us(p50_us)} fill the tail, picked by "
+                 "tie-breaking")
     if srv and _finite(srv["over_representation"]) and srv["over_representation"] >= 1.5 and servers > 1:
         text += (f"; server {srv['server_id']} holds {_pct(srv['share_of_tail'])} of them with "
                  f"{_pct(srv['share_of_rpcs'])} of all RPCs")
@@ -405,7 +426,8 @@ def findings(d: Dissection, levels: Sequence[float] = TAIL_LEVELS) -> tuple[list
         ``synthetic`` column is set), ``rejected_rows``, ``rejected_by_reason``,
         ``workers``, ``servers``, ``connections``, ``latency_us`` (p50/p90/p99/p99_9/mean),
         ``mean_stage_share``, ``dominant_stage`` (None when every latency is 0), ``tail`` (per
-        level: threshold, top stage, its dominant and excess share, top server), ``concurrency``
+        level: threshold, ``no_tail`` (the tail is no slower than the median: nothing attributed),
+        top stage, its dominant and excess share, top server), ``concurrency``
         (latency slopes per measure), ``connections_management`` (totals), ``phase`` (per
         pulls/pushes: mean phase, busiest quarter and its share),
         ``network_fit`` (per op alpha and effective bandwidth), ``warnings`` (see
@@ -480,7 +502,7 @@ def _body_findings(d: Dissection, levels: Sequence[float], s: dict[str, Any], ov
             continue
         servers = d.tail_servers.filter(pl.col("tail") == tail_label(level))
         srv = servers.row(0, named=True) if servers.height else None
-        text, entry = _tail_sentence(level, t, srv, s["servers"])
+        text, entry = _tail_sentence(level, t, srv, s["servers"], s["latency_us"]["p50"])
         s["tail"][tail_label(level)] = entry
         out.append(text)
     if r.height < 1000:
@@ -506,7 +528,7 @@ def _body_findings(d: Dissection, levels: Sequence[float], s: dict[str, Any], ov
     first = tail_label(levels[0])
     w_row = tc.filter(pl.col("metric") == "server_other_conn in flight: writes")
     r_row = tc.filter(pl.col("metric") == "server_other_conn in flight: reads")
-    if w_row.height and r_row.height:
+    if w_row.height and r_row.height and not s["tail"].get(first, {}).get("no_tail"):
         w, rr = w_row.row(0, named=True), r_row.row(0, named=True)
         if all(_finite(v) for v in (w[first], rr[first], w["rest"], rr["rest"])):
             out.append(f"The {first} start with {w[first]:.3g} writes and {rr[first]:.3g} reads in flight at their "
