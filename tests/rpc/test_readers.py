@@ -291,3 +291,18 @@ def test_csv_with_crlf_line_endings_reads_every_row(tmp_path, eol):
     assert log.frame.get_column("server_send_end_ns").to_list()[1] == 1_001_000 + 10 + 20 + 45 + 8 + 12 + 50 + 10 \
         + 2_500_000_000
     assert log.frame.get_column("log_line").to_list() == [2, 3, 4]
+
+
+def test_the_same_file_given_twice_is_an_error_naming_it(tmp_path, monkeypatch):
+    # before: read twice, every row of the second copy rejected as duplicate_rpc
+    rpc_frame_rows = [_row(i) for i in range(3)]
+    path = tmp_path / "a.csv"
+    pl.DataFrame(rpc_frame_rows).write_csv(path)
+    with pytest.raises(ValueError, match=rf"^{path}: the same log file given twice; give each file once$"):
+        read_rpc_log([path, path])
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=rf"^a\.csv: the same log file given twice \(also as {path}\)"):
+        read_rpc_log([path, "a.csv"])   # another spelling of the same file
+    (tmp_path / "b.csv").write_bytes(path.read_bytes())   # a copy is another file: its rows are duplicates
+    log = read_rpc_log([path, tmp_path / "b.csv"])
+    assert log.frame.height == 3 and log.rejected.get_column("reason").to_list() == ["duplicate_rpc"] * 3

@@ -355,8 +355,9 @@ def read_raw_rpc_log(
 
     Raises:
         FileNotFoundError: a path does not exist.
-        ValueError: no path, unknown format, unreadable file, a mapped column missing from a file
-            (the message names the file), or a time unit other than ns with OTLP input.
+        ValueError: no path, the same file given twice (also through another path or a link),
+            unknown format, unreadable file, a mapped column missing from a file (the message names
+            the file), or a time unit other than ns with OTLP input.
     """
     from ddlscope.rpc.otlp import read_otlp_raw  # the OTLP reader imports this module's helpers
 
@@ -371,11 +372,17 @@ def read_raw_rpc_log(
     rejected: list[pl.DataFrame] = []
     notes: list[str] = []
     files = [str(p) for p in paths]
+    seen: dict[Path, Path] = {}
     for p in map(Path, paths):
         if not p.exists():
             raise FileNotFoundError(f"{p}: no such file")
         if not p.is_file():
             raise ValueError(f"{p}: a folder, not a log file")
+        first = seen.setdefault(p.resolve(), p)
+        if first is not p:  # its rows would all be rejected as duplicate_rpc
+            also = "" if str(first) == str(p) else f" (also as {first})"
+            raise ValueError(f"{p}: the same log file given twice{also}; give each file once")
+    for p in map(Path, paths):
         if p.stat().st_size == 0:
             notes.append(f"{p}: empty file, no rows")
             continue
