@@ -91,6 +91,9 @@ def test_every_bad_row_kind_is_counted_with_reason_and_line(tmp_path):
     assert detail["reversed_server_order"].startswith("server_proc_end_ns < server_proc_start_ns")
     assert detail["negative_network"] == "server residence 1080 ns > client round trip 170 ns"  # 80+1000 vs 170
     assert detail["duplicate_rpc"] == "worker_id=0, rpc_id=0"
+    by_line = {r["log_line"]: r["detail"] for r in log.rejected.iter_rows(named=True)}
+    assert by_line[4] == "worker_id"
+    assert by_line[13] == "op"   # an empty op alone: no leading ", "
     counts = log.rejected_counts()
     assert dict(zip(counts["reason"], counts["rows"], strict=True))["missing_field"] == 2
     assert counts.filter(pl.col("reason") == "bad_value").get_column("first_at").item() == f"{path}:3"

@@ -351,8 +351,11 @@ def _first_pair_out_of_order(cols: tuple[str, ...]) -> tuple[pl.Expr, pl.Expr]:
 
 
 def _null_names(cols: Iterable[str]) -> pl.Expr:
-    return pl.concat_str([pl.when(pl.col(c).is_null()).then(pl.lit(c)) for c in cols],
-                         separator=", ", ignore_nulls=True)
+    """The names of the null columns, comma-separated; null (not "") when none is, so that joining
+    it with more names adds no stray separator."""
+    names = pl.concat_str([pl.when(pl.col(c).is_null()).then(pl.lit(c)) for c in cols],
+                          separator=", ", ignore_nulls=True)
+    return pl.when(names != "").then(names)
 
 
 def check_rows(frame: pl.DataFrame, extra_checks: bool = False) -> tuple[pl.DataFrame, pl.DataFrame]:
