@@ -177,8 +177,20 @@ def test_missing_and_misnamed_columns_are_clear_errors(tmp_path):
     pl.DataFrame([_row(0)]).drop("server_id", "client_done_ns").write_csv(tmp_path / "x.csv")
     with pytest.raises(ValueError, match=r"x\.csv: missing required column\(s\) server_id, client_done_ns.*--map"):
         read_rpc_log(tmp_path / "x.csv")
-    with pytest.raises(ValueError, match=r"mapped column\(s\) shard not in the log"):
+    with pytest.raises(ValueError, match=r"x\.csv: --map shard=server_id: the log has no column shard; OLD=NEW"):
         read_rpc_log(tmp_path / "x.csv", mapping=ColumnMapping.from_pairs(["shard=server_id"]))
+    # the mapping named, not "missing required column(s) op; the log has: ..., nosuch"
+    with pytest.raises(ValueError, match=r"x\.csv: --map op=nosuch: nosuch is not a schema column and the log has "
+                                         r"no column nosuch; OLD=NEW renames the log's column OLD to the schema "
+                                         r"column NEW, e.g\. shard=server_id; the log has: rpc_id, worker_id"):
+        read_rpc_log(tmp_path / "x.csv", mapping=ColumnMapping.from_pairs(["op=nosuch"]))
+    pl.DataFrame([_row(0)]).rename({"server_id": "shard"}).write_csv(tmp_path / "s.csv")
+    with pytest.raises(ValueError, match=r"s\.csv: --map server_id=shard: the log has no column server_id; did you "
+                                         r"mean shard=server_id\?"):
+        read_rpc_log(tmp_path / "s.csv", mapping=ColumnMapping.from_pairs(["server_id=shard"]))
+    (tmp_path / "m.toml").write_text('[columns]\nsrv = "server_id"\n')
+    with pytest.raises(ValueError, match=r"m\.toml: columns\.srv = 'server_id': the log has no column srv"):
+        read_rpc_log(tmp_path / "s.csv", mapping=ColumnMapping.from_file(tmp_path / "m.toml"))
     with pytest.raises(ValueError, match="expected OLD=NEW"):
         ColumnMapping.from_pairs(["server_id"])
     with pytest.raises(ValueError, match="op mapping: targets must be one of"):
