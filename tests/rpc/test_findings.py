@@ -165,3 +165,18 @@ def test_a_real_tail_is_still_attributed():
                              "and carries 100% of their excess latency over the rest; server 1 holds 100% of them "
                              "with 0.5% of all RPCs.")
     assert d.summary["tail"]["slowest 0.1%"]["no_tail"] is False
+
+
+def test_the_connection_legend_is_below_the_axes_not_over_a_bar():
+    # 5 RPCs on 2 connections: the first on each is "new", the others "reuse" (inferred); one op, so the "new"
+    # bar filled the right half of the axes where the legend used to sit
+    rows = [rpc_row(i, issue_ns=10**6 * i, connection_id=i % 2, stages={"network": 100_000}) for i in range(5)]
+    from ddlscope.report.rpc_dissect import connection_figure
+
+    fig = connection_figure(dissect(rpc_frame(rows)))
+    assert all(ax.get_legend() is None for ax in fig.axes)
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["reuse", "new"]
+    fig.canvas.draw()
+    box = legend.get_window_extent()
+    assert all(box.y1 <= ax.get_window_extent().y0 for ax in fig.axes)   # wholly below both panels

@@ -240,7 +240,10 @@ def connection_figure(d: Dissection) -> Figure:
         ax.set_title(f"{title} by connection event")
         ax.grid(axis="x", visible=False)
     axes[0].set_ylabel("latency (µs)")
-    axes[0].legend(frameon=False, title="connection")
+    handles, labels = axes[0].get_legend_handles_labels()
+    # below the axes: inside, the legend covered the "new" bar of a single op
+    fig.legend(handles, labels, loc="outside lower center", ncols=max(len(events), 1), frameon=False,
+               title="connection")
     return fig
 
 
