@@ -184,9 +184,9 @@ def test_the_connection_legend_is_below_the_axes_not_over_a_bar():
 
 def test_one_connection_setup_reads_in_the_singular():
     # 4 RPCs on one connection: the first (inferred "new") takes 150 us, the three reused ones 100 us.
-    # Added over the reuse median: 150 - 100 = 50 us = 5e-05 s; all RPC time 150 + 3 * 100 = 450 us -> 11.1%
+    # Added over the reuse median: 150 - 100 = 50 us; all RPC time 150 + 3 * 100 = 450 us -> 11.1%
     rows = [rpc_row(i, issue_ns=10**6 * i, stages={"network": 100_000 + (50_000 if i == 0 else 0)}) for i in range(4)]
     d = dissect(rpc_frame(rows))
     assert d.findings[-2] == ("Connection management: 1 RPC (25%) opened a connection (0 after a reconnect); it adds "
-                              "5e-05 s over reused connections, 11.1% of all RPC time; median +50 µs for pull_sparse "
+                              "50 µs over reused connections, 11.1% of all RPC time; median +50 µs for pull_sparse "
                               "on a new connection.")

@@ -542,9 +542,9 @@ def _body_findings(d: Dissection, levels: Sequence[float], s: dict[str, Any], ov
                 f"connection ({ct['reconnect_rpcs']:,} after a reconnect)")
         if _finite(ct["added_s"]) and _finite(ct["added_share"]):
             they, add, take = ("it", "adds", "takes") if ct["setup_rpcs"] == 1 else ("they", "add", "take")
-            text += (f"; {they} {add} {ct['added_s']:.3g} s over reused connections, "
+            text += (f"; {they} {add} {_us(ct['added_s'] * 1e6)} over reused connections, "
                      f"{_pct(ct['added_share'])} of all RPC time" if ct["added_s"] >= 0 else
-                     f"; {they} {take} {-ct['added_s']:.3g} s less than the reuse median would")
+                     f"; {they} {take} {_us(-ct['added_s'] * 1e6)} less than the reuse median would")
         if example is not None and _finite(example["added_p50_us"]):
             where = "on a new connection" if example["connection_event"] == "new" else "after a reconnect"
             added = example["added_p50_us"]
