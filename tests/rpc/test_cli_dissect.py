@@ -110,3 +110,18 @@ def test_overwrite_and_rerun_keep_the_users_files_and_drop_stale_ones(tmp_path):
     assert is_report_folder(report) and check_report_dir(report) == report  # an earlier report: reused
     assert clear_previous_report(report) == 4
     assert not list((report / "tables").iterdir()) and (report / "index.html").exists()
+
+
+def test_an_implausible_time_unit_is_a_warning_on_the_console(tmp_path, monkeypatch):
+    from rpclog_builders import rpc_frame, rpc_row
+
+    monkeypatch.setattr(report_rpc_dissect, "write_dissection_report", lambda d, out: Path(out) / "index.html")
+    path = tmp_path / "log.csv"
+    rpc_frame([rpc_row(i, issue_ns=10**6 * i, stages={"network": 100_000, "server_processing": 35_000})
+               for i in range(5)]).write_csv(path)
+    res = runner.invoke(app, ["rpc", "dissect", str(path), "--time-unit", "s", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    # latency 135,000 s = 37.5 h
+    assert ("warning: the median RPC latency is 37.5 h, implausible for an RPC (expected 1 µs to 1 min): check "
+            "--time-unit (the timestamps were read as s)") in res.output
+    assert "latency p50 37.5 h" in res.output

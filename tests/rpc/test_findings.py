@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 from rpclog_builders import rpc_frame, rpc_row
 
-from ddlscope.rpc import dissect
+from ddlscope.rpc import ColumnMapping, dissect
 from ddlscope.rpc.dissect import _slope_text
 from ddlscope.rpc.synthetic import synthetic_rpc_log
 
@@ -17,8 +17,9 @@ def test_one_rpc_gives_findings_not_a_traceback():
     d = dissect(rpc_frame([rpc_row(0, issue_ns=0, stages={"network": 300, "server_processing": 100})]))
     assert d.findings[0] == ("1 RPC from 1 worker(s) to 1 server(s) over 1 connection(s): latency p50 0.4 µs, "
                              "p99 0.4 µs (1x p50), p99.9 0.4 µs.")
-    # the tail of one RPC is that RPC; with no rest there is no excess to share out
-    assert d.findings[2] == "Slowest 1% (1 RPC, >= 0.4 µs): network is the longest stage in 100% of them."
+    # the tail of one RPC is that RPC, no slower than the median (itself): nothing to attribute
+    assert d.findings[2] == ("Slowest 1% (1 RPC, >= 0.4 µs): no tail: the slowest 1% are no slower than the median "
+                             "(0.4 µs), so no stage or server is singled out.")
     assert "concurrency fit not quoted: 1 RPC, fewer than 30" in d.notes
 
 
@@ -91,3 +92,101 @@ def test_the_report_of_a_two_rpc_log_draws_without_warnings(tmp_path):
     assert "Every server thread serves 1 connection(s)" in (tmp_path / "r" / "index.html").read_text()
     fig = tail_servers_figure(d)
     assert fig.axes[0].get_legend() is None and len(fig.legends) == 1  # the legend sits below the axes
+
+
+def test_large_durations_read_in_human_units():
+    from ddlscope.rpc.dissect import _us
+
+    assert _us(476.0) == "476 µs"
+    assert _us(2_190.0) == "2.19 ms"
+    assert _us(1_500_000.0) == "1.5 s"               # 1.5e6 µs
+    assert _us(135_000 * 1e6 / 1000) == "2.25 min"   # 135 s = 2.25 min
+    assert _us(135_000 * 1e6) == "37.5 h"            # 135,000 s / 3600 = 37.5 h
+    assert _us(-3_000.0) == "-3 ms"
+
+
+def test_an_implausible_median_latency_says_check_the_time_unit(tmp_path):
+    # every RPC: network 100,000 + server_processing 35,000 = latency 135,000 (in the log's unit)
+    rows = [rpc_row(i, issue_ns=1_000_000 * i, stages={"network": 100_000, "server_processing": 35_000})
+            for i in range(5)]
+    path = tmp_path / "log.csv"
+    rpc_frame(rows).write_csv(path)
+    ok = dissect(path)   # ns: 135 µs, plausible
+    assert ok.warnings == [] and ok.summary["warnings"] == []
+    as_s = dissect(path, mapping=ColumnMapping(time_unit="s"))   # 135,000 s = 37.5 h
+    assert as_s.findings[0].endswith("latency p50 37.5 h, p99 37.5 h (1x p50), p99.9 37.5 h.")
+    assert as_s.warnings == ["the median RPC latency is 37.5 h, implausible for an RPC (expected 1 µs to 1 min): "
+                             "check --time-unit (the timestamps were read as s)"]
+    # a µs log read as ns: latency 135 ns = 0.135 µs
+    us_path = tmp_path / "log_us.csv"
+    rpc_frame(rows).with_columns(pl.col("^.*_ns$") // 1000).write_csv(us_path)
+    as_ns = dissect(us_path)
+    assert as_ns.warnings == ["the median RPC latency is 0.135 µs, implausible for an RPC (expected 1 µs to "
+                              "1 min): check --time-unit (the timestamps were read as ns)"]
+    assert dissect(us_path, mapping=ColumnMapping(time_unit="us")).warnings == []
+
+
+def test_tied_latencies_have_no_tail_to_attribute():
+    # 200 RPCs, all network 100 us + server_processing 35 us = 135 us, on servers 0 (120 RPCs) and 1 (80):
+    # the slowest 1% (ceil(200 * 0.01) = 2 RPCs) are picked by tie-breaking; they are no slower than the median
+    rows = [rpc_row(i, issue_ns=10**6 * i, server_id=int(i >= 120), connection_id=int(i >= 120),
+                    stages={"network": 100_000, "server_processing": 35_000}) for i in range(200)]
+    d = dissect(rpc_frame(rows))
+    assert d.findings[2] == ("Slowest 1% (2 RPCs, >= 135 µs): no tail: the slowest 1% are no slower than the median "
+                             "(135 µs), so no stage or server is singled out.")
+    assert d.findings[3].startswith("Slowest 0.1% (1 RPC, >= 135 µs): no tail:")
+    assert not any("holds" in f or "in flight at their server" in f for f in d.findings)
+    entry = d.summary["tail"]["slowest 1%"]
+    assert entry["no_tail"] is True and entry["top_server"] is None and entry["dominant_stage"] is None
+    from ddlscope.report.rpc_dissect import tail_stages_figure
+
+    fig = tail_stages_figure(d)
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert texts == ["nothing to show: no tail\n(the slowest 1% and 0.1% are no slower\nthan the median latency)"] * 2
+
+
+def test_a_real_tail_is_still_attributed():
+    # 199 RPCs of 135 us on server 0, one of 1135 us (server_queue 1000 us) on server 1: p50 135 us < 1135 us
+    rows = [rpc_row(i, issue_ns=10**6 * i, stages={"network": 100_000, "server_processing": 35_000})
+            for i in range(199)]
+    rows.append(rpc_row(199, issue_ns=10**6 * 199, server_id=1, connection_id=1,
+                        stages={"network": 100_000, "server_processing": 35_000, "server_queue": 1_000_000}))
+    d = dissect(rpc_frame(rows))
+    # the slowest 1% = 2 RPCs: the 1135 us one and a 135 us one picked by tie-breaking (threshold 135 us = the
+    # median); the tail (mean 635 us) is slower than the rest (135 us): attributed, with the tie said.
+    # Excess: server_queue (500 - 0) / (635 - 135) = 100%; dominant: server_queue in 1 of 2 RPCs, network in
+    # the other (first on the sort's tie: network) = 50%
+    assert d.findings[2].startswith("Slowest 1% (2 RPCs, >= 135 µs): ")
+    assert "server_queue" in d.findings[2] and "carries the most excess latency (100%)" in d.findings[2]
+    assert "its threshold is the median: RPCs tied at 135 µs fill the tail, picked by tie-breaking" in d.findings[2]
+    # the slowest 0.1% = 1 RPC (1.135 ms > 135 us): server_queue is its longest stage and carries its excess
+    # (1000 us of 1000 us = 100%); server 1 holds it with 0.5% of all RPCs
+    assert d.findings[3] == ("Slowest 0.1% (1 RPC, >= 1.14 ms): server_queue is the longest stage in 100% of them "
+                             "and carries 100% of their excess latency over the rest; server 1 holds 100% of them "
+                             "with 0.5% of all RPCs.")
+    assert d.summary["tail"]["slowest 0.1%"]["no_tail"] is False
+
+
+def test_the_connection_legend_is_below_the_axes_not_over_a_bar():
+    # 5 RPCs on 2 connections: the first on each is "new", the others "reuse" (inferred); one op, so the "new"
+    # bar filled the right half of the axes where the legend used to sit
+    rows = [rpc_row(i, issue_ns=10**6 * i, connection_id=i % 2, stages={"network": 100_000}) for i in range(5)]
+    from ddlscope.report.rpc_dissect import connection_figure
+
+    fig = connection_figure(dissect(rpc_frame(rows)))
+    assert all(ax.get_legend() is None for ax in fig.axes)
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["reuse", "new"]
+    fig.canvas.draw()
+    box = legend.get_window_extent()
+    assert all(box.y1 <= ax.get_window_extent().y0 for ax in fig.axes)   # wholly below both panels
+
+
+def test_one_connection_setup_reads_in_the_singular():
+    # 4 RPCs on one connection: the first (inferred "new") takes 150 us, the three reused ones 100 us.
+    # Added over the reuse median: 150 - 100 = 50 us; all RPC time 150 + 3 * 100 = 450 us -> 11.1%
+    rows = [rpc_row(i, issue_ns=10**6 * i, stages={"network": 100_000 + (50_000 if i == 0 else 0)}) for i in range(4)]
+    d = dissect(rpc_frame(rows))
+    assert d.findings[-2] == ("Connection management: 1 RPC (25%) opened a connection (0 after a reconnect); it adds "
+                              "50 µs over reused connections, 11.1% of all RPC time; median +50 µs for pull_sparse "
+                              "on a new connection.")

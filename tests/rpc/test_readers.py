@@ -91,6 +91,9 @@ def test_every_bad_row_kind_is_counted_with_reason_and_line(tmp_path):
     assert detail["reversed_server_order"].startswith("server_proc_end_ns < server_proc_start_ns")
     assert detail["negative_network"] == "server residence 1080 ns > client round trip 170 ns"  # 80+1000 vs 170
     assert detail["duplicate_rpc"] == "worker_id=0, rpc_id=0"
+    by_line = {r["log_line"]: r["detail"] for r in log.rejected.iter_rows(named=True)}
+    assert by_line[4] == "worker_id"
+    assert by_line[13] == "op"   # an empty op alone: no leading ", "
     counts = log.rejected_counts()
     assert dict(zip(counts["reason"], counts["rows"], strict=True))["missing_field"] == 2
     assert counts.filter(pl.col("reason") == "bad_value").get_column("first_at").item() == f"{path}:3"
@@ -174,8 +177,20 @@ def test_missing_and_misnamed_columns_are_clear_errors(tmp_path):
     pl.DataFrame([_row(0)]).drop("server_id", "client_done_ns").write_csv(tmp_path / "x.csv")
     with pytest.raises(ValueError, match=r"x\.csv: missing required column\(s\) server_id, client_done_ns.*--map"):
         read_rpc_log(tmp_path / "x.csv")
-    with pytest.raises(ValueError, match=r"mapped column\(s\) shard not in the log"):
+    with pytest.raises(ValueError, match=r"x\.csv: --map shard=server_id: the log has no column shard; OLD=NEW"):
         read_rpc_log(tmp_path / "x.csv", mapping=ColumnMapping.from_pairs(["shard=server_id"]))
+    # the mapping named, not "missing required column(s) op; the log has: ..., nosuch"
+    with pytest.raises(ValueError, match=r"x\.csv: --map op=nosuch: nosuch is not a schema column and the log has "
+                                         r"no column nosuch; OLD=NEW renames the log's column OLD to the schema "
+                                         r"column NEW, e.g\. shard=server_id; the log has: rpc_id, worker_id"):
+        read_rpc_log(tmp_path / "x.csv", mapping=ColumnMapping.from_pairs(["op=nosuch"]))
+    pl.DataFrame([_row(0)]).rename({"server_id": "shard"}).write_csv(tmp_path / "s.csv")
+    with pytest.raises(ValueError, match=r"s\.csv: --map server_id=shard: the log has no column server_id; did you "
+                                         r"mean shard=server_id\?"):
+        read_rpc_log(tmp_path / "s.csv", mapping=ColumnMapping.from_pairs(["server_id=shard"]))
+    (tmp_path / "m.toml").write_text('[columns]\nsrv = "server_id"\n')
+    with pytest.raises(ValueError, match=r"m\.toml: columns\.srv = 'server_id': the log has no column srv"):
+        read_rpc_log(tmp_path / "s.csv", mapping=ColumnMapping.from_file(tmp_path / "m.toml"))
     with pytest.raises(ValueError, match="expected OLD=NEW"):
         ColumnMapping.from_pairs(["server_id"])
     with pytest.raises(ValueError, match="op mapping: targets must be one of"):
@@ -272,3 +287,37 @@ def test_damaged_empty_and_missing_inputs_are_clear_errors(tmp_path):
     assert log.frame.height == 200 and f"{tmp_path / 'empty.csv'}: empty file, no rows" in log.notes
     with pytest.raises(FileNotFoundError, match=r"nonexist\.toml: no such mapping file"):
         ColumnMapping.from_file(tmp_path / "nonexist.toml")
+
+
+@pytest.mark.parametrize("eol", [b"\r\n", b"\r\r\n"])
+def test_csv_with_crlf_line_endings_reads_every_row(tmp_path, eol):
+    # CRLF (Windows) and CR CR LF (a CRLF file converted once more, `sed 's/$/\r/'`): no hidden \r in the
+    # header or the last field (server_send_end_ns)
+    rows = [_row(i) for i in range(3)]
+    cols = list(rows[0])
+    text = "\n".join([",".join(cols), *(_csv_line(r, cols) for r in rows)]) + "\n"
+    path = tmp_path / "log.csv"
+    path.write_bytes(text.encode().replace(b"\n", eol))
+    log = read_rpc_log(path)
+    assert log.rejected.height == 0
+    assert log.frame.height == 3
+    # server_send_end_ns of rpc 1 = issue 1_001_000 + client_queue 10 + client_send 20 + network/2 45
+    # + server_receive 8 + server_queue 12 + server_processing 50 + server_send 10 + server offset 2.5e9
+    assert log.frame.get_column("server_send_end_ns").to_list()[1] == 1_001_000 + 10 + 20 + 45 + 8 + 12 + 50 + 10 \
+        + 2_500_000_000
+    assert log.frame.get_column("log_line").to_list() == [2, 3, 4]
+
+
+def test_the_same_file_given_twice_is_an_error_naming_it(tmp_path, monkeypatch):
+    # before: read twice, every row of the second copy rejected as duplicate_rpc
+    rpc_frame_rows = [_row(i) for i in range(3)]
+    path = tmp_path / "a.csv"
+    pl.DataFrame(rpc_frame_rows).write_csv(path)
+    with pytest.raises(ValueError, match=rf"^{path}: the same log file given twice; give each file once$"):
+        read_rpc_log([path, path])
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=rf"^a\.csv: the same log file given twice \(also as {path}\)"):
+        read_rpc_log([path, "a.csv"])   # another spelling of the same file
+    (tmp_path / "b.csv").write_bytes(path.read_bytes())   # a copy is another file: its rows are duplicates
+    log = read_rpc_log([path, tmp_path / "b.csv"])
+    assert log.frame.height == 3 and log.rejected.get_column("reason").to_list() == ["duplicate_rpc"] * 3

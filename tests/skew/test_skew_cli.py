@@ -198,3 +198,41 @@ def test_offload_of_an_rpc_log_reads_it_once_and_names_rpcs_by_worker(tmp_path: 
     summary = json.loads(res.stdout)
     # the output is a function of the input only: no machine-dependent speed figure (benchmarks/ prints those)
     assert summary["entry_bytes"] == 24 and "events_per_s" not in summary
+
+
+def test_rpc_log_csv_is_read_as_an_rpc_log_not_as_text(tmp_path: Path) -> None:
+    # an RPC-log CSV without keys (what rpc dissect reads) and a header-only one: before, both were
+    # tokenised as English text (the column names counted as words); now they are RPC logs and say why
+    # they have no key stream
+    header = ("rpc_id,worker_id,server_id,connection_id,iteration,op,request_bytes,response_bytes,num_keys,"
+              "client_issue_ns,client_send_start_ns,client_send_end_ns,client_recv_end_ns,client_done_ns,"
+              "server_recv_start_ns,server_recv_end_ns,server_proc_start_ns,server_proc_end_ns,server_send_end_ns")
+    log = tmp_path / "rpc_log.csv"
+    log.write_text(header + "\n0,0,0,0,0,pull_sparse,100,200,3,0,0,0,135000,135000,50000,50000,50000,85000,85000\n")
+    only_header = tmp_path / "header_only.csv"
+    only_header.write_text(header + "\n")
+    for cmd in ("skew", "offload"):
+        for path in (log, only_header):
+            res = runner.invoke(app, ["rpc", cmd, str(path)])
+            assert res.exit_code == 2, (cmd, path, res.output)
+            assert "an RPC log needs columns ['keys'] for key analysis" in res.output, (cmd, res.output)
+    keys_header = tmp_path / "keys_header.csv"
+    keys_header.write_text("iteration,op,keys\n")
+    res = runner.invoke(app, ["rpc", "skew", str(keys_header)])
+    assert res.exit_code == 2, res.output
+    assert "column 'keys' must be a list of integers, got String; CSV cannot hold lists" in res.output
+
+
+def test_a_csv_table_read_as_text_is_warned_about(tmp_path: Path) -> None:
+    people = tmp_path / "people.csv"
+    people.write_text("name,city,age\nbob,paris,3\nann,rome,4\n")
+    res = runner.invoke(app, ["rpc", "skew", str(people), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    assert "looks like a table (header: name, city, age)" in res.output
+    assert "use --kind (rpc_log, update_table) or --column NAME" in res.output
+    # still read as text: name city age bob paris ann rome = 7 words (digits are not letters)
+    assert '"events": 7,' in res.output and '"distinct_keys": 7,' in res.output
+    res = runner.invoke(app, ["rpc", "skew", str(people), "--kind", "text", "--format", "json"])
+    assert res.exit_code == 0 and "looks like a table" not in res.output  # the user chose text
+    res = runner.invoke(app, ["rpc", "skew", str(people), "--column", "city", "--format", "json"])
+    assert res.exit_code == 0 and "looks like a table" not in res.output

@@ -89,6 +89,8 @@ def _print(d, index: Path, fmt: str) -> None:
         return
     console = terminal()
     console.print("[bold]RPC latency dissection[/bold]")
+    for warning in d.warnings:
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     for i, line in enumerate(d.findings, 1):
         console.print(f"{i}. {escape(line)}")
     overall = d.percentiles.filter(pl.col("grouping") == "all").drop("grouping", "group")

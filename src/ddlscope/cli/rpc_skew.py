@@ -94,6 +94,19 @@ def _write_report(report: Path, overwrite: bool, writer: str, *args: object) -> 
     return getattr(skew_reports, writer)(*args, report)
 
 
+def _warn_if_table_read_as_text(source: Path, kind: str, resolved: str) -> None:
+    """A warning on stderr when ``--kind auto`` reads a CSV/TSV table as text."""
+    if kind != "auto" or resolved != "text":
+        return
+    from rich.markup import escape
+
+    from ddlscope.cli.common import err_console
+    from ddlscope.skew.streams import table_warning
+
+    if (warning := table_warning(source)) is not None:
+        err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+
+
 def register(rpc_app: typer.Typer) -> None:
     """Add ``skew`` and ``offload`` to the ``rpc`` group."""
 
@@ -137,9 +150,11 @@ def register(rpc_app: typer.Typer) -> None:
         from ddlscope.cli.common import err_console
         from ddlscope.report.console import emit
         from ddlscope.skew.frequency import analyze_skew
-        from ddlscope.skew.streams import load_stream, with_vocabulary
+        from ddlscope.skew.streams import load_stream, resolve_kind, with_vocabulary
 
-        stream = load_stream(source, kind, column)
+        resolved = resolve_kind(source, kind, column)
+        _warn_if_table_read_as_text(source, kind, resolved)
+        stream = load_stream(source, resolved, column)
         if vocabulary is not None:
             stream = with_vocabulary(stream, vocabulary)
         a = analyze_skew(stream, events=events, window=window, hot_fraction=hot_fraction, support=support)
@@ -265,6 +280,7 @@ def register(rpc_app: typer.Typer) -> None:
         )
 
         resolved = resolve_kind(source, kind, column)
+        _warn_if_table_read_as_text(source, kind, resolved)
         log_read = read_rpc_log_with_keys(source) if resolved == "rpc_log" else None  # one read: keys and stages
         stream = log_read.stream if log_read is not None else load_stream(source, resolved, column)
         if (hint := replay_hint(stream, workers, batch_events)) is not None:

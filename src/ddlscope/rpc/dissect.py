@@ -72,6 +72,10 @@ class Dissection:
         files: input files; notes: what the reader or analyzers inferred.
         findings: headline findings, one sentence each.
         summary: the headline numbers (JSON-ready; see :func:`findings`).
+        time_unit: the unit the log's timestamps were read as (``--time-unit``), None when not
+            known (an in-memory table).
+        warnings: what looks wrong with the input (an implausible median latency: check the time
+            unit), filled by :func:`findings`.
     """
 
     rpcs: pl.DataFrame
@@ -94,6 +98,8 @@ class Dissection:
     notes: list[str] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
+    time_unit: str | None = None
+    warnings: list[str] = field(default_factory=list)
 
     def rejected_counts(self) -> pl.DataFrame:
         """Rejected rows per reason (:func:`~ddlscope.rpc.validate.rejected_counts`)."""
@@ -206,6 +212,7 @@ def dissect(
         ValueError: no RPC is left after the checks (the message gives the rejection counts), or
             the reader's errors (missing columns, unreadable files).
     """
+    time_unit: str | None = None  # known for file input only
     if isinstance(source, RpcLog):
         log = source
     elif isinstance(source, pl.DataFrame):
@@ -213,6 +220,7 @@ def dissect(
         log = RpcLog(frame=good, rejected=bad, files=["<memory>"])
     else:
         log = read_rpc_log(source, mapping=mapping, input_format=input_format)
+        time_unit = mapping.time_unit if mapping is not None else "ns"
     if log.frame.height == 0:
         raise ValueError(no_rows_message(log))
     rpcs, notes = annotate(log.frame, threads=threads)
@@ -242,6 +250,7 @@ def dissect(
         rejected=log.rejected,
         files=list(log.files),
         notes=[*log.notes, *notes],
+        time_unit=time_unit,
     )
     d.findings, d.summary = findings(d, levels)
     return d
@@ -254,13 +263,33 @@ def _finite(x: float | None) -> bool:
 
 
 def _us(x: float | None) -> str:
-    """``476 µs``, ``2.19 ms`` (3 significant digits; ``-`` when unknown)."""
+    """A duration in µs in the largest unit that keeps it at or above 1: ``476 µs``, ``2.19 ms``,
+    ``1.5 s``, ``2.25 min``, ``37.5 h`` (3 significant digits; ``-`` when unknown)."""
     if not _finite(x):
         return "-"
     sign = "-" if x < 0 else ""
-    if abs(x) >= 1000:
-        return f"{sign}{abs(x) / 1000:.3g} ms"
-    return f"{sign}{abs(x):.3g} µs"
+    a = abs(x)
+    for unit, size_us in (("h", 3_600e6), ("min", 60e6), ("s", 1e6), ("ms", 1e3)):
+        if a >= size_us:
+            return f"{sign}{a / size_us:.3g} {unit}"
+    return f"{sign}{a:.3g} µs"
+
+
+PLAUSIBLE_MEDIAN_LATENCY_US: tuple[float, float] = (1.0, 60e6)
+"""Median RPC latencies outside [1 µs, 1 min] suggest timestamps read in the wrong unit. Our
+bounds, not from a source: a request and response between two hosts take at least a few µs
+(one network hop plus two kernel crossings), and a training step's RPCs do not take minutes."""
+
+
+def time_unit_warning(p50_us: float | None, time_unit: str | None) -> str | None:
+    """The warning when the median latency ``p50_us`` (µs) is outside
+    :data:`PLAUSIBLE_MEDIAN_LATENCY_US` (None when plausible, 0 or unknown)."""
+    low, high = PLAUSIBLE_MEDIAN_LATENCY_US
+    if not _finite(p50_us) or p50_us <= 0 or low <= p50_us <= high:
+        return None
+    read_as = f" (the timestamps were read as {time_unit})" if time_unit else ""
+    return (f"the median RPC latency is {_us(p50_us)}, implausible for an RPC (expected {_us(low)} to {_us(high)}): "
+            f"check --time-unit{read_as}")
 
 
 def _pct(x: float | None) -> str:
@@ -285,14 +314,32 @@ def _synthetic(r: pl.DataFrame) -> bool:
 
 
 def _tail_sentence(level: float, t: pl.DataFrame, srv: dict[str, Any] | None, servers: int,
-                   ) -> tuple[str, dict[str, Any]]:
+                   p50_us: float) -> tuple[str, dict[str, Any]]:
     """The finding on one tail level (rows of :func:`~ddlscope.rpc.tail.tail_attribution` for
-    scope ``all``) and its summary entry."""
+    scope ``all``) and its summary entry.
+
+    When the tail is no slower than the rest (mean latency, the sum of the stage means; or there
+    is no rest), e.g. every latency tied, which RPCs form the "tail" is an artefact of
+    tie-breaking: nothing is attributed (``no_tail`` in the entry). When the tail is slower but its
+    threshold (its fastest RPC) is not above the median ``p50_us``, the sentence says that RPCs
+    tied at the median fill the tail.
+    """
     dom = t.sort("dominant_share", descending=True).row(0, named=True)
+    tail_mean = t.get_column("mean_tail_us").sum()
+    rest_mean = t.get_column("mean_rest_us").sum() if t.get_column("mean_rest_us").null_count() == 0 else None
+    if rest_mean is None or tail_mean <= rest_mean + 1e-9 * abs(rest_mean):
+        entry = {"rpcs": dom["tail_rpcs"], "threshold_us": dom["threshold_us"], "no_tail": True,
+                 "dominant_stage": None, "dominant_share": None, "excess_stage": None, "excess_share": None,
+                 "top_server": None, "top_server_share_of_tail": None, "top_server_share_of_rpcs": None}
+        label = tail_label(level)
+        return (f"{label.capitalize()} ({_rpcs(dom['tail_rpcs'])}, >= {_us(dom['threshold_us'])}): no tail: the "
+                f"{label} are no slower than the median ({_us(p50_us)}), so no stage or server is singled out.",
+                entry)
     known = t.filter(pl.col("excess_share").is_not_nan() & pl.col("excess_share").is_not_null())
     exc = known.sort("excess_share", descending=True).row(0, named=True) if known.height else None
     entry = {
-        "rpcs": dom["tail_rpcs"], "threshold_us": dom["threshold_us"], "dominant_stage": dom["stage"],
+        "rpcs": dom["tail_rpcs"], "threshold_us": dom["threshold_us"], "no_tail": False,
+        "dominant_stage": dom["stage"],
         "dominant_share": dom["dominant_share"], "excess_stage": exc["stage"] if exc else None,
         "excess_share": exc["excess_share"] if exc else None,
         "top_server": srv["server_id"] if srv else None,
@@ -313,6 +360,9 @@ def _tail_sentence(level: float, t: pl.DataFrame, srv: dict[str, Any] | None, se
             text += f" and carries {_pct(share)} of their excess latency over the rest"
         else:
             text += f"; {exc['stage']} carries the most excess latency ({_pct(share)})"
+    if not dom["threshold_us"] > p50_us:
+        text += (f"; its threshold is the median: RPCs tied at {_us(p50_us)} fill the tail, picked by "
+                 "tie-breaking")
     if srv and _finite(srv["over_representation"]) and srv["over_representation"] >= 1.5 and servers > 1:
         text += (f"; server {srv['server_id']} holds {_pct(srv['share_of_tail'])} of them with "
                  f"{_pct(srv['share_of_rpcs'])} of all RPCs")
@@ -376,10 +426,12 @@ def findings(d: Dissection, levels: Sequence[float] = TAIL_LEVELS) -> tuple[list
         ``synthetic`` column is set), ``rejected_rows``, ``rejected_by_reason``,
         ``workers``, ``servers``, ``connections``, ``latency_us`` (p50/p90/p99/p99_9/mean),
         ``mean_stage_share``, ``dominant_stage`` (None when every latency is 0), ``tail`` (per
-        level: threshold, top stage, its dominant and excess share, top server), ``concurrency``
+        level: threshold, ``no_tail`` (the tail is no slower than the median: nothing attributed),
+        top stage, its dominant and excess share, top server), ``concurrency``
         (latency slopes per measure), ``connections_management`` (totals), ``phase`` (per
         pulls/pushes: mean phase, busiest quarter and its share),
-        ``network_fit`` (per op alpha and effective bandwidth), ``notes``.
+        ``network_fit`` (per op alpha and effective bandwidth), ``warnings`` (see
+        :func:`time_unit_warning`), ``notes``.
     """
     r = d.rpcs
     out: list[str] = []
@@ -419,6 +471,8 @@ def findings(d: Dissection, levels: Sequence[float] = TAIL_LEVELS) -> tuple[list
         out.append(f"{d.rejected.height:,} input row(s) rejected and not analysed: "
                    + ", ".join(f"{k} {v:,}" for k, v in s["rejected_by_reason"].items()) + ".")
     d.notes.extend(n for n in notes if n not in d.notes)
+    d.warnings = [w for w in (time_unit_warning(lat["p50_us"], d.time_unit),) if w]
+    s["warnings"] = d.warnings
     s["notes"] = d.notes
     s["findings"] = out
     return out, s
@@ -448,7 +502,7 @@ def _body_findings(d: Dissection, levels: Sequence[float], s: dict[str, Any], ov
             continue
         servers = d.tail_servers.filter(pl.col("tail") == tail_label(level))
         srv = servers.row(0, named=True) if servers.height else None
-        text, entry = _tail_sentence(level, t, srv, s["servers"])
+        text, entry = _tail_sentence(level, t, srv, s["servers"], s["latency_us"]["p50"])
         s["tail"][tail_label(level)] = entry
         out.append(text)
     if r.height < 1000:
@@ -474,7 +528,7 @@ def _body_findings(d: Dissection, levels: Sequence[float], s: dict[str, Any], ov
     first = tail_label(levels[0])
     w_row = tc.filter(pl.col("metric") == "server_other_conn in flight: writes")
     r_row = tc.filter(pl.col("metric") == "server_other_conn in flight: reads")
-    if w_row.height and r_row.height:
+    if w_row.height and r_row.height and not s["tail"].get(first, {}).get("no_tail"):
         w, rr = w_row.row(0, named=True), r_row.row(0, named=True)
         if all(_finite(v) for v in (w[first], rr[first], w["rest"], rr["rest"])):
             out.append(f"The {first} start with {w[first]:.3g} writes and {rr[first]:.3g} reads in flight at their "
@@ -487,9 +541,10 @@ def _body_findings(d: Dissection, levels: Sequence[float], s: dict[str, Any], ov
         text = (f"Connection management: {_rpcs(ct['setup_rpcs'])} ({_pct(ct['setup_rpcs'] / r.height)}) opened a "
                 f"connection ({ct['reconnect_rpcs']:,} after a reconnect)")
         if _finite(ct["added_s"]) and _finite(ct["added_share"]):
-            text += (f"; they add {ct['added_s']:.3g} s over reused connections, "
+            they, add, take = ("it", "adds", "takes") if ct["setup_rpcs"] == 1 else ("they", "add", "take")
+            text += (f"; {they} {add} {_us(ct['added_s'] * 1e6)} over reused connections, "
                      f"{_pct(ct['added_share'])} of all RPC time" if ct["added_s"] >= 0 else
-                     f"; they take {-ct['added_s']:.3g} s less than the reuse median would")
+                     f"; {they} {take} {_us(-ct['added_s'] * 1e6)} less than the reuse median would")
         if example is not None and _finite(example["added_p50_us"]):
             where = "on a new connection" if example["connection_event"] == "new" else "after a reconnect"
             added = example["added_p50_us"]

@@ -115,11 +115,12 @@ def _first_line(exc: BaseException) -> str:
 
 def csv_lines(data: bytes) -> pl.Series:
     """The lines of CSV text (String; a final newline ends the last line rather than starting an
-    empty one; a trailing carriage return is dropped)."""
+    empty one; trailing carriage returns are dropped: CRLF, and the CR CR LF of a CRLF file
+    converted to CRLF again)."""
     lines = data.decode("utf-8", errors="replace").split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    return pl.Series("line", lines, dtype=pl.String).str.strip_suffix("\r")
+    return pl.Series("line", lines, dtype=pl.String).str.strip_chars_end("\r")
 
 
 def csv_field_counts(lines: pl.Series, sep: str = ",") -> pl.Series:
@@ -178,6 +179,8 @@ def read_csv_raw(path: Path, mapping: ColumnMapping) -> tuple[pl.DataFrame, pl.D
     and the rejected lines.
 
     ``log_line`` is the line in the file (the header is line 1), assuming one record per line.
+    Lines may end in LF, CRLF or CR CR LF (trailing carriage returns are dropped from the header
+    and the fields).
     A line with more fields than the header is rejected (``extra_fields``, with its line) and the
     others are read as text; a line with fewer fields has nulls in the missing ones.
 
@@ -189,6 +192,11 @@ def read_csv_raw(path: Path, mapping: ColumnMapping) -> tuple[pl.DataFrame, pl.D
         header = pl.read_csv(path, separator=sep, n_rows=0).columns
     except pl.exceptions.PolarsError as exc:
         raise ValueError(f"{path}: cannot read the CSV header: {_first_line(exc)}") from exc
+    if header and header[-1].endswith("\r"):
+        # lines end in more than one CR (CR CR LF): Polars keeps all but one in the last field
+        header = [*header[:-1], header[-1].rstrip("\r")]
+        return _read_csv_without_extra_fields(path, sep, {c: pl.String for c in header
+                                                          if c in _schema_sources(mapping)})
     text_cols = {c: pl.String for c in header if c in _schema_sources(mapping)}
     try:
         frame = pl.read_csv(path, separator=sep, schema_overrides=text_cols, infer_schema_length=10_000)
@@ -347,8 +355,9 @@ def read_raw_rpc_log(
 
     Raises:
         FileNotFoundError: a path does not exist.
-        ValueError: no path, unknown format, unreadable file, a mapped column missing from a file
-            (the message names the file), or a time unit other than ns with OTLP input.
+        ValueError: no path, the same file given twice (also through another path or a link),
+            unknown format, unreadable file, a mapped column missing from a file (the message names
+            the file), or a time unit other than ns with OTLP input.
     """
     from ddlscope.rpc.otlp import read_otlp_raw  # the OTLP reader imports this module's helpers
 
@@ -363,11 +372,17 @@ def read_raw_rpc_log(
     rejected: list[pl.DataFrame] = []
     notes: list[str] = []
     files = [str(p) for p in paths]
+    seen: dict[Path, Path] = {}
     for p in map(Path, paths):
         if not p.exists():
             raise FileNotFoundError(f"{p}: no such file")
         if not p.is_file():
             raise ValueError(f"{p}: a folder, not a log file")
+        first = seen.setdefault(p.resolve(), p)
+        if first is not p:  # its rows would all be rejected as duplicate_rpc
+            also = "" if str(first) == str(p) else f" (also as {first})"
+            raise ValueError(f"{p}: the same log file given twice{also}; give each file once")
+    for p in map(Path, paths):
         if p.stat().st_size == 0:
             notes.append(f"{p}: empty file, no rows")
             continue

@@ -92,11 +92,14 @@ class ColumnMapping:
         columns: source column (or OTLP attribute) name -> schema column name.
         ops: source op value -> one of :data:`~ddlscope.rpc.schema.OPS` (e.g. ``Pull -> pull_dense``).
         time_unit: unit of the source's timestamps, a key of :data:`TIME_UNITS` (OTLP is always ns).
+        labels: source column -> how errors name its mapping (``--map OLD=NEW``, or the mapping
+            file and field); :meth:`label` falls back to ``column mapping OLD=NEW``.
     """
 
     columns: Mapping[str, str] = field(default_factory=dict)
     ops: Mapping[str, str] = field(default_factory=dict)
     time_unit: str = "ns"
+    labels: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         if self.time_unit not in TIME_UNITS:
@@ -109,6 +112,10 @@ class ColumnMapping:
         if dup:
             raise ValueError(f"column mapping: several source columns map to {', '.join(dup)}")
 
+    def label(self, source: str) -> str:
+        """How errors name the mapping of ``source`` (e.g. ``--map op=server_id``)."""
+        return self.labels.get(source, f"column mapping {source}={self.columns[source]}")
+
     @classmethod
     def from_pairs(
         cls, columns: Iterable[str] = (), ops: Iterable[str] = (), time_unit: str = "ns",
@@ -120,10 +127,12 @@ class ColumnMapping:
             ValueError: a pair without ``=``, with an empty side, or a name given twice.
         """
         b = base or cls()
+        pairs = parse_pairs(columns, what="--map", expected="OLD=NEW")
         return cls(
-            columns={**b.columns, **parse_pairs(columns, what="--map", expected="OLD=NEW")},
+            columns={**b.columns, **pairs},
             ops={**b.ops, **parse_pairs(ops, what="--op-map", expected="OLD=NEW")},
             time_unit=time_unit if time_unit != "ns" or base is None else b.time_unit,
+            labels={**b.labels, **{old: f"--map {old}={new}" for old, new in pairs.items()}},
         )
 
     @classmethod
@@ -171,8 +180,10 @@ class ColumnMapping:
         time_unit = data.get("time_unit", "ns")
         if not isinstance(time_unit, str) or time_unit not in TIME_UNITS:
             raise ValueError(f"{p}: time_unit: expected one of {', '.join(TIME_UNITS)}, got {time_unit!r}")
+        section = "columns." if "columns" in data else ""
         try:
-            return cls(columns=columns, ops=ops, time_unit=time_unit)
+            return cls(columns=columns, ops=ops, time_unit=time_unit,
+                       labels={old: f"{p}: {section}{old} = {new!r}" for old, new in columns.items()})
         except ValueError as exc:
             raise ValueError(f"{p}: {exc}") from exc
 
@@ -183,10 +194,18 @@ def apply_column_mapping(raw: pl.DataFrame, mapping: ColumnMapping, what: str) -
     Raises:
         ValueError: a mapped source column is absent, or its target already exists in ``raw``.
     """
-    missing = [c for c in mapping.columns if c not in raw.columns]
-    if missing:
-        raise ValueError(f"{what}: mapped column(s) {', '.join(missing)} not in the log; "
-                         f"its columns are: {', '.join(c for c in raw.columns if c not in SOURCE_COLUMNS)}")
+    have = [c for c in raw.columns if c not in SOURCE_COLUMNS]
+    how = ("OLD=NEW renames the log's column OLD to the schema column NEW, e.g. shard=server_id; "
+           f"the log has: {', '.join(have)}")
+    for old, new in mapping.columns.items():
+        if old in raw.columns:
+            if new not in RPC_SCHEMA and new not in raw.columns and old in RPC_SCHEMA:
+                # the sides look swapped (the schema name first): the log's `old` would be renamed away
+                raise ValueError(f"{what}: {mapping.label(old)}: {new} is not a schema column and the log has no "
+                                 f"column {new}; {how}")
+            continue
+        hint = f"; did you mean {new}={old}?" if new in raw.columns and old in RPC_SCHEMA else ""
+        raise ValueError(f"{what}: {mapping.label(old)}: the log has no column {old}{hint}; {how}")
     clash = [t for s, t in mapping.columns.items() if t in raw.columns and t not in mapping.columns and t != s]
     if clash:
         raise ValueError(f"{what}: the log already has column(s) {', '.join(clash)}; map them away too or "
@@ -351,8 +370,11 @@ def _first_pair_out_of_order(cols: tuple[str, ...]) -> tuple[pl.Expr, pl.Expr]:
 
 
 def _null_names(cols: Iterable[str]) -> pl.Expr:
-    return pl.concat_str([pl.when(pl.col(c).is_null()).then(pl.lit(c)) for c in cols],
-                         separator=", ", ignore_nulls=True)
+    """The names of the null columns, comma-separated; null (not "") when none is, so that joining
+    it with more names adds no stray separator."""
+    names = pl.concat_str([pl.when(pl.col(c).is_null()).then(pl.lit(c)) for c in cols],
+                          separator=", ", ignore_nulls=True)
+    return pl.when(names != "").then(names)
 
 
 def check_rows(frame: pl.DataFrame, extra_checks: bool = False) -> tuple[pl.DataFrame, pl.DataFrame]:

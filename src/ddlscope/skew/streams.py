@@ -39,6 +39,7 @@ Sources (:func:`load_stream` picks one from the file, or ``kind`` says which):
 
 from __future__ import annotations
 
+import csv
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +55,7 @@ from ddlscope.rpc.readers import (
     read_parquet_table,
     read_raw_rpc_log,
 )
-from ddlscope.rpc.schema import OPS
+from ddlscope.rpc.schema import OPS, REQUIRED_COLUMNS
 
 EVENT_OPS: tuple[str, ...] = ("pull", "push", "access")
 """Event operations: a read, an update, or a raw occurrence (read and update)."""
@@ -270,7 +271,9 @@ def rpc_log_key_stream(log: pl.DataFrame, source: str, skipped: dict[str, int] |
         raise ValueError(f"{source}: an RPC log needs columns {missing} for key analysis "
                          f"(columns: {', '.join(columns)}{dropped})")
     if not isinstance(log.schema["keys"], pl.List) or not log.schema["keys"].inner.is_integer():
-        raise ValueError(f"{source}: column 'keys' must be a list of integers, got {log.schema['keys']}")
+        hint = ("; CSV cannot hold lists: write the log as Parquet or JSON lines"
+                if log.schema["keys"] == pl.String else "")
+        raise ValueError(f"{source}: column 'keys' must be a list of integers, got {log.schema['keys']}{hint}")
     op = log["op"].cast(pl.String)
     bad = ~op.is_in(list(OPS)) | op.is_null()
     if bad.any():
@@ -442,27 +445,77 @@ def with_vocabulary(stream: KeyStream, path: str | Path) -> KeyStream:
     return KeyStream(stream.events, keys, stream.source, stream.kind, stream.skipped, (*stream.notes, note))
 
 
-def detect_kind(path: str | Path, column: str | None = None) -> str:
-    """The source kind of ``path``: ``column`` when a column is named; for Parquet/JSON lines,
-    ``rpc_log`` (has ``keys`` and ``op``) or ``update_table`` (has ``iteration``, ``key``,
-    ``updates``); anything else is read as ``text``.
+RPC_LOG_MIN_SCHEMA_COLUMNS = 3
+"""A table with at least this many required RPC-log columns (or ``keys`` and ``op``) is an RPC log."""
+
+
+def csv_header(path: str | Path) -> list[str]:
+    """The column names on the first line of a CSV (``.tsv``: tab-separated) file, RFC 4180
+    quoting, trailing carriage returns dropped; ``[]`` for an empty file.
 
     Raises:
-        ValueError: a table that is neither an RPC log nor an update table, without ``column``.
+        FileNotFoundError: no such file.
+    """
+    path = Path(path)
+    with path.open("rb") as fh:
+        first = fh.readline(1 << 20).decode("utf-8", errors="replace").rstrip("\r\n")
+    if not first:
+        return []
+    sep = "\t" if path.suffix.lower() == ".tsv" else ","
+    return [c.strip() for c in next(csv.reader([first], delimiter=sep))]
+
+
+def table_kind(columns: list[str] | set[str]) -> str | None:
+    """``rpc_log`` for a header with ``keys`` and ``op`` or at least
+    :data:`RPC_LOG_MIN_SCHEMA_COLUMNS` required RPC-log columns
+    (:data:`~ddlscope.rpc.schema.REQUIRED_COLUMNS`); ``update_table`` for one with
+    :data:`UPDATE_TABLE_COLUMNS`; None otherwise."""
+    cols = set(columns)
+    if {"keys", "op"} <= cols or len(cols & set(REQUIRED_COLUMNS)) >= RPC_LOG_MIN_SCHEMA_COLUMNS:
+        return "rpc_log"
+    if set(UPDATE_TABLE_COLUMNS) <= cols:
+        return "update_table"
+    return None
+
+
+def detect_kind(path: str | Path, column: str | None = None) -> str:
+    """The source kind of ``path``: ``column`` when a column is named; for Parquet, JSON lines
+    and CSV/TSV, :func:`table_kind` of the columns (header): ``rpc_log`` or ``update_table``; a
+    CSV/TSV that is neither, and anything else, is read as ``text`` (:func:`table_warning` says
+    when that looks wrong).
+
+    Raises:
+        ValueError: a Parquet/JSON-lines table that is neither an RPC log nor an update table,
+            without ``column``.
     """
     path = Path(path)
     if column is not None:
         return "column"
-    if path.suffix.lower() in (".parquet", ".jsonl", ".ndjson"):
+    suffix = path.suffix.lower()
+    if suffix in (".csv", ".tsv"):
+        return table_kind(csv_header(path)) or "text"
+    if suffix in (".parquet", ".jsonl", ".ndjson"):
         cols = set(_columns_of(path))
-        if {"keys", "op"} <= cols:
-            return "rpc_log"
-        if set(UPDATE_TABLE_COLUMNS) <= cols:
-            return "update_table"
+        if (kind := table_kind(cols)) is not None:
+            return kind
         raise ValueError(f"{path}: a table with neither 'keys'+'op' (RPC log) nor "
                          f"{'+'.join(UPDATE_TABLE_COLUMNS)} (update-count table); name a key column "
                          f"with --column (columns: {', '.join(sorted(cols))})")
     return "text"
+
+
+def table_warning(path: str | Path) -> str | None:
+    """A warning when a ``.csv``/``.tsv`` file with a header of two or more fields is read as
+    text (its column names and cells would be counted as words); None otherwise."""
+    path = Path(path)
+    if path.suffix.lower() not in (".csv", ".tsv"):
+        return None
+    header = csv_header(path)
+    if len(header) < 2:
+        return None
+    shown = ", ".join(header[:6]) + (", ..." if len(header) > 6 else "")
+    return (f"{path} looks like a table (header: {shown}) but is read as text, its words counted as keys; "
+            "use --kind (rpc_log, update_table) or --column NAME")
 
 
 def resolve_kind(path: str | Path, kind: str = "auto", column: str | None = None) -> str:
