@@ -95,22 +95,32 @@ OUTPUT_COLUMNS: tuple[str, ...] = (
 c = pl.col
 
 
-def _argmax(names: tuple[str, ...], cols: list[pl.Expr], dtype: pl.DataType, none_label: str | None) -> pl.Expr:
+def _running_maxima(prefix: str, cols: list[pl.Expr]) -> dict[str, pl.Expr]:
+    """Columns ``<prefix>i`` = the maximum of ``cols[:i+1]``, for :func:`_argmax` (one pass, each a
+    flat ``max_horizontal``: nothing re-evaluated)."""
+    return {f"{prefix}{i}": pl.max_horizontal(cols[: i + 1]) for i in range(1, len(cols))}
+
+
+def _argmax(names: tuple[str, ...], cols: list[pl.Expr], prefix: str, dtype: pl.DataType,
+            none_label: str | None) -> pl.Expr:
     """The name of the largest of ``cols`` (the first wins ties); ``none_label`` if all are <= 0.
 
-    A running maximum with its holder's name as a ``dtype`` (Enum) literal: no per-row look-up
-    from index to name (``replace_strict`` to an Enum cost 5x more on 3 M rows, Polars 2.1) and
-    faster than one multi-branch ``when`` chain against the row maximum.
+    Reads the running maxima :func:`_running_maxima` wrote under ``prefix`` in an earlier pass:
+    column i wins where it exceeds the maximum of the columns before it and no later column
+    exceeds its own running maximum. The names are ``dtype`` (Enum) literals: no per-row look-up
+    from index to name (``replace_strict`` to an Enum cost 5x more on 3 M rows, Polars 2.1).
     """
     def label(name: str) -> pl.Expr:
         return pl.lit(name, dtype=dtype)
 
-    best, out = cols[0], label(names[0])
-    for name, col in zip(names[1:], cols[1:], strict=True):
-        out = pl.when(col > best).then(label(name)).otherwise(out)
-        best = pl.max_horizontal(best, col)
+    def best(i: int) -> pl.Expr:  # the maximum of cols[: i + 1]
+        return cols[0] if i == 0 else c(f"{prefix}{i}")
+
+    out = label(names[0])
+    for i in range(1, len(cols)):
+        out = pl.when(cols[i] > best(i - 1)).then(label(names[i])).otherwise(out)
     if none_label is not None:
-        out = pl.when(best <= 0).then(label(none_label)).otherwise(out)
+        out = pl.when(best(len(cols) - 1) <= 0).then(label(none_label)).otherwise(out)
     return out
 
 
@@ -118,8 +128,8 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     """The model as a lazy query: ``jobs`` (columns of :data:`ddlscope.model.jobs.JOB_SCHEMA`)
     with the output columns of this module's docstring appended.
 
-    Evaluated in passes (placement and link bandwidths; components, bytes and messages; link
-    times; overlap; shares): each pass reads the previous passes' columns by name, so no
+    Evaluated in passes (placement and link bandwidths; components, bytes, messages and memory fit;
+    link times; overlap; shares and running maxima; bottlenecks): each pass reads the previous passes' columns by name, so no
     sub-expression is evaluated twice (Polars' common-sub-expression elimination does not reach
     across the nested ``when`` chains; one expression graph was 2-3x slower). The ``__``-prefixed
     temporaries are dropped; the output is ``jobs``' columns then :data:`OUTPUT_COLUMNS`.
@@ -136,17 +146,10 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     # -- pass 1: placement, effective bandwidths, architecture indicators ------------------------
     num_gpus = c("num_workers") * c("gpus_per_worker")
     per_server = (num_gpus + c("num_servers") - 1) // c("num_servers")
-    table = c("embedding_table_bytes")
-    needed = (
-        pl.when(arch == "ps_worker").then(c("peak_memory_bytes") - table)
-        .when(arch == "pearl").then(c("peak_memory_bytes") - table + table / num_gpus.cast(f))
-        .otherwise(c("peak_memory_bytes"))
-    )
     lf = jobs.lazy().with_columns(
         num_gpus=num_gpus,
         gpus_per_server_used=per_server,
         fits_placement=per_server <= c("server_gpus"),
-        fits_gpu_memory=needed <= c("gpu_memory_bytes"),
         __p=num_gpus.cast(f),
         __g=per_server.cast(f),
         __m=c("num_servers").cast(f),
@@ -203,7 +206,12 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
         + is_pearl * 2 * g * alltoall_bytes_to_peers(E, p, p - g)
     ) / nics
     storage_s = g * c("stored_input_bytes") / (c("storage_read_bytes_per_s") * c("eff_storage"))
+    # a replica's memory: the embedding tables live on the PS shards (ps_worker) or are split over
+    # the p GPUs (pearl)
+    table = c("embedding_table_bytes")
+    needed = c("peak_memory_bytes") - table * (is_ps.cast(f) + is_pearl * (1 - 1 / p))
     lf = lf.with_columns(
+        fits_gpu_memory=needed <= c("gpu_memory_bytes"),
         storage_s=storage_s,
         h2d_s=pl.when(c("input_bytes") > 0).then(c("pcie_latency_s") + r * c("input_bytes") / B_pcie).otherwise(0.0),
         compute_bound_s=c("compute_bound_flops") / (c("__peak") * c("eff_compute")),
@@ -247,22 +255,27 @@ def _step(lf: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _shares(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """Pass 3: throughput, shares and bottleneck from the step time."""
+    """Passes 3-5: throughput, shares and bottleneck from the step time."""
     step = c("step_s")
     exposed_per_comm = pl.when(c("comm_s") > 0).then(c("exposed_comm_s") / c("comm_s")).otherwise(0.0)
-    shares = {
-        "share_data_io": c("data_io_s") / step,
-        "share_compute_bound": c("compute_bound_s") / step,
-        "share_memory_bound": c("memory_bound_s") / step,
-        **{f"share_{x}": c(f"{x}_s") * exposed_per_comm / step for x in LINKS},
-    }
-    return lf.with_columns(
+    lf = lf.with_columns(
         samples_per_s=c("batch_size") * c("num_gpus") / step,
-        **shares,
+        share_data_io=c("data_io_s") / step,
+        share_compute_bound=c("compute_bound_s") / step,
+        share_memory_bound=c("memory_bound_s") / step,
         share_comm=c("exposed_comm_s") / step,
-        bottleneck=_argmax(COMPONENTS, [c(f"{x}_s") for x in COMPONENTS[:3]]
-                           + [c(f"{x}_s") * exposed_per_comm for x in LINKS], ComponentEnum, None),
-        bottleneck_link=_argmax(LINKS, [c(f"{x}_s") for x in LINKS], LinkEnum, "none"),
+        **{f"__exposed_{x}_s": c(f"{x}_s") * exposed_per_comm for x in LINKS},
+    )
+    candidates = [c(f"{x}_s") for x in COMPONENTS[:3]] + [c(f"__exposed_{x}_s") for x in LINKS]
+    link_s = [c(f"{x}_s") for x in LINKS]
+    lf = lf.with_columns(
+        **{f"share_{x}": c(f"__exposed_{x}_s") / step for x in LINKS},
+        **_running_maxima("__best_component_", candidates),
+        **_running_maxima("__best_link_", link_s),
+    )
+    return lf.with_columns(
+        bottleneck=_argmax(COMPONENTS, candidates, "__best_component_", ComponentEnum, None),
+        bottleneck_link=_argmax(LINKS, link_s, "__best_link_", LinkEnum, "none"),
     )
 
 
