@@ -235,3 +235,53 @@ def test_golden_ratio_mix_rule():
     frame = pl.DataFrame({"m": [True, True, False, True, True]})
     out = frame.select(assign_model_mix(pl.col("m"), parse_model_mix("resnet50=1,bert_base=1")))
     assert out.to_series().to_list() == ["bert_base", "resnet50", None, "bert_base", "resnet50"]
+
+
+M = ["job_id=id", "model=net", "num_gpus=gpus", "duration_s=secs"]
+
+
+def test_non_finite_and_huge_numbers_are_malformed_rows(tmp_path):
+    path = tmp_path / "jobs.csv"
+    path.write_text(
+        "id,net,gpus,secs\n"
+        "j1,resnet50,inf,100\n"                        # line 2: GPU count inf
+        "j2,resnet50,99999999999999999999999,100\n"    # line 3: 1e23 GPUs
+        "j3,resnet50,9223372036854775807,100\n"        # line 4: Int64 max (2^63 as a float)
+        "j4,resnet50,1,inf\n"                          # line 5: duration inf
+        "j5,resnet50,1,-inf\n"                         # line 6: duration -inf
+        "j6,resnet50,2,100\n"                          # line 7: ok
+    )
+    pop, report = read_population(path, mapping=parse_map_pairs(M))
+    # the one good job: 2 GPUs x 100 s = 200 GPU-seconds, a share of 1 (not nan)
+    assert pop["job_id"].to_list() == ["j6"] and pop["gpu_time_s"].to_list() == [200.0]
+    assert report.summary()["share_gpu_time"].to_list() == [1.0]
+    got = {r["line"]: (r["problem"], r["detail"]) for r in report.malformed.iter_rows(named=True)}
+    assert got == {
+        2: ("not a finite number", "column gpus (num_gpus): expected a finite number, got 'inf'"),
+        3: ("count too large", "column gpus (num_gpus): expected a count up to 9007199254740992, got 1e+23"),
+        4: ("count too large",
+            "column gpus (num_gpus): expected a count up to 9007199254740992, got 9.223372036854776e+18"),
+        5: ("not a finite number", "column secs (duration_s): expected a finite number, got 'inf'"),
+        6: ("not a finite number", "column secs (duration_s): expected a finite number, got '-inf'"),
+    }
+    # an integer field (num_workers, parsed as a whole count) too large for Int64 is a row, not a null
+    p2 = tmp_path / "w.csv"
+    p2.write_text("id,w\nk1,9223372036854775807\nk2,3\n")
+    pop, report = read_population(p2, mapping=parse_map_pairs(["job_id=id", "num_workers=w"]))
+    assert pop["job_id"].to_list() == ["k2"] and pop["num_gpus"].to_list() == [3]
+    assert report.malformed.select("line", "problem").rows() == [(2, "count too large")]
+
+
+def test_non_finite_and_huge_numbers_in_parquet(tmp_path):
+    path = tmp_path / "jobs.parquet"
+    pl.DataFrame({
+        "id": ["p1", "p2", "p3"],
+        "gpus": [float("inf"), 1.0, 2.0],
+        "w": [1, 9223372036854775807, 1],
+        "secs": [10.0, 10.0, float("inf")],
+    }).write_parquet(path)
+    pop, report = read_population(
+        path, mapping=parse_map_pairs(["job_id=id", "num_gpus=gpus", "num_workers=w", "duration_s=secs"]))
+    assert pop.height == 0
+    got = report.malformed.select("line", "problem").rows()
+    assert got == [(1, "not a finite number"), (2, "count too large"), (3, "not a finite number")]

@@ -23,7 +23,8 @@ Rules (also in docs/ingest.md):
 - Model: the ``model`` field through the model map (``trace_model`` keeps the label). Jobs with
   no label get the model mix when one is given; feature columns (:data:`FEATURE_COLUMNS`)
   attribute a job without a model when ``compute_bound_flops`` and ``memory_bound_bytes`` are set.
-- Malformed rows: wrong field count, unparsable number, non-whole count, negative count or time,
+- Malformed rows: wrong field count, unparsable number, ``inf``/``-inf``, non-whole count, a count
+  above 2^53, negative count or time,
   end before start, a share outside [0, 1], a batch size < 1, an unknown precision, status (when
   ``status_values`` is given) or architecture, an architecture that does not fit its counts.
 """
@@ -46,7 +47,15 @@ from ddlscope.ingest.population import (
     finalize,
 )
 from ddlscope.ingest.report import IngestReport
-from ddlscope.ingest.table import ColumnKind, TableRead, parse_columns, read_delimited, read_parquet_table
+from ddlscope.ingest.table import (
+    COUNT_TOO_LARGE,
+    MAX_COUNT,
+    ColumnKind,
+    TableRead,
+    parse_columns,
+    read_delimited,
+    read_parquet_table,
+)
 from ddlscope.model.jobs import ArchitectureEnum
 from ddlscope.specs.architecture import ARCHITECTURES
 from ddlscope.specs.errors import describe_validation
@@ -309,6 +318,10 @@ def _validate(read: TableRead, mapping: TableMapping) -> TableRead:
               "num_steps", "start_time_s", "end_time_s"):
         if has(n):
             read = read.reject(f(n) < 0, NEGATIVE, pl.format(f"{n} {{}}; expected >= 0", f(n)))
+    if has("num_gpus"):  # a float field (fractions allowed) that is still a count
+        where = f"column {mapping.fields['num_gpus']} (num_gpus)" if "num_gpus" in mapping.fields else "num_gpus"
+        read = read.reject(f("num_gpus") > MAX_COUNT, COUNT_TOO_LARGE,
+                           pl.format(f"{where}: expected a count up to {MAX_COUNT}, got {{}}", f("num_gpus")))
     if has("batch_size"):
         read = read.reject(f("batch_size") < 1, OUT_OF_RANGE,
                            pl.format("batch_size {}; expected >= 1", f("batch_size")))

@@ -9,7 +9,8 @@ A trace file is read twice over in native Polars code, never line by line in Pyt
    passes line up row for row.
 
 A line is then either the header, blank (empty; counted, not data), *malformed* (wrong field count,
-a number that does not parse, a count that is not a whole number, plus any rule the caller adds
+a number that does not parse, ``inf``/``-inf``, a count that is not a whole number or exceeds
+:data:`MAX_COUNT`, plus any rule the caller adds
 with :meth:`TableRead.reject`), or a good data row. Malformed lines go to
 :attr:`TableRead.malformed` with file, line, problem and the text of the line; nothing is
 dropped silently.
@@ -56,6 +57,10 @@ TEXT_CHARS = 200
 WRONG_FIELD_COUNT = "wrong field count"
 UNPARSABLE_NUMBER = "unparsable number"
 NOT_WHOLE = "count not a whole number"
+NOT_FINITE = "not a finite number"
+COUNT_TOO_LARGE = "count too large"
+MAX_COUNT = 2**53
+"""Largest count accepted (the largest integer a float64 holds exactly; also fits Int64)."""
 MISSING_HEADER_COLUMN = "missing column"
 
 _QUOTED = r'"(?:[^"]|"")*"'
@@ -228,7 +233,8 @@ def parse_columns(
     read: TableRead, types: Mapping[str, ColumnKind], labels: Mapping[str, str] | None = None, *, strip: bool = True
 ) -> TableRead:
     """Parse the string columns of ``read.frame`` to their kinds, rejecting the rows that do not
-    parse (problems ``unparsable number``, ``count not a whole number``; their text still raw).
+    parse (problems ``unparsable number``, ``not a finite number`` (``inf``, ``-inf``),
+    ``count not a whole number``, ``count too large`` (above :data:`MAX_COUNT`); their text still raw).
 
     ``labels`` names a column in the detail (default ``column <name>``). Each number column is
     cast once; only a column with failures is cast again with surrounding spaces removed (so clean
@@ -261,10 +267,15 @@ def parse_columns(
             if has_fail[c]:
                 conds.append(failed(c))
                 details.append(pl.format(f"{UNPARSABLE_NUMBER}|{label}: expected a number, got '{{}}'", pl.col(c)))
+            num = pl.col(f"__n_{c}")
+            conds.append(num.is_infinite())
+            details.append(pl.format(f"{NOT_FINITE}|{label}: expected a finite number, got '{{}}'", pl.col(c)))
             if types[c] == "int":
-                num = pl.col(f"__n_{c}")
                 conds.append(num.is_finite() & (num != num.round(0)))
                 details.append(pl.format(f"{NOT_WHOLE}|{label}: expected a whole number, got '{{}}'", pl.col(c)))
+                conds.append(num.is_finite() & (num.abs() > MAX_COUNT))
+                details.append(pl.format(f"{COUNT_TOO_LARGE}|{label}: expected a count up to {MAX_COUNT}, got '{{}}'",
+                                         pl.col(c)))
         if conds:
             cond = pl.any_horizontal(conds)
             detail = pl.coalesce([pl.when(c).then(d) for c, d in zip(conds, details, strict=True)])
