@@ -285,3 +285,15 @@ def test_non_finite_and_huge_numbers_in_parquet(tmp_path):
     assert pop.height == 0
     got = report.malformed.select("line", "problem").rows()
     assert got == [(1, "not a finite number"), (2, "count too large"), (3, "not a finite number")]
+
+
+def test_first_data_row_with_an_extra_field(tmp_path):
+    # Polars' parser rejects a first row wider than its schema; the row must be counted like any other
+    for name, row in [("plain.csv", "j1,resnet50,1,100,extra"), ("quoted.csv", 'j1,"resnet50, v1",1,100,extra')]:
+        path = tmp_path / name
+        path.write_text(f"id,net,gpus,secs\n{row}\nj0,resnet50,2,100\nj2,resnet50,1,100,x,y\n")
+        pop, report = read_population(path, mapping=parse_map_pairs(M))
+        assert pop["job_id"].to_list() == ["j0"] and pop["num_gpus"].to_list() == [2]
+        got = report.malformed.select("line", "problem", "detail", "text").rows()
+        assert got == [(2, "wrong field count", "expected 4 fields, got 5", row),
+                       (4, "wrong field count", "expected 4 fields, got 6", "j2,resnet50,1,100,x,y")]

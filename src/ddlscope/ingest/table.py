@@ -361,12 +361,22 @@ def read_delimited(
             raise ValueError(f"{label}: unknown column(s) {unknown}; the table's columns are {names}")
 
         wanted = list(types)
+        raw = pl.col("_raw")
         quoted = bool(lines["_raw"].str.contains('"', literal=True).any()) if lines.height else False
+        if quoted:
+            n_fields = raw.str.replace_all(_QUOTED, "Q").str.count_matches(separator, literal=True) + 1
+        else:
+            n_fields = raw.str.count_matches(separator, literal=True) + 1
+        lines = lines.with_columns(_n=n_fields.cast(pl.Int64))
+        # the parser's schema is as wide as the widest line: Polars rejects a first row wider than
+        # its schema (later ones are truncated); the extra columns are not read
+        width = max(n_expected, int(lines["_n"].max() or 0))
+        schema = dict.fromkeys(names, pl.String) | {f"__extra_{i}": pl.String for i in range(width - n_expected)}
         # the values, by Polars' CSV parser: one row per physical line (blank lines included), so
         # the two frames line up row for row
         values = pl.read_csv(
             local, has_header=False, skip_rows=1 if header else 0, separator=separator,
-            quote_char='"' if quoted else None, schema=dict.fromkeys(names, pl.String),
+            quote_char='"' if quoted else None, schema=schema,
             columns=[names.index(c) for c in wanted], truncate_ragged_lines=True, missing_columns="insert",
             raise_if_empty=False,
         ) if lines.height else pl.DataFrame(schema=dict.fromkeys(wanted, pl.String))
@@ -376,16 +386,10 @@ def read_delimited(
                 "field spans several lines or a quote is not closed; not supported"
             )
         lines = pl.concat([lines, values.select(wanted)], how="horizontal")
-        raw = pl.col("_raw")
         lines = lines.with_columns(_blank=raw.str.len_bytes() == 0)
         blank_lines = int(lines["_blank"].sum())
         lines = lines.filter(~pl.col("_blank")).drop("_blank")
         data_rows = lines.height
-        if quoted:
-            n_fields = raw.str.replace_all(_QUOTED, "Q").str.count_matches(separator, literal=True) + 1
-        else:
-            n_fields = raw.str.count_matches(separator, literal=True) + 1
-        lines = lines.with_columns(_n=n_fields.cast(pl.Int64))
         wrong = lines.filter(pl.col("_n") != n_expected)
         malformed = wrong.select(
             table=pl.lit(table),
