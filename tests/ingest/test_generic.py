@@ -297,3 +297,17 @@ def test_first_data_row_with_an_extra_field(tmp_path):
         got = report.malformed.select("line", "problem", "detail", "text").rows()
         assert got == [(2, "wrong field count", "expected 4 fields, got 5", row),
                        (4, "wrong field count", "expected 4 fields, got 6", "j2,resnet50,1,100,x,y")]
+
+
+def test_utf8_byte_order_mark_is_stripped(tmp_path):
+    # Excel's "CSV UTF-8" starts the file with EF BB BF; the first column is 'id', not '\ufeffid'
+    path = tmp_path / "excel.csv"
+    path.write_bytes(b"\xef\xbb\xbfid,net,gpus,secs\r\nj1,resnet50,2,100\r\n")
+    pop, report = read_population(path, mapping=parse_map_pairs(M))
+    assert pop["job_id"].to_list() == ["j1"] and pop["gpu_time_s"].to_list() == [200.0]  # 2 GPUs x 100 s
+    # headerless: the first line's text (reported when malformed) has no mark either
+    trace = tmp_path / "vc.trace"
+    trace.write_bytes(b"\xef\xbb\xbfLM\tcmd\n" + (gavel_line("ResNet-50 (batch size 64)", "10", "4") + "\n").encode())
+    pop, report = read_population(trace)
+    assert pop["line"].to_list() == [2]
+    assert report.malformed.select("line", "problem", "text").rows() == [(1, "wrong field count", "LM\tcmd")]

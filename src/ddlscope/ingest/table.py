@@ -162,7 +162,9 @@ class TableRead:
 
 
 def _read_lines(path: Path) -> pl.DataFrame:
-    """Every physical line of ``path`` as ``_raw`` (String, ``\\r`` stripped) with ``_line``."""
+    """Every physical line of ``path`` as ``_raw`` (String, ``\\r`` stripped, a UTF-8 byte-order mark
+    at the start of the file removed, as Polars' CSV parser does: Excel's "CSV UTF-8" writes one)
+    with ``_line``."""
     reader = getattr(pl, "read_lines", None)
     if reader is not None:
         frame = reader(path, name="_raw", row_index_name="_line", row_index_offset=1)
@@ -171,7 +173,11 @@ def _read_lines(path: Path) -> pl.DataFrame:
             path, has_header=False, separator="\x1f", quote_char=None, schema={"_raw": pl.String},
             truncate_ragged_lines=True, row_index_name="_line", row_index_offset=1,
         )
-    return frame.with_columns(pl.col("_line").cast(pl.Int64), pl.col("_raw").fill_null(""))
+    raw = pl.col("_raw").fill_null("")
+    return frame.with_columns(
+        pl.col("_line").cast(pl.Int64),
+        pl.when(pl.col("_line") == 1).then(raw.str.strip_prefix("\ufeff")).otherwise(raw).alias("_raw"),
+    )
 
 
 def _split_header(line: str, separator: str) -> list[str]:
