@@ -311,3 +311,23 @@ def test_utf8_byte_order_mark_is_stripped(tmp_path):
     pop, report = read_population(trace)
     assert pop["line"].to_list() == [2]
     assert report.malformed.select("line", "problem", "text").rows() == [(1, "wrong field count", "LM\tcmd")]
+
+
+def test_tsv_defaults_to_tab_and_separator_hint(tmp_path):
+    tsv = tmp_path / "jobs.tsv"
+    tsv.write_text("id\tnet\tgpus\tsecs\nj1\tresnet50\t4\t10\n")
+    pop, _ = read_population(tsv, mapping=parse_map_pairs(M))
+    assert pop["job_id"].to_list() == ["j1"] and pop["gpu_time_s"].to_list() == [40.0]  # 4 GPUs x 10 s
+    # a .csv file stays comma-separated; a semicolon file read as one column gets a hint
+    semi = tmp_path / "jobs.csv"
+    semi.write_text("id;net;gpus;secs\nj1;resnet50;4;10\n")
+    with pytest.raises(ValueError, match=r"one column holding ';': set separator \(e\.g\. separator = \";\""):
+        read_population(semi, mapping=parse_map_pairs(M))
+    tabbed = tmp_path / "tabbed.csv"
+    tabbed.write_text("id\tnet\tgpus\tsecs\nj1\tresnet50\t4\t10\n")
+    with pytest.raises(ValueError, match=r"one column holding tab: set separator \(e\.g\. separator = \"tab\""):
+        read_population(tabbed, mapping=parse_map_pairs(M))
+    # an explicit separator still wins over the name
+    mapping = TableMapping(separator=";", fields=parse_map_pairs(M))
+    pop, _ = read_population(semi, mapping=mapping)
+    assert pop["gpu_time_s"].to_list() == [40.0]

@@ -120,7 +120,8 @@ class TableMapping(BaseModel):
     Fields:
 
     - ``name``: format name (shown in reports).
-    - ``separator``: one character (``"tab"`` or ``"\\t"`` for tab); ignored for Parquet.
+    - ``separator``: one character (``"tab"`` or ``"\\t"`` for tab); ignored for Parquet. ``None``
+      (the default): by the file's name, a tab for ``.tsv``/``.tsv.gz``, else a comma.
     - ``has_header``: the first line names the columns.
     - ``columns``: the column names in order, for files without a header.
     - ``fields``: population field (:data:`FIELDS`) -> source column.
@@ -142,7 +143,7 @@ class TableMapping(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = "csv"
-    separator: str = ","
+    separator: str | None = None
     has_header: bool = True
     columns: list[str] | None = None
     fields: dict[str, str] = Field(default_factory=dict)
@@ -157,7 +158,9 @@ class TableMapping(BaseModel):
 
     @field_validator("separator")
     @classmethod
-    def _sep(cls, v: str) -> str:
+    def _sep(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
         v = {"tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";"}.get(v, v)
         if len(v) != 1:
             raise ValueError(f"expected one character (or 'tab'), got {v!r}")
@@ -279,8 +282,13 @@ def _read_file(path: Path, mapping: TableMapping) -> TableRead:
     types: dict[str, ColumnKind] = dict.fromkeys(wanted, "str")
     if _is_parquet(path):
         return read_parquet_table(path, table="jobs", types=types)
-    return read_delimited(path, table="jobs", columns=mapping.columns, types=types, separator=mapping.separator,
-                          has_header=mapping.has_header)
+    return read_delimited(path, table="jobs", columns=mapping.columns, types=types,
+                          separator=mapping.separator or default_separator(path), has_header=mapping.has_header)
+
+
+def default_separator(path: Path) -> str:
+    """The separator of a mapping that sets none: a tab for ``.tsv`` / ``.tsv.gz`` files, else a comma."""
+    return "\t" if path.name.lower().endswith((".tsv", ".tsv.gz")) else ","
 
 
 def _field_frame(read: TableRead, mapping: TableMapping) -> TableRead:

@@ -184,6 +184,19 @@ def _split_header(line: str, separator: str) -> list[str]:
     return [name.strip().strip('"').strip() for name in line.split(separator)]
 
 
+def _separator_hint(header: list[str] | None, separator: str) -> str:
+    """A hint when a header read as one column holds another likely separator (``;``, tab, ``|``)."""
+    if not header or len(header) != 1:
+        return ""
+    names = {";": "';'", "\t": "tab", "|": "'|'", ",": "','"}
+    for sep, name in names.items():
+        if sep != separator and sep in header[0]:
+            value = "tab" if sep == "\t" else sep
+            return (f"; the header is one column holding {name}: set separator (e.g. separator = \"{value}\" in a "
+                    "--mapping file)")
+    return ""
+
+
 @contextmanager
 def local_source(path: str | Path) -> Iterator[Path]:
     """A path Polars can read for ``path``: the file itself, or, for a ``.tar.gz``/``.tgz``
@@ -356,6 +369,7 @@ def read_delimited(
                 if missing:
                     raise ValueError(
                         f"{label}: header has no column(s) {missing}; the header is {header}"
+                        + _separator_hint(header, separator)
                     )
             lines = lines.slice(1)
         if columns is None:
@@ -364,7 +378,8 @@ def read_delimited(
         n_expected = len(names)
         unknown = [c for c in types if c not in names]
         if unknown:
-            raise ValueError(f"{label}: unknown column(s) {unknown}; the table's columns are {names}")
+            raise ValueError(f"{label}: unknown column(s) {unknown}; the table's columns are {names}"
+                             + _separator_hint(header, separator))
 
         wanted = list(types)
         raw = pl.col("_raw")
