@@ -111,6 +111,17 @@ def test_repeated_rows_with_and_without_a_job_id(tmp_path):
     bad = report.malformed.select("file", "line", "problem").rows()
     assert bad == [(str(a), 4, "duplicate job_id"), (str(b), 2, "duplicate job_id")]
     assert any("1 exact duplicate row(s)" in n for n in report.notes)
+    # the same job in a later file with the same values (written differently: 8.0, spaces, another
+    # column order) is an exact duplicate, not a conflict; only other values are
+    d = tmp_path / "d.csv"
+    d.write_text("gpus,id,net\n8.0,j1, resnet50\n2,j2,bert_base\n1,j2,bert_base\n")  # j1, j2 as in a.csv; j2 again
+    pop, report = read_population([a, b, d], mapping=parse_map_pairs(["job_id=id", "model=net", "num_gpus=gpus"]))
+    assert pop["job_id"].to_list() == ["j1", "j2", "j3"]
+    t = report.tables.select("file", "data_rows", "malformed_rows", "duplicate_rows", "used_rows").rows()
+    # d.csv 3 = 0 used + 1 malformed (j2 with 1 GPU) + 2 duplicates (j1, j2 as in a.csv)
+    assert t == [(str(a), 4, 1, 1, 2), (str(b), 2, 1, 0, 1), (str(d), 3, 1, 2, 0)]
+    assert report.malformed.select("file", "line", "problem").rows()[-1] == (str(d), 4, "duplicate job_id")
+    assert any(n.startswith("3 exact duplicate row(s)") for n in report.notes)
     # without an id, identical lines may be different jobs: all three are jobs
     c = tmp_path / "c.csv"
     c.write_text("net,gpus\nresnet50,8\nresnet50,8\nresnet50,8\n")

@@ -446,7 +446,8 @@ def read_table_population(
         )
     reads: list[TableRead] = []
     frames: list[pl.LazyFrame] = []
-    seen_ids = pl.Series("f_job_id", [], dtype=pl.String)
+    # job id -> hash of the values of its kept row, over the files read so far
+    seen = pl.DataFrame(schema={"f_job_id": pl.String, "_h": pl.UInt64})
     for path in files:
         read = _read_file(path, mapping)
         if "job_id" in mapping.fields:
@@ -455,14 +456,7 @@ def read_table_population(
             read = read.drop_exact_duplicates()
         read = _validate(_field_frame(read, mapping), mapping)
         if "job_id" in mapping.fields:
-            # a job id given again (in this file or an earlier one) with other values: the first is kept
-            repeated = pl.col("f_job_id").is_not_null() & (
-                ~pl.col("f_job_id").is_first_distinct() | pl.col("f_job_id").is_in(seen_ids.implode())
-            )
-            read = read.reject(repeated, DUPLICATE_JOB_ID,
-                               pl.format("job_id {} was given by an earlier row with other values; the first is kept",
-                                         "f_job_id"))
-            seen_ids = pl.concat([seen_ids, read.frame["f_job_id"].drop_nulls()])
+            read, seen = _repeated_job_ids(read, seen, mapping)
         lf = _counts(read.frame.lazy(), mapping, opts)
         given_arch = "architecture" in mapping.fields or "architecture" in mapping.constants
         if given_arch:
@@ -484,13 +478,43 @@ def read_table_population(
     notes: list[str] = []
     duplicates = sum(r.duplicate_rows for r in reads)
     if duplicates:
-        notes.append(f"{duplicates:,} exact duplicate row(s) of an earlier line of the same file (not used)")
+        notes.append(f"{duplicates:,} exact duplicate row(s) (not used): the same line as an earlier one of the "
+                     "file, or the same job_id and values as an earlier row of any file")
     if opts.model_mix:
         mixed = population.filter(pl.col("model_source") == "mix").height
         shares = ", ".join(f"{k} {v:.3g}" for k, v in opts.model_mix.items())
         notes.append(f"{mixed:,} job(s) without a model label got a model from the mix ({shares}; golden-ratio rule)")
     report = IngestReport.build(mapping.name, [str(p) for p in files], reads, population, notes)
     return population, report
+
+
+def _repeated_job_ids(read: TableRead, seen: pl.DataFrame, mapping: TableMapping) -> tuple[TableRead, pl.DataFrame]:
+    """Rows whose job id was given by an earlier row (of this file or of an earlier file, ``seen``:
+    ``f_job_id`` and ``_h``, the hash of the kept row's values).
+
+    The values compared are the parsed fields (``f_*``) and the kept columns, so ``8`` and ``8.0``
+    are the same value and a file may order its columns differently. Same values: an exact
+    duplicate (removed, counted in ``duplicate_rows``); other values: a malformed row
+    (:data:`DUPLICATE_JOB_ID`); the first row of the id is kept either way.
+
+    Returns:
+        ``(read, seen)`` with ``seen`` extended by the ids this file adds.
+    """
+    compared = sorted(c for c in read.frame.columns if c.startswith("f_")) + list(mapping.keep)
+    frame = read.frame.with_columns(_h=pl.struct(compared).hash())
+    has_id = pl.col("f_job_id").is_not_null()
+    firsts = frame.filter(has_id).unique("f_job_id", keep="first", maintain_order=True).select("f_job_id", "_h")
+    ref = pl.concat([seen, firsts]).unique("f_job_id", keep="first", maintain_order=True)
+    repeated = has_id & (pl.col("f_job_id").is_in(seen["f_job_id"].implode()) | ~pl.col("f_job_id").is_first_distinct())
+    same = pl.col("_h") == pl.col("f_job_id").replace_strict(ref["f_job_id"], ref["_h"], default=None)
+    flagged = frame.with_columns(_dup=repeated & same, _conflict=repeated & ~same)
+    kept = flagged.filter(~pl.col("_dup"))
+    read = replace(read, frame=kept, duplicate_rows=read.duplicate_rows + (flagged.height - kept.height))
+    read = read.reject(pl.col("_conflict"), DUPLICATE_JOB_ID,
+                       pl.format("job_id {} was given by an earlier row with other values; the first is kept",
+                                 "f_job_id"))
+    seen = pl.concat([seen, firsts.filter(~pl.col("f_job_id").is_in(seen["f_job_id"].implode()))])
+    return replace(read, frame=read.frame.drop("_h", "_dup", "_conflict")), seen
 
 
 def _population_columns(lf: pl.LazyFrame, path: Path, mapping: TableMapping) -> pl.LazyFrame:
