@@ -342,3 +342,29 @@ def test_tsv_defaults_to_tab_and_separator_hint(tmp_path):
     mapping = TableMapping(separator=";", fields=parse_map_pairs(M))
     pop, _ = read_population(semi, mapping=mapping)
     assert pop["gpu_time_s"].to_list() == [40.0]
+
+
+def test_given_architecture_must_fit_its_servers(tmp_path):
+    # characterize places a job on servers of 8 GPUs (Architecture.servers_on); ingest checks the same
+    path = tmp_path / "jobs.csv"
+    path.write_text(
+        "id,net,gpus,secs,arch,srv\n"
+        "j1,resnet50,16,100,allreduce_local,\n"    # line 2: 16 GPUs on one 8-GPU server
+        "j2,resnet50,4,100,1w1g,\n"                # line 3: 1w1g with 4 GPUs
+        "j3,resnet50,16,100,allreduce_cluster,\n"  # line 4: ok, 2 servers x 8
+        "j4,resnet50,24,100,allreduce_cluster,2\n"  # line 5: 24 GPUs on 2 servers = 12 per server > 8
+        "j5,resnet50,8,100,allreduce_local,\n"     # line 6: ok, one full server
+    )
+    pairs = [*M, "architecture=arch", "num_servers=srv"]
+    pop, report = read_population(path, mapping=parse_map_pairs(pairs))
+    assert pop["job_id"].to_list() == ["j3", "j5"]
+    got = {r["line"]: r["detail"] for r in report.malformed.iter_rows(named=True)}
+    assert got == {
+        2: "allreduce_local with 16 GPUs; expected at most 8 (one server of 8 GPUs; --server-gpus sets it)",
+        3: "1w1g with 4 GPUs; expected exactly 1 GPU",
+        5: "allreduce_cluster with 24 GPUs on 2 servers puts 12 on a server; expected at most 8",
+    }
+    assert set(report.malformed["problem"]) == {"architecture does not fit counts"}
+    # 16-GPU servers: the local job fits, 12 per server fits
+    pop, report = read_population(path, mapping=parse_map_pairs(pairs), server_gpus=16)
+    assert pop["job_id"].to_list() == ["j1", "j3", "j4", "j5"] and report.malformed["line"].to_list() == [3]

@@ -26,7 +26,8 @@ Rules (also in docs/ingest.md):
 - Malformed rows: wrong field count, unparsable number, ``inf``/``-inf``, non-whole count, a count
   above 2^53, negative count or time,
   end before start, a share outside [0, 1], a batch size < 1, an unknown precision, status (when
-  ``status_values`` is given) or architecture, an architecture that does not fit its counts.
+  ``status_values`` is given) or architecture, an architecture that does not fit its counts or
+  its servers (``server_gpus`` GPUs each, the placement check ``characterize`` applies).
 """
 
 from __future__ import annotations
@@ -398,19 +399,37 @@ def _counts(frame: pl.LazyFrame, mapping: TableMapping, opts: IngestOptions) -> 
     return lf.with_columns(num_gpus=pl.col("num_workers") * pl.col("gpus_per_worker"))
 
 
-def _misfit(a: pl.Expr, n: pl.Expr, nw: pl.Expr, gpw: pl.Expr, ps: pl.Expr, servers: pl.Expr) -> pl.Expr:
-    """True where an explicitly given architecture does not fit its counts (the rules of
-    :class:`~ddlscope.specs.architecture.Architecture`)."""
+def _misfit(a: pl.Expr, n: pl.Expr, nw: pl.Expr, gpw: pl.Expr, ps: pl.Expr, servers: pl.Expr,
+            server_gpus: int) -> list[tuple[pl.Expr, pl.Expr]]:
+    """``(condition, detail)`` pairs, one per rule an explicitly given architecture can break: the
+    rules of :class:`~ddlscope.specs.architecture.Architecture` and its placement check
+    (``Architecture.servers_on``, which ``characterize`` applies) on servers of ``server_gpus``
+    GPUs. Each detail says what was found and what was expected."""
     single = a.is_in(["1w1g", "1wng", "allreduce_local"])
-    return (
-        ((a == "1w1g") & (n != 1))
-        | ((a == "1wng") & ((nw != 1) | (gpw < 2)))
-        | ((a == "ps_worker") & (ps < 1))
-        | (a.is_in(["allreduce_local", "allreduce_cluster", "pearl"]) & (n < 2))
-        | (single & (servers > 1))
-        | ((a == "allreduce_cluster") & (servers < 2))
-        | (servers > n)
-    ).fill_null(False)
+    multi = a.is_in(["allreduce_local", "allreduce_cluster", "pearl"])
+    spread = a.is_in(["ps_worker", "allreduce_cluster", "pearl"])
+    per_server = (n + servers - 1) // servers  # ceil(n / servers), integers
+    sg = server_gpus
+    return [
+        ((a == "1w1g") & (n != 1), pl.format("1w1g with {} GPUs; expected exactly 1 GPU", n)),
+        ((a == "1wng") & ((nw != 1) | (gpw < 2)),
+         pl.format("1wng with {} worker(s) x {} GPU(s); expected 1 worker with >= 2 GPUs", nw, gpw)),
+        ((a == "ps_worker") & (ps < 1), pl.lit("ps_worker with 0 PS shards; expected num_ps >= 1")),
+        (multi & (n < 2), pl.format("{} with {} GPU(s); expected >= 2 GPUs", a, n)),
+        (single & (servers > 1),
+         pl.format("{} on {} servers; expected 1 server (a single-server architecture)", a, servers)),
+        ((a == "allreduce_cluster") & (servers < 2),
+         pl.format("allreduce_cluster on {} server; expected >= 2 servers (else allreduce_local)", servers)),
+        (servers > n, pl.format("{} servers for {} GPUs; expected at most one server per GPU", servers, n)),
+        (gpw > sg, pl.format(f"{{}} GPUs per worker; expected at most {sg} (a worker sits in one server of {sg} "
+                             "GPUs; --server-gpus sets it)", gpw)),
+        (single & (n > sg),
+         pl.format(f"{{}} with {{}} GPUs; expected at most {sg} (one server of {sg} GPUs; --server-gpus sets it)",
+                   a, n)),
+        (spread & (per_server > sg),
+         pl.format(f"{{}} with {{}} GPUs on {{}} servers puts {{}} on a server; expected at most {sg}", a, n,
+                   servers, per_server)),
+    ]
 
 
 def read_table_population(
@@ -460,16 +479,16 @@ def read_table_population(
         lf = _counts(read.frame.lazy(), mapping, opts)
         given_arch = "architecture" in mapping.fields or "architecture" in mapping.constants
         if given_arch:
+            rules = _misfit(pl.col("architecture"), pl.col("_n"), pl.col("num_workers"), pl.col("gpus_per_worker"),
+                            pl.col("num_ps"), pl.col("num_servers"), opts.server_gpus or mapping.server_gpus)
+            conds = [cond.fill_null(False) for cond, _ in rules]
             checked = lf.with_columns(
-                _misfit=_misfit(pl.col("architecture"), pl.col("_n"), pl.col("num_workers"), pl.col("gpus_per_worker"),
-                                pl.col("num_ps"), pl.col("num_servers"))
+                _misfit=pl.any_horizontal(conds),
+                _misfit_detail=pl.coalesce([pl.when(cond).then(detail) for cond, (_, detail) in
+                                            zip(conds, rules, strict=True)]),
             ).collect()
-            read = replace(read, frame=checked).reject(
-                pl.col("_misfit"), ARCHITECTURE_MISFIT,
-                pl.format("{} with {} GPU(s) = {} worker(s) x {}, {} PS, {} server(s)", "architecture", "_n",
-                          "num_workers", "gpus_per_worker", "num_ps", "num_servers"),
-            )
-            lf = read.frame.lazy().drop("_misfit")
+            read = replace(read, frame=checked).reject(pl.col("_misfit"), ARCHITECTURE_MISFIT, pl.col("_misfit_detail"))
+            lf = read.frame.lazy().drop("_misfit", "_misfit_detail")
         reads.append(read)
         frames.append(_population_columns(lf.drop("_raw", strict=False), path, mapping))
     lf = pl.concat(frames, how="vertical_relaxed")
