@@ -368,3 +368,17 @@ def test_given_architecture_must_fit_its_servers(tmp_path):
     # 16-GPU servers: the local job fits, 12 per server fits
     pop, report = read_population(path, mapping=parse_map_pairs(pairs), server_gpus=16)
     assert pop["job_id"].to_list() == ["j1", "j3", "j4", "j5"] and report.malformed["line"].to_list() == [3]
+
+
+def test_examples_count_rows_without_a_detail():
+    # a malformed row whose detail is null (e.g. formatted from a null count) is still an example
+    from ddlscope.ingest.population import empty_population
+    from ddlscope.ingest.table import MALFORMED_SCHEMA, TableRead
+
+    bad = pl.DataFrame({"table": ["jobs", "jobs"], "file": ["x.csv", "x.csv"], "line": [2, 3],
+                        "problem": ["architecture does not fit counts"] * 2, "detail": [None, "1w1g with 4 GPUs"],
+                        "text": ["a", "b"]}, schema=MALFORMED_SCHEMA)
+    read = TableRead(table="jobs", file="x.csv", frame=pl.DataFrame(), malformed=bad, data_rows=2, blank_lines=0)
+    report = IngestReport.build("csv", ["x.csv"], [read], empty_population())
+    assert report.malformed_summary(2)["examples"].to_list() == ["x.csv:2; x.csv:3 (1w1g with 4 GPUs)"]
+    assert report.malformed_summary(1)["examples"].to_list() == ["x.csv:2"]

@@ -131,7 +131,7 @@ class IngestReport:
 
     def malformed_summary(self, examples: int = 3) -> pl.DataFrame:
         """Malformed rows per (table, problem): ``rows`` and the first ``examples`` locations as
-        ``file:line`` with what was found."""
+        ``file:line`` with what was found (``file:line`` alone where the row has no detail)."""
         if self.malformed.height == 0:
             return pl.DataFrame(schema={"table": pl.String, "problem": pl.String, "rows": pl.Int64,
                                         "examples": pl.String})
@@ -140,7 +140,9 @@ class IngestReport:
             .group_by("table", "problem", maintain_order=True)
             .agg(
                 rows=pl.len().cast(pl.Int64),
-                examples=pl.format("{}:{} ({})", "file", "line", "detail").head(examples).str.join("; "),
+                # a row without a detail still counts as an example (pl.format of a null is null)
+                examples=pl.when(pl.col("detail").is_null()).then(pl.format("{}:{}", "file", "line"))
+                .otherwise(pl.format("{}:{} ({})", "file", "line", "detail")).head(examples).str.join("; "),
             )
             .sort("table", "problem")
         )
