@@ -382,3 +382,13 @@ def test_examples_count_rows_without_a_detail():
     report = IngestReport.build("csv", ["x.csv"], [read], empty_population())
     assert report.malformed_summary(2)["examples"].to_list() == ["x.csv:2; x.csv:3 (1w1g with 4 GPUs)"]
     assert report.malformed_summary(1)["examples"].to_list() == ["x.csv:2"]
+
+
+def test_unknown_gpu_names_are_named(tmp_path):
+    path = tmp_path / "jobs.csv"
+    path.write_text("id,net,gpus,g\nj1,resnet50,1,K80X\nj2,resnet50,1,K80X\nj3,resnet50,1,Z9\n")
+    _, report = read_population(path, mapping=parse_map_pairs(["job_id=id", "model=net", "num_gpus=gpus", "gpu=g"]))
+    assert report.unknown_gpus == [("K80X", 2), ("Z9", 1)]
+    assert "GPU type(s) not in the catalog (jobs): K80X (2), Z9 (1)" in report.notes
+    assert "GPU type(s) the catalog does not know (jobs): K80X (2), Z9 (1). Add the GPU" in report.no_jobs_message()
+

@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from ddlscope.ingest.population import duration_counts
+from ddlscope.ingest.population import GPU_NOT_IN_CATALOG, duration_counts
 from ddlscope.ingest.table import MALFORMED_SCHEMA, TableRead, empty_malformed
 
 ATTRIBUTED = "attributed"
@@ -74,6 +74,7 @@ class IngestReport:
     attributed_jobs: int = 0
     jobs_without_duration: int = 0
     attributed_jobs_without_duration: int = 0
+    unknown_gpus: list[tuple[str, int]] = field(default_factory=list)
 
     @classmethod
     def build(
@@ -106,11 +107,25 @@ class IngestReport:
             by_reason=reason_summary(population), notes=list(notes or []),
             jobs=population.height, attributed_jobs=int(population["attributed"].sum() or 0),
             jobs_without_duration=no_duration, attributed_jobs_without_duration=attributed_no_duration,
+            unknown_gpus=_unknown_gpus(population),
         )
         note = report.duration_note()
         if note:
             report.notes.append(note)
+        gpus = report.unknown_gpu_text()
+        if gpus:
+            report.notes.append(f"GPU type(s) not in the catalog (jobs): {gpus}")
         return report
+
+    def unknown_gpu_text(self, first: int = 5) -> str | None:
+        """The GPU names of the jobs whose reason is ``GPU type not in catalog``, most jobs first,
+        the first ``first`` with their job counts (``"K80 (12), M60 (3) and 2 more"``); ``None``
+        when there are none."""
+        if not self.unknown_gpus:
+            return None
+        shown = ", ".join(f"{name} ({n:,})" for name, n in self.unknown_gpus[:first])
+        more = len(self.unknown_gpus) - first
+        return shown + (f" and {more} more" if more > 0 else "")
 
     def duration_note(self) -> str | None:
         """The sentence counting the jobs without a known duration (``None`` when there are none).
@@ -172,9 +187,12 @@ class IngestReport:
                     f"{self.malformed_rows:,} malformed (see the malformed-row report)")
         parts = [f"{r['reason']}: {r['jobs']:,}" for r in self.by_reason.iter_rows(named=True)]
         top = self.by_reason["reason"][0]
+        hint = _HINTS.get(top, "See docs/ingest.md for the rules.")
+        if top == GPU_NOT_IN_CATALOG and self.unknown_gpus:
+            hint = f"GPU type(s) the catalog does not know (jobs): {self.unknown_gpu_text()}. {hint}"
         return (
             f"none of the {self.jobs:,} jobs of {where} can be attributed to a workload "
-            f"({'; '.join(parts)}). {_HINTS.get(top, 'See docs/ingest.md for the rules.')}"
+            f"({'; '.join(parts)}). {hint}"
         )
 
     def require_attributed(self) -> None:
@@ -213,6 +231,15 @@ _HINTS: Mapping[str, str] = {
     "GPU type not in catalog": "Add the GPU to the catalog (--catalog FILE) or map it to a known one.",
     "no GPU requested": "The trace holds CPU-only jobs only.",
 }
+
+
+def _unknown_gpus(population: pl.DataFrame) -> list[tuple[str, int]]:
+    """(trace GPU name, jobs) of the jobs not attributed for ``GPU type not in catalog``, most first."""
+    if population.height == 0 or "trace_gpu" not in population.columns:
+        return []
+    counts = (population.filter(pl.col("reason") == GPU_NOT_IN_CATALOG)
+              .group_by("trace_gpu").agg(jobs=pl.len().cast(pl.Int64)).sort(-pl.col("jobs"), "trace_gpu"))
+    return [(str(g), int(n)) for g, n in counts.iter_rows()]
 
 
 def reason_summary(population: pl.DataFrame) -> pl.DataFrame:
