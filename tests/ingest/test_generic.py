@@ -215,8 +215,7 @@ def test_zero_attributable_and_empty_tables(tmp_path):
     empty.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n")
     pop, report = read_population(empty, fmt="philly-pollux")
     assert pop.height == 0 and isinstance(report, IngestReport)
-    assert report.no_jobs_message() == f"no job could be read from {empty}: 0 data row(s), 0 malformed (see the " \
-        "malformed-row report)"
+    assert report.no_jobs_message() == f"no job could be read from {empty}: no data row (a header only, or blank lines)"
 
 
 def test_mapping_errors(tmp_path):
@@ -392,3 +391,13 @@ def test_unknown_gpu_names_are_named(tmp_path):
     assert "GPU type(s) not in the catalog (jobs): K80X (2), Z9 (1)" in report.notes
     assert "GPU type(s) the catalog does not know (jobs): K80X (2), Z9 (1). Add the GPU" in report.no_jobs_message()
 
+
+def test_header_only_file_message(tmp_path):
+    path = tmp_path / "jobs.csv"
+    path.write_text("id,net,gpus\n\n")
+    _, report = read_population(path, mapping=parse_map_pairs(["job_id=id", "model=net", "num_gpus=gpus"]))
+    assert report.no_jobs_message() == f"no job could be read from {path}: no data row (a header only, or blank lines)"
+    path.write_text("id,net,gpus\nj1,resnet50\n")
+    _, report = read_population(path, mapping=parse_map_pairs(["job_id=id", "model=net", "num_gpus=gpus"]))
+    assert report.no_jobs_message() == (
+        f"no job could be read from {path}: 1 data row(s), 1 malformed (see the malformed-row report)")

@@ -183,8 +183,10 @@ class IngestReport:
         where = ", ".join(self.sources[:3]) + (f" and {len(self.sources) - 3} more" if len(self.sources) > 3 else "")
         if self.jobs == 0:
             rows = int(self.tables["data_rows"].sum()) if self.tables.height else 0
-            return (f"no job could be read from {where}: {rows:,} data row(s), "
-                    f"{self.malformed_rows:,} malformed (see the malformed-row report)")
+            if rows == 0:
+                return f"no job could be read from {where}: no data row (a header only, or blank lines)"
+            see = " (see the malformed-row report)" if self.malformed_rows else ""
+            return f"no job could be read from {where}: {rows:,} data row(s), {self.malformed_rows:,} malformed{see}"
         parts = [f"{r['reason']}: {r['jobs']:,}" for r in self.by_reason.iter_rows(named=True)]
         top = self.by_reason["reason"][0]
         hint = _HINTS.get(top, "See docs/ingest.md for the rules.")
