@@ -401,3 +401,13 @@ def test_header_only_file_message(tmp_path):
     _, report = read_population(path, mapping=parse_map_pairs(["job_id=id", "model=net", "num_gpus=gpus"]))
     assert report.no_jobs_message() == (
         f"no job could be read from {path}: 1 data row(s), 1 malformed (see the malformed-row report)")
+
+
+def test_architecture_values_ignore_case(tmp_path):
+    path = tmp_path / "jobs.csv"
+    path.write_text("id,net,gpus,secs,arch\nj1,resnet50,2,100,PS_Worker\nj2,resnet50,1,100,1W1G\n"
+                    "j3,resnet50,4,100,Allreduce-Local\nj4,resnet50,1,100,Ring\n")
+    pop, report = read_population(path, mapping=parse_map_pairs([*M, "architecture=arch"]))
+    assert pop["architecture"].to_list() == ["ps_worker", "1w1g", "allreduce_local"]
+    assert report.malformed.select("line", "problem").rows() == [(5, "unknown architecture")]
+    assert report.malformed["detail"][0].startswith("architecture 'Ring'; expected one of 1w1g")

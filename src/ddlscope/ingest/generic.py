@@ -95,7 +95,7 @@ FIELD_HELP: dict[str, str] = {
     "gpus_per_worker": "GPUs per worker",
     "num_ps": "parameter-server shards",
     "num_servers": "servers holding the GPUs",
-    "architecture": f"one of {', '.join(ARCHITECTURES)}",
+    "architecture": f"one of {', '.join(ARCHITECTURES)} (any case, '-' for '_')",
     "gpu": "GPU type (catalog name or alias)",
     "start_time_s": "start time, seconds",
     "end_time_s": "end time, seconds",
@@ -348,6 +348,10 @@ def _validate(read: TableRead, mapping: TableMapping) -> TableRead:
         read = read.reject(~f("precision").is_in(list(PRECISIONS)), OUT_OF_RANGE,
                            pl.format(f"precision '{{}}'; expected one of {', '.join(PRECISIONS)}", f("precision")))
     if has("architecture"):
+        # case and '-' for '_' do not matter: PS_Worker, ps-worker, 1W1G name architectures
+        known = f("architecture").str.to_lowercase().str.replace_all("-", "_", literal=True)
+        read = replace(read, frame=read.frame.with_columns(
+            pl.when(known.is_in(list(ARCHITECTURES))).then(known).otherwise(f("architecture")).alias("f_architecture")))
         read = read.reject(~f("architecture").is_in(list(ARCHITECTURES)), UNKNOWN_ARCHITECTURE,
                            pl.format(f"architecture '{{}}'; expected one of {', '.join(ARCHITECTURES)}",
                                      f("architecture")))
