@@ -171,7 +171,8 @@ class IngestReport:
         """One sentence: jobs, attributed, malformed rows."""
         pct = 100.0 * self.attributed_jobs / self.jobs if self.jobs else 0.0
         return (
-            f"{self.jobs:,} jobs read ({self.fmt}): {self.attributed_jobs:,} attributed ({pct:.1f} %), "
+            f"{self.jobs:,} job{'' if self.jobs == 1 else 's'} read ({self.fmt}): "
+            f"{self.attributed_jobs:,} attributed ({pct:.1f} %), "
             f"{self.jobs - self.attributed_jobs:,} not attributed; {self.malformed_rows:,} malformed row(s)"
         )
 
@@ -192,8 +193,9 @@ class IngestReport:
         hint = _HINTS.get(top, "See docs/ingest.md for the rules.")
         if top == GPU_NOT_IN_CATALOG and self.unknown_gpus:
             hint = f"GPU type(s) the catalog does not know (jobs): {self.unknown_gpu_text()}. {hint}"
+        subject, verb = ("the one job", "cannot") if self.jobs == 1 else (f"none of the {self.jobs:,} jobs", "can")
         return (
-            f"none of the {self.jobs:,} jobs of {where} can be attributed to a workload "
+            f"{subject} of {where} {verb} be attributed to a workload "
             f"({'; '.join(parts)}). {hint}"
         )
 
