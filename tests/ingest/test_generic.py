@@ -225,6 +225,9 @@ def test_mapping_errors(tmp_path):
     path.write_text("a,b\n1,2\n")
     with pytest.raises(ValueError, match="unknown field 'gpus'"):
         parse_map_pairs(["gpus=a"])
+    with pytest.raises(ValueError, match=r"expected a population field \(job_id, model, .*, status\) or a feature "
+                                         r"column \(precision, compute_bound_flops, .*, peak_memory_bytes;"):
+        parse_map_pairs(["nosuch=a"])
     with pytest.raises(ValueError, match=r"jobs.csv: unknown column\(s\) \[.n.\]; the table.s columns are \[.a., .b"):
         read_population(path, mapping={"num_gpus": "n"})
     with pytest.raises(ValueError, match="no GPU count"):

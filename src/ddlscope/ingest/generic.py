@@ -105,6 +105,15 @@ FIELD_HELP: dict[str, str] = {
     "status": "job status",
 }
 
+
+
+def expected_fields() -> str:
+    """The mappable names for an error message: the population fields, then the feature columns."""
+    fields = [f for f in FIELDS if f not in FEATURE_COLUMNS]
+    return (f"a population field ({', '.join(fields)}) or a feature column "
+            f"({', '.join(FEATURE_COLUMNS)}; per replica per step, see docs/ingest.md)")
+
+
 # problems of malformed rows found by the mapping's rules
 NEGATIVE = "negative value"
 END_BEFORE_START = "end before start"
@@ -172,7 +181,7 @@ class TableMapping(BaseModel):
     def _known_fields(cls, v: dict[str, Any]) -> dict[str, Any]:
         unknown = [k for k in v if k not in FIELDS]
         if unknown:
-            raise ValueError(f"unknown field(s) {unknown}; expected some of {', '.join(FIELDS)}")
+            raise ValueError(f"unknown field(s) {unknown}; expected {expected_fields()}")
         return v
 
     @field_validator("extract")
@@ -268,7 +277,7 @@ def parse_map_pairs(pairs: Sequence[str]) -> dict[str, str]:
     out = parse_pairs(pairs, what="--map", expected="field=column")
     for name in out:
         if name not in FIELDS:
-            raise ValueError(f"--map: unknown field {name!r}; expected one of {', '.join(FIELDS)}")
+            raise ValueError(f"--map: unknown field {name!r}; expected {expected_fields()}")
     return out
 
 
