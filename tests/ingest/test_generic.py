@@ -416,3 +416,18 @@ def test_architecture_values_ignore_case(tmp_path):
     assert pop["architecture"].to_list() == ["ps_worker", "1w1g", "allreduce_local"]
     assert report.malformed.select("line", "problem").rows() == [(5, "unknown architecture")]
     assert report.malformed["detail"][0].startswith("architecture 'Ring'; expected one of 1w1g")
+
+
+def test_empty_file_among_others_is_skipped_with_a_note(tmp_path):
+    dd = tmp_path / "dd"
+    dd.mkdir()
+    (dd / "a.csv").write_text("id,net,gpus\nj1,resnet50,2\n")
+    (dd / "b.csv").write_text("")
+    pairs = parse_map_pairs(["job_id=id", "model=net", "num_gpus=gpus"])
+    pop, report = read_population(dd, mapping=pairs)
+    assert pop["job_id"].to_list() == ["j1"]
+    assert f"1 empty file(s) (0 bytes, no header) skipped: {dd / 'b.csv'}" in report.notes
+    assert report.tables["file"].to_list() == [str(dd / "a.csv")]
+    # every file empty: nothing to read, the error names the file
+    with pytest.raises(ValueError, match=r"b\.csv: empty file; expected a header line"):
+        read_population(dd / "b.csv", mapping=pairs)

@@ -463,7 +463,8 @@ def read_table_population(
 
     Raises:
         FileNotFoundError: a missing path.
-        ValueError: a mapping column the file lacks, a file that cannot be read (naming it).
+        ValueError: a mapping column the file lacks, a file that cannot be read (naming it), an
+            empty file when every file is empty (an empty file among others is skipped with a note).
     """
     opts = opts or IngestOptions()
     if mapping.models:
@@ -476,6 +477,12 @@ def read_table_population(
             f"mapping {mapping.name!r}: no GPU count; map num_gpus (or num_workers and gpus_per_worker) "
             "to a column, e.g. --map num_gpus=COLUMN"
         )
+    # an empty (0-byte) file among others, e.g. in a directory, is skipped with a note; alone it is an error
+    empty = [p for p in files if p.stat().st_size == 0]
+    if empty and len(empty) < len(files):
+        files = [p for p in files if p not in empty]
+    else:
+        empty = []
     reads: list[TableRead] = []
     frames: list[pl.LazyFrame] = []
     # job id -> hash of the values of its kept row, over the files read so far
@@ -508,6 +515,9 @@ def read_table_population(
     kept = [f"trace_{c}" for c in mapping.keep]
     population = finalize(lf, opts, no_label_reason=NO_MODEL_LABEL, extra_columns=kept)
     notes: list[str] = []
+    if empty:
+        names = ", ".join(str(p) for p in empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
+        notes.append(f"{len(empty):,} empty file(s) (0 bytes, no header) skipped: {names}")
     duplicates = sum(r.duplicate_rows for r in reads)
     if duplicates:
         notes.append(f"{duplicates:,} exact duplicate row(s) (not used): the same line as an earlier one of the "
