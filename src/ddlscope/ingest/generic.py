@@ -485,8 +485,7 @@ def read_table_population(
         empty = []
     reads: list[TableRead] = []
     frames: list[pl.LazyFrame] = []
-    # job id -> hash of the values of its kept row, over the files read so far
-    seen = pl.DataFrame(schema={"f_job_id": pl.String, "_h": pl.UInt64})
+    seen: pl.DataFrame | None = None  # job id and values of its kept row, over the files read so far
     for path in files:
         read = _read_file(path, mapping)
         if "job_id" in mapping.fields:
@@ -530,33 +529,42 @@ def read_table_population(
     return population, report
 
 
-def _repeated_job_ids(read: TableRead, seen: pl.DataFrame, mapping: TableMapping) -> tuple[TableRead, pl.DataFrame]:
+def _repeated_job_ids(read: TableRead, seen: pl.DataFrame | None,
+                      mapping: TableMapping) -> tuple[TableRead, pl.DataFrame]:
     """Rows whose job id was given by an earlier row (of this file or of an earlier file, ``seen``:
-    ``f_job_id`` and ``_h``, the hash of the kept row's values).
+    ``f_job_id`` and the compared values of each id's kept row; ``None`` before the first file).
 
     The values compared are the parsed fields (``f_*``) and the kept columns, so ``8`` and ``8.0``
     are the same value and a file may order its columns differently. Same values: an exact
     duplicate (removed, counted in ``duplicate_rows``); other values: a malformed row
-    (:data:`DUPLICATE_JOB_ID`); the first row of the id is kept either way.
+    (:data:`DUPLICATE_JOB_ID`); the first row of the id is kept either way. Only the repeated rows
+    are compared (a join on the id), so a file without repeats pays two hash passes.
 
     Returns:
         ``(read, seen)`` with ``seen`` extended by the ids this file adds.
     """
-    compared = sorted(c for c in read.frame.columns if c.startswith("f_")) + list(mapping.keep)
-    frame = read.frame.with_columns(_h=pl.struct(compared).hash())
+    compared = sorted(c for c in read.frame.columns if c.startswith("f_") and c != "f_job_id") + list(mapping.keep)
+    frame = read.frame.with_row_index("_i")
     has_id = pl.col("f_job_id").is_not_null()
-    firsts = frame.filter(has_id).unique("f_job_id", keep="first", maintain_order=True).select("f_job_id", "_h")
-    ref = pl.concat([seen, firsts]).unique("f_job_id", keep="first", maintain_order=True)
-    repeated = has_id & (pl.col("f_job_id").is_in(seen["f_job_id"].implode()) | ~pl.col("f_job_id").is_first_distinct())
-    same = pl.col("_h") == pl.col("f_job_id").replace_strict(ref["f_job_id"], ref["_h"], default=None)
-    flagged = frame.with_columns(_dup=repeated & same, _conflict=repeated & ~same)
-    kept = flagged.filter(~pl.col("_dup"))
-    read = replace(read, frame=kept, duplicate_rows=read.duplicate_rows + (flagged.height - kept.height))
-    read = read.reject(pl.col("_conflict"), DUPLICATE_JOB_ID,
-                       pl.format("job_id {} was given by an earlier row with other values; the first is kept",
-                                 "f_job_id"))
-    seen = pl.concat([seen, firsts.filter(~pl.col("f_job_id").is_in(seen["f_job_id"].implode()))])
-    return replace(read, frame=read.frame.drop("_h", "_dup", "_conflict")), seen
+    earlier = pl.col("f_job_id").is_in(seen["f_job_id"].implode()) if seen is not None else pl.lit(False)
+    frame = frame.with_columns(_rep=has_id & (earlier | ~pl.col("f_job_id").is_first_distinct()))
+    firsts = frame.filter(has_id & ~pl.col("_rep")).select("f_job_id", *compared)
+    repeated = frame.filter(pl.col("_rep"))
+    if repeated.height:
+        ref = firsts if seen is None else pl.concat([seen, firsts])
+        joined = repeated.select("_i", "f_job_id", *compared).join(ref, on="f_job_id", how="left", suffix="_ref")
+        same = pl.all_horizontal([pl.col(c).eq_missing(pl.col(f"{c}_ref")) for c in compared]) if compared \
+            else pl.lit(True)
+        dup = joined.filter(same)["_i"]
+        kept = frame.filter(~pl.col("_i").is_in(dup.implode()))
+        read = replace(read, frame=kept, duplicate_rows=read.duplicate_rows + dup.len())
+        read = read.reject(pl.col("_rep"), DUPLICATE_JOB_ID,
+                           pl.format("job_id {} was given by an earlier row with other values; the first is kept",
+                                     "f_job_id"))
+    else:
+        read = replace(read, frame=frame)
+    seen = firsts if seen is None else pl.concat([seen, firsts])
+    return replace(read, frame=read.frame.drop("_i", "_rep")), seen
 
 
 def _population_columns(lf: pl.LazyFrame, path: Path, mapping: TableMapping) -> pl.LazyFrame:
