@@ -337,9 +337,13 @@ def _validate(read: TableRead, mapping: TableMapping) -> TableRead:
         if has(n):
             read = read.reject(f(n) < 0, NEGATIVE, pl.format(f"{n} {{}}; expected >= 0", f(n)))
     if has("num_gpus"):  # a float field (fractions allowed) that is still a count
-        where = f"column {mapping.fields['num_gpus']} (num_gpus)" if "num_gpus" in mapping.fields else "num_gpus"
+        src = mapping.fields.get("num_gpus")
+        where = f"column {src} (num_gpus)" if src else "num_gpus"
+        # the value as written (a float prints 2^63 - 1 as 9.223372036854776e+18)
+        got = pl.format("'{}'", pl.col(src).cast(pl.String).str.strip_chars()) \
+            if src in cols and "num_gpus" not in mapping.extract else f("num_gpus").cast(pl.String)
         read = read.reject(f("num_gpus") > MAX_COUNT, COUNT_TOO_LARGE,
-                           pl.format(f"{where}: expected a count up to {MAX_COUNT}, got {{}}", f("num_gpus")))
+                           pl.format(f"{where}: expected a count up to {MAX_COUNT}, got {{}}", got))
     if has("batch_size"):
         read = read.reject(f("batch_size") < 1, OUT_OF_RANGE,
                            pl.format("batch_size {}; expected >= 1", f("batch_size")))
