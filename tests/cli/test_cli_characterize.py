@@ -80,3 +80,22 @@ def test_trace_without_any_gpu_time_still_draws_the_report(tmp_path):
     assert payload["evaluated_jobs"] == 3 and payload["headline"]["mean_comm_share_gpu_time"] is None
     assert 0 < payload["headline"]["mean_comm_share"] < 1
     assert (out / "figures" / "breakdown.png").stat().st_size > 10_000
+
+
+def test_headline_lines_say_when_no_job_counts():
+    from ddlscope.cli.characterize import headline_lines
+
+    h = {"mean_comm_share": 0.008, "mean_comm_share_gpu_time": 0.013, "ps_worker_jobs": 0,
+         "ps_worker_sped_up_by_allreduce_port": None, "network_jobs": 0, "mean_speedup_ethernet_25_to_100": None,
+         "mean_speedup_ethernet_25_to_100_all_jobs": 1.0}
+    _, ps, net = headline_lines(h)
+    assert ps == "  PS/Worker jobs sped up by porting to all-reduce over NVLink: no PS/Worker job in the population" \
+        "   (study: 60 %)"
+    assert net == "  mean speedup of 25 -> 100 Gb/s Ethernet: no job uses the network, 1.00x over all   (study: 1.7x)"
+    h |= {"ps_worker_jobs": 1, "ps_worker_sped_up_by_allreduce_port": 1.0, "network_jobs": 1,
+          "mean_speedup_ethernet_25_to_100": 1.5}
+    _, ps, net = headline_lines(h)
+    assert "over NVLink: 100.0 % of 1 job   (study" in ps
+    assert "Ethernet: 1.50x over the 1 job using the network, 1.00x over all" in net
+    h |= {"ps_worker_jobs": 2300, "network_jobs": 2}
+    assert "100.0 % of 2,300 jobs" in headline_lines(h)[1] and "over the 2 jobs using" in headline_lines(h)[2]

@@ -69,3 +69,15 @@ def test_ingest_user_errors_are_one_line(tmp_path):
     assert res.exit_code == 2 and "unknown field 'gpu_count'" in res.output
     res = runner.invoke(app, ["ingest", str(path), "--map", "num_gpus=gpus", "--out", str(tmp_path / "x.txt")])
     assert res.exit_code == 2 and "expected a .parquet or .csv file" in res.output
+
+
+def test_format_csv_is_the_reason_table_and_help_says_so(tmp_path):
+    path = tmp_path / "jobs.csv"
+    path.write_text("id,net,gpus\nj1,resnet50,1\nj2,,2\n")
+    res = runner.invoke(app, ["ingest", str(path), "-t", "csv", "--map", "job_id=id", "--map", "model=net",
+                              "--map", "num_gpus=gpus", "--format", "csv"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.splitlines()[:3] == ["reason,jobs,share_jobs,gpu_time_s,share_gpu_time",
+                                           "attributed,1,0.5,,", "no model label,1,0.5,,"]
+    res = runner.invoke(app, ["ingest", "--help"], terminal_width=200)
+    assert "csv only the jobs-per-reason table" in " ".join(res.output.split())

@@ -111,6 +111,17 @@ def test_repeated_rows_with_and_without_a_job_id(tmp_path):
     bad = report.malformed.select("file", "line", "problem").rows()
     assert bad == [(str(a), 4, "duplicate job_id"), (str(b), 2, "duplicate job_id")]
     assert any("1 exact duplicate row(s)" in n for n in report.notes)
+    # the same job in a later file with the same values (written differently: 8.0, spaces, another
+    # column order) is an exact duplicate, not a conflict; only other values are
+    d = tmp_path / "d.csv"
+    d.write_text("gpus,id,net\n8.0,j1, resnet50\n2,j2,bert_base\n1,j2,bert_base\n")  # j1, j2 as in a.csv; j2 again
+    pop, report = read_population([a, b, d], mapping=parse_map_pairs(["job_id=id", "model=net", "num_gpus=gpus"]))
+    assert pop["job_id"].to_list() == ["j1", "j2", "j3"]
+    t = report.tables.select("file", "data_rows", "malformed_rows", "duplicate_rows", "used_rows").rows()
+    # d.csv 3 = 0 used + 1 malformed (j2 with 1 GPU) + 2 duplicates (j1, j2 as in a.csv)
+    assert t == [(str(a), 4, 1, 1, 2), (str(b), 2, 1, 0, 1), (str(d), 3, 1, 2, 0)]
+    assert report.malformed.select("file", "line", "problem").rows()[-1] == (str(d), 4, "duplicate job_id")
+    assert any(n.startswith("3 exact duplicate row(s)") for n in report.notes)
     # without an id, identical lines may be different jobs: all three are jobs
     c = tmp_path / "c.csv"
     c.write_text("net,gpus\nresnet50,8\nresnet50,8\nresnet50,8\n")
@@ -198,14 +209,15 @@ def test_zero_attributable_and_empty_tables(tmp_path):
     path.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:01:55,66.0,1,66.0,11cb48\n")
     pop, report = read_population(path)
     assert report.attributed_jobs == 0
-    with pytest.raises(NoAttributableJobsError, match=r"none of the 1 jobs .*\(no model label: 1\)"):
+    assert report.headline() == "1 job read (philly-pollux): 0 attributed (0.0 %), 1 not attributed; 0 malformed row(s)"
+    with pytest.raises(NoAttributableJobsError,
+                       match=r"^the one job of .* cannot be attributed to a workload \(no model label: 1\)"):
         report.require_attributed()
     empty = tmp_path / "empty.csv"
     empty.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n")
     pop, report = read_population(empty, fmt="philly-pollux")
     assert pop.height == 0 and isinstance(report, IngestReport)
-    assert report.no_jobs_message() == f"no job could be read from {empty}: 0 data row(s), 0 malformed (see the " \
-        "malformed-row report)"
+    assert report.no_jobs_message() == f"no job could be read from {empty}: no data row (a header only, or blank lines)"
 
 
 def test_mapping_errors(tmp_path):
@@ -213,6 +225,9 @@ def test_mapping_errors(tmp_path):
     path.write_text("a,b\n1,2\n")
     with pytest.raises(ValueError, match="unknown field 'gpus'"):
         parse_map_pairs(["gpus=a"])
+    with pytest.raises(ValueError, match=r"expected a population field \(job_id, model, .*, status\) or a feature "
+                                         r"column \(precision, compute_bound_flops, .*, peak_memory_bytes;"):
+        parse_map_pairs(["nosuch=a"])
     with pytest.raises(ValueError, match=r"jobs.csv: unknown column\(s\) \[.n.\]; the table.s columns are \[.a., .b"):
         read_population(path, mapping={"num_gpus": "n"})
     with pytest.raises(ValueError, match="no GPU count"):
@@ -235,3 +250,185 @@ def test_golden_ratio_mix_rule():
     frame = pl.DataFrame({"m": [True, True, False, True, True]})
     out = frame.select(assign_model_mix(pl.col("m"), parse_model_mix("resnet50=1,bert_base=1")))
     assert out.to_series().to_list() == ["bert_base", "resnet50", None, "bert_base", "resnet50"]
+
+
+M = ["job_id=id", "model=net", "num_gpus=gpus", "duration_s=secs"]
+
+
+def test_non_finite_and_huge_numbers_are_malformed_rows(tmp_path):
+    path = tmp_path / "jobs.csv"
+    path.write_text(
+        "id,net,gpus,secs\n"
+        "j1,resnet50,inf,100\n"                        # line 2: GPU count inf
+        "j2,resnet50,99999999999999999999999,100\n"    # line 3: 1e23 GPUs
+        "j3,resnet50,9223372036854775807,100\n"        # line 4: Int64 max (2^63 as a float)
+        "j4,resnet50,1,inf\n"                          # line 5: duration inf
+        "j5,resnet50,1,-inf\n"                         # line 6: duration -inf
+        "j6,resnet50,2,100\n"                          # line 7: ok
+    )
+    pop, report = read_population(path, mapping=parse_map_pairs(M))
+    # the one good job: 2 GPUs x 100 s = 200 GPU-seconds, a share of 1 (not nan)
+    assert pop["job_id"].to_list() == ["j6"] and pop["gpu_time_s"].to_list() == [200.0]
+    assert report.summary()["share_gpu_time"].to_list() == [1.0]
+    got = {r["line"]: (r["problem"], r["detail"]) for r in report.malformed.iter_rows(named=True)}
+    assert got == {
+        2: ("not a finite number", "column gpus (num_gpus): expected a finite number, got 'inf'"),
+        3: ("count too large",
+            "column gpus (num_gpus): expected a count up to 9007199254740992, got '99999999999999999999999'"),
+        4: ("count too large",
+            "column gpus (num_gpus): expected a count up to 9007199254740992, got '9223372036854775807'"),
+        5: ("not a finite number", "column secs (duration_s): expected a finite number, got 'inf'"),
+        6: ("not a finite number", "column secs (duration_s): expected a finite number, got '-inf'"),
+    }
+    # an integer field (num_workers, parsed as a whole count) too large for Int64 is a row, not a null
+    p2 = tmp_path / "w.csv"
+    p2.write_text("id,w\nk1,9223372036854775807\nk2,3\n")
+    pop, report = read_population(p2, mapping=parse_map_pairs(["job_id=id", "num_workers=w"]))
+    assert pop["job_id"].to_list() == ["k2"] and pop["num_gpus"].to_list() == [3]
+    assert report.malformed.select("line", "problem").rows() == [(2, "count too large")]
+
+
+def test_non_finite_and_huge_numbers_in_parquet(tmp_path):
+    path = tmp_path / "jobs.parquet"
+    pl.DataFrame({
+        "id": ["p1", "p2", "p3"],
+        "gpus": [float("inf"), 1.0, 2.0],
+        "w": [1, 9223372036854775807, 1],
+        "secs": [10.0, 10.0, float("inf")],
+    }).write_parquet(path)
+    pop, report = read_population(
+        path, mapping=parse_map_pairs(["job_id=id", "num_gpus=gpus", "num_workers=w", "duration_s=secs"]))
+    assert pop.height == 0
+    got = report.malformed.select("line", "problem").rows()
+    assert got == [(1, "not a finite number"), (2, "count too large"), (3, "not a finite number")]
+
+
+def test_first_data_row_with_an_extra_field(tmp_path):
+    # Polars' parser rejects a first row wider than its schema; the row must be counted like any other
+    for name, row in [("plain.csv", "j1,resnet50,1,100,extra"), ("quoted.csv", 'j1,"resnet50, v1",1,100,extra')]:
+        path = tmp_path / name
+        path.write_text(f"id,net,gpus,secs\n{row}\nj0,resnet50,2,100\nj2,resnet50,1,100,x,y\n")
+        pop, report = read_population(path, mapping=parse_map_pairs(M))
+        assert pop["job_id"].to_list() == ["j0"] and pop["num_gpus"].to_list() == [2]
+        got = report.malformed.select("line", "problem", "detail", "text").rows()
+        assert got == [(2, "wrong field count", "expected 4 fields, got 5", row),
+                       (4, "wrong field count", "expected 4 fields, got 6", "j2,resnet50,1,100,x,y")]
+
+
+def test_utf8_byte_order_mark_is_stripped(tmp_path):
+    # Excel's "CSV UTF-8" starts the file with EF BB BF; the first column is 'id', not '\ufeffid'
+    path = tmp_path / "excel.csv"
+    path.write_bytes(b"\xef\xbb\xbfid,net,gpus,secs\r\nj1,resnet50,2,100\r\n")
+    pop, report = read_population(path, mapping=parse_map_pairs(M))
+    assert pop["job_id"].to_list() == ["j1"] and pop["gpu_time_s"].to_list() == [200.0]  # 2 GPUs x 100 s
+    # headerless: the first line's text (reported when malformed) has no mark either
+    trace = tmp_path / "vc.trace"
+    trace.write_bytes(b"\xef\xbb\xbfLM\tcmd\n" + (gavel_line("ResNet-50 (batch size 64)", "10", "4") + "\n").encode())
+    pop, report = read_population(trace)
+    assert pop["line"].to_list() == [2]
+    assert report.malformed.select("line", "problem", "text").rows() == [(1, "wrong field count", "LM\tcmd")]
+
+
+def test_tsv_defaults_to_tab_and_separator_hint(tmp_path):
+    tsv = tmp_path / "jobs.tsv"
+    tsv.write_text("id\tnet\tgpus\tsecs\nj1\tresnet50\t4\t10\n")
+    pop, _ = read_population(tsv, mapping=parse_map_pairs(M))
+    assert pop["job_id"].to_list() == ["j1"] and pop["gpu_time_s"].to_list() == [40.0]  # 4 GPUs x 10 s
+    # a .csv file stays comma-separated; a semicolon file read as one column gets a hint
+    semi = tmp_path / "jobs.csv"
+    semi.write_text("id;net;gpus;secs\nj1;resnet50;4;10\n")
+    with pytest.raises(ValueError, match=r"one column holding ';': set separator \(e\.g\. separator = \";\""):
+        read_population(semi, mapping=parse_map_pairs(M))
+    tabbed = tmp_path / "tabbed.csv"
+    tabbed.write_text("id\tnet\tgpus\tsecs\nj1\tresnet50\t4\t10\n")
+    with pytest.raises(ValueError, match=r"one column holding tab: set separator \(e\.g\. separator = \"tab\""):
+        read_population(tabbed, mapping=parse_map_pairs(M))
+    # an explicit separator still wins over the name
+    mapping = TableMapping(separator=";", fields=parse_map_pairs(M))
+    pop, _ = read_population(semi, mapping=mapping)
+    assert pop["gpu_time_s"].to_list() == [40.0]
+
+
+def test_given_architecture_must_fit_its_servers(tmp_path):
+    # characterize places a job on servers of 8 GPUs (Architecture.servers_on); ingest checks the same
+    path = tmp_path / "jobs.csv"
+    path.write_text(
+        "id,net,gpus,secs,arch,srv\n"
+        "j1,resnet50,16,100,allreduce_local,\n"    # line 2: 16 GPUs on one 8-GPU server
+        "j2,resnet50,4,100,1w1g,\n"                # line 3: 1w1g with 4 GPUs
+        "j3,resnet50,16,100,allreduce_cluster,\n"  # line 4: ok, 2 servers x 8
+        "j4,resnet50,24,100,allreduce_cluster,2\n"  # line 5: 24 GPUs on 2 servers = 12 per server > 8
+        "j5,resnet50,8,100,allreduce_local,\n"     # line 6: ok, one full server
+    )
+    pairs = [*M, "architecture=arch", "num_servers=srv"]
+    pop, report = read_population(path, mapping=parse_map_pairs(pairs))
+    assert pop["job_id"].to_list() == ["j3", "j5"]
+    got = {r["line"]: r["detail"] for r in report.malformed.iter_rows(named=True)}
+    assert got == {
+        2: "allreduce_local with 16 GPUs; expected at most 8 (one server of 8 GPUs; --server-gpus sets it)",
+        3: "1w1g with 4 GPUs; expected exactly 1 GPU",
+        5: "allreduce_cluster with 24 GPUs on 2 servers puts 12 on a server; expected at most 8",
+    }
+    assert set(report.malformed["problem"]) == {"architecture does not fit counts"}
+    # 16-GPU servers: the local job fits, 12 per server fits
+    pop, report = read_population(path, mapping=parse_map_pairs(pairs), server_gpus=16)
+    assert pop["job_id"].to_list() == ["j1", "j3", "j4", "j5"] and report.malformed["line"].to_list() == [3]
+
+
+def test_examples_count_rows_without_a_detail():
+    # a malformed row whose detail is null (e.g. formatted from a null count) is still an example
+    from ddlscope.ingest.population import empty_population
+    from ddlscope.ingest.table import MALFORMED_SCHEMA, TableRead
+
+    bad = pl.DataFrame({"table": ["jobs", "jobs"], "file": ["x.csv", "x.csv"], "line": [2, 3],
+                        "problem": ["architecture does not fit counts"] * 2, "detail": [None, "1w1g with 4 GPUs"],
+                        "text": ["a", "b"]}, schema=MALFORMED_SCHEMA)
+    read = TableRead(table="jobs", file="x.csv", frame=pl.DataFrame(), malformed=bad, data_rows=2, blank_lines=0)
+    report = IngestReport.build("csv", ["x.csv"], [read], empty_population())
+    assert report.malformed_summary(2)["examples"].to_list() == ["x.csv:2; x.csv:3 (1w1g with 4 GPUs)"]
+    assert report.malformed_summary(1)["examples"].to_list() == ["x.csv:2"]
+
+
+def test_unknown_gpu_names_are_named(tmp_path):
+    path = tmp_path / "jobs.csv"
+    path.write_text("id,net,gpus,g\nj1,resnet50,1,K80X\nj2,resnet50,1,K80X\nj3,resnet50,1,Z9\n")
+    _, report = read_population(path, mapping=parse_map_pairs(["job_id=id", "model=net", "num_gpus=gpus", "gpu=g"]))
+    assert report.unknown_gpus == [("K80X", 2), ("Z9", 1)]
+    assert "GPU type(s) not in the catalog (jobs): K80X (2), Z9 (1)" in report.notes
+    assert "GPU type(s) the catalog does not know (jobs): K80X (2), Z9 (1). Add the GPU" in report.no_jobs_message()
+
+
+def test_header_only_file_message(tmp_path):
+    path = tmp_path / "jobs.csv"
+    path.write_text("id,net,gpus\n\n")
+    _, report = read_population(path, mapping=parse_map_pairs(["job_id=id", "model=net", "num_gpus=gpus"]))
+    assert report.no_jobs_message() == f"no job could be read from {path}: no data row (a header only, or blank lines)"
+    path.write_text("id,net,gpus\nj1,resnet50\n")
+    _, report = read_population(path, mapping=parse_map_pairs(["job_id=id", "model=net", "num_gpus=gpus"]))
+    assert report.no_jobs_message() == (
+        f"no job could be read from {path}: 1 data row(s), 1 malformed (see the malformed-row report)")
+
+
+def test_architecture_values_ignore_case(tmp_path):
+    path = tmp_path / "jobs.csv"
+    path.write_text("id,net,gpus,secs,arch\nj1,resnet50,2,100,PS_Worker\nj2,resnet50,1,100,1W1G\n"
+                    "j3,resnet50,4,100,Allreduce-Local\nj4,resnet50,1,100,Ring\n")
+    pop, report = read_population(path, mapping=parse_map_pairs([*M, "architecture=arch"]))
+    assert pop["architecture"].to_list() == ["ps_worker", "1w1g", "allreduce_local"]
+    assert report.malformed.select("line", "problem").rows() == [(5, "unknown architecture")]
+    assert report.malformed["detail"][0].startswith("architecture 'Ring'; expected one of 1w1g")
+
+
+def test_empty_file_among_others_is_skipped_with_a_note(tmp_path):
+    dd = tmp_path / "dd"
+    dd.mkdir()
+    (dd / "a.csv").write_text("id,net,gpus\nj1,resnet50,2\n")
+    (dd / "b.csv").write_text("")
+    pairs = parse_map_pairs(["job_id=id", "model=net", "num_gpus=gpus"])
+    pop, report = read_population(dd, mapping=pairs)
+    assert pop["job_id"].to_list() == ["j1"]
+    assert f"1 empty file(s) (0 bytes, no header) skipped: {dd / 'b.csv'}" in report.notes
+    assert report.tables["file"].to_list() == [str(dd / "a.csv")]
+    # every file empty: nothing to read, the error names the file
+    with pytest.raises(ValueError, match=r"b\.csv: empty file; expected a header line"):
+        read_population(dd / "b.csv", mapping=pairs)

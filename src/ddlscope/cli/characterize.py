@@ -240,23 +240,9 @@ def _print(ch, accounting: pl.DataFrame, malformed: pl.DataFrame | None, summary
         "scenario", "jobs", "applied_share", "sped_up_share", "mean_speedup", "median_speedup")
     emit(sp, "table", title="what each scenario buys (all jobs; speedup = baseline / scenario step time)")
 
-    def pct(x: float | None) -> str:
-        return "n/a" if x is None else f"{100 * x:.1f} %"
-
-    def times(x: float | None) -> str:
-        return "n/a" if x is None else f"{x:.2f}x"
-
     console = terminal()
     console.print("[bold]Headline figures (the PAI study's, measured on this population)[/bold]")
-    lines = (
-        f"  average communication share of step time: {pct(h['mean_comm_share'])} job-weighted, "
-        f"{pct(h['mean_comm_share_gpu_time'])} GPU-time-weighted   (study: 62 %)",
-        f"  PS/Worker jobs sped up by porting to all-reduce over NVLink: "
-        f"{pct(h['ps_worker_sped_up_by_allreduce_port'])} of {h['ps_worker_jobs']:,}   (study: 60 %)",
-        f"  mean speedup of 25 -> 100 Gb/s Ethernet: {times(h['mean_speedup_ethernet_25_to_100'])} over the "
-        f"{h['network_jobs']:,} jobs using the network, {times(h['mean_speedup_ethernet_25_to_100_all_jobs'])} "
-        "over all   (study: 1.7x)",
-    )
+    lines = headline_lines(h)
     for line in lines:
         console.print(escape(line))
     for note in ch.notes:
@@ -266,3 +252,32 @@ def _print(ch, accounting: pl.DataFrame, malformed: pl.DataFrame | None, summary
     if ch.excluded.height:
         err_console.print(f"[yellow]note:[/yellow] {ch.excluded.height:,} jobs left out: their replica exceeds the "
                           "GPU memory (see the accounting; --keep-unfit keeps them)")
+
+
+def _jobs(n: int) -> str:
+    return f"{n:,} job" + ("" if n == 1 else "s")
+
+
+def headline_lines(h: dict) -> tuple[str, str, str]:
+    """The three headline sentences of ``characterize`` from ``summary['headline']`` (the keys of
+    :func:`ddlscope.population.characterize.characterize`'s headline); a figure over no job says so
+    instead of ``n/a of 0``."""
+
+    def pct(x: float | None) -> str:
+        return "n/a" if x is None else f"{100 * x:.1f} %"
+
+    def times(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:.2f}x"
+
+    ps_jobs, net_jobs = h["ps_worker_jobs"], h["network_jobs"]
+    ps = (f"{pct(h['ps_worker_sped_up_by_allreduce_port'])} of {_jobs(ps_jobs)}" if ps_jobs
+          else "no PS/Worker job in the population")
+    net = (f"{times(h['mean_speedup_ethernet_25_to_100'])} over the {_jobs(net_jobs)} using the network"
+           if net_jobs else "no job uses the network")
+    return (
+        f"  average communication share of step time: {pct(h['mean_comm_share'])} job-weighted, "
+        f"{pct(h['mean_comm_share_gpu_time'])} GPU-time-weighted   (study: 62 %)",
+        f"  PS/Worker jobs sped up by porting to all-reduce over NVLink: {ps}   (study: 60 %)",
+        f"  mean speedup of 25 -> 100 Gb/s Ethernet: {net}, "
+        f"{times(h['mean_speedup_ethernet_25_to_100_all_jobs'])} over all   (study: 1.7x)",
+    )

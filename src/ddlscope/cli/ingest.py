@@ -97,6 +97,10 @@ def register(app: typer.Typer) -> None:
 
         Formats: pai-v2020 (directory of the PAI 2020 tables), gavel (.trace files), philly-pollux, openb-v2023, csv
         (any CSV/TSV/Parquet job table with --map field=column or --mapping FILE). See docs/ingest.md.
+
+        Output: --format table prints jobs per reason, input files and malformed rows; json all of
+        them plus notes in one object; csv only the jobs-per-reason table (one CSV stream holds one
+        table; use json for the others, --out for the jobs).
         """
         population, report = read_trace(trace, trace_format, map_pairs, mapping, model_map, model_mix,
                                         fractional_gpus, multi_gpu_instance, server_gpus,

@@ -23,9 +23,11 @@ Rules (also in docs/ingest.md):
 - Model: the ``model`` field through the model map (``trace_model`` keeps the label). Jobs with
   no label get the model mix when one is given; feature columns (:data:`FEATURE_COLUMNS`)
   attribute a job without a model when ``compute_bound_flops`` and ``memory_bound_bytes`` are set.
-- Malformed rows: wrong field count, unparsable number, non-whole count, negative count or time,
+- Malformed rows: wrong field count, unparsable number, ``inf``/``-inf``, non-whole count, a count
+  above 2^53, negative count or time,
   end before start, a share outside [0, 1], a batch size < 1, an unknown precision, status (when
-  ``status_values`` is given) or architecture, an architecture that does not fit its counts.
+  ``status_values`` is given) or architecture, an architecture that does not fit its counts or
+  its servers (``server_gpus`` GPUs each, the placement check ``characterize`` applies).
 """
 
 from __future__ import annotations
@@ -46,7 +48,15 @@ from ddlscope.ingest.population import (
     finalize,
 )
 from ddlscope.ingest.report import IngestReport
-from ddlscope.ingest.table import ColumnKind, TableRead, parse_columns, read_delimited, read_parquet_table
+from ddlscope.ingest.table import (
+    COUNT_TOO_LARGE,
+    MAX_COUNT,
+    ColumnKind,
+    TableRead,
+    parse_columns,
+    read_delimited,
+    read_parquet_table,
+)
 from ddlscope.model.jobs import ArchitectureEnum
 from ddlscope.specs.architecture import ARCHITECTURES
 from ddlscope.specs.errors import describe_validation
@@ -85,7 +95,7 @@ FIELD_HELP: dict[str, str] = {
     "gpus_per_worker": "GPUs per worker",
     "num_ps": "parameter-server shards",
     "num_servers": "servers holding the GPUs",
-    "architecture": f"one of {', '.join(ARCHITECTURES)}",
+    "architecture": f"one of {', '.join(ARCHITECTURES)} (any case, '-' for '_')",
     "gpu": "GPU type (catalog name or alias)",
     "start_time_s": "start time, seconds",
     "end_time_s": "end time, seconds",
@@ -94,6 +104,15 @@ FIELD_HELP: dict[str, str] = {
     "num_steps": "training steps",
     "status": "job status",
 }
+
+
+
+def expected_fields() -> str:
+    """The mappable names for an error message: the population fields, then the feature columns."""
+    fields = [f for f in FIELDS if f not in FEATURE_COLUMNS]
+    return (f"a population field ({', '.join(fields)}) or a feature column "
+            f"({', '.join(FEATURE_COLUMNS)}; per replica per step, see docs/ingest.md)")
+
 
 # problems of malformed rows found by the mapping's rules
 NEGATIVE = "negative value"
@@ -111,7 +130,8 @@ class TableMapping(BaseModel):
     Fields:
 
     - ``name``: format name (shown in reports).
-    - ``separator``: one character (``"tab"`` or ``"\\t"`` for tab); ignored for Parquet.
+    - ``separator``: one character (``"tab"`` or ``"\\t"`` for tab); ignored for Parquet. ``None``
+      (the default): by the file's name, a tab for ``.tsv``/``.tsv.gz``, else a comma.
     - ``has_header``: the first line names the columns.
     - ``columns``: the column names in order, for files without a header.
     - ``fields``: population field (:data:`FIELDS`) -> source column.
@@ -133,7 +153,7 @@ class TableMapping(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = "csv"
-    separator: str = ","
+    separator: str | None = None
     has_header: bool = True
     columns: list[str] | None = None
     fields: dict[str, str] = Field(default_factory=dict)
@@ -148,7 +168,9 @@ class TableMapping(BaseModel):
 
     @field_validator("separator")
     @classmethod
-    def _sep(cls, v: str) -> str:
+    def _sep(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
         v = {"tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";"}.get(v, v)
         if len(v) != 1:
             raise ValueError(f"expected one character (or 'tab'), got {v!r}")
@@ -159,7 +181,7 @@ class TableMapping(BaseModel):
     def _known_fields(cls, v: dict[str, Any]) -> dict[str, Any]:
         unknown = [k for k in v if k not in FIELDS]
         if unknown:
-            raise ValueError(f"unknown field(s) {unknown}; expected some of {', '.join(FIELDS)}")
+            raise ValueError(f"unknown field(s) {unknown}; expected {expected_fields()}")
         return v
 
     @field_validator("extract")
@@ -255,7 +277,7 @@ def parse_map_pairs(pairs: Sequence[str]) -> dict[str, str]:
     out = parse_pairs(pairs, what="--map", expected="field=column")
     for name in out:
         if name not in FIELDS:
-            raise ValueError(f"--map: unknown field {name!r}; expected one of {', '.join(FIELDS)}")
+            raise ValueError(f"--map: unknown field {name!r}; expected {expected_fields()}")
     return out
 
 
@@ -270,8 +292,13 @@ def _read_file(path: Path, mapping: TableMapping) -> TableRead:
     types: dict[str, ColumnKind] = dict.fromkeys(wanted, "str")
     if _is_parquet(path):
         return read_parquet_table(path, table="jobs", types=types)
-    return read_delimited(path, table="jobs", columns=mapping.columns, types=types, separator=mapping.separator,
-                          has_header=mapping.has_header)
+    return read_delimited(path, table="jobs", columns=mapping.columns, types=types,
+                          separator=mapping.separator or default_separator(path), has_header=mapping.has_header)
+
+
+def default_separator(path: Path) -> str:
+    """The separator of a mapping that sets none: a tab for ``.tsv`` / ``.tsv.gz`` files, else a comma."""
+    return "\t" if path.name.lower().endswith((".tsv", ".tsv.gz")) else ","
 
 
 def _field_frame(read: TableRead, mapping: TableMapping) -> TableRead:
@@ -309,6 +336,14 @@ def _validate(read: TableRead, mapping: TableMapping) -> TableRead:
               "num_steps", "start_time_s", "end_time_s"):
         if has(n):
             read = read.reject(f(n) < 0, NEGATIVE, pl.format(f"{n} {{}}; expected >= 0", f(n)))
+    if has("num_gpus"):  # a float field (fractions allowed) that is still a count
+        src = mapping.fields.get("num_gpus")
+        where = f"column {src} (num_gpus)" if src else "num_gpus"
+        # the value as written (a float prints 2^63 - 1 as 9.223372036854776e+18)
+        got = pl.format("'{}'", pl.col(src).cast(pl.String).str.strip_chars()) \
+            if src in cols and "num_gpus" not in mapping.extract else f("num_gpus").cast(pl.String)
+        read = read.reject(f("num_gpus") > MAX_COUNT, COUNT_TOO_LARGE,
+                           pl.format(f"{where}: expected a count up to {MAX_COUNT}, got {{}}", got))
     if has("batch_size"):
         read = read.reject(f("batch_size") < 1, OUT_OF_RANGE,
                            pl.format("batch_size {}; expected >= 1", f("batch_size")))
@@ -326,6 +361,10 @@ def _validate(read: TableRead, mapping: TableMapping) -> TableRead:
         read = read.reject(~f("precision").is_in(list(PRECISIONS)), OUT_OF_RANGE,
                            pl.format(f"precision '{{}}'; expected one of {', '.join(PRECISIONS)}", f("precision")))
     if has("architecture"):
+        # case and '-' for '_' do not matter: PS_Worker, ps-worker, 1W1G name architectures
+        known = f("architecture").str.to_lowercase().str.replace_all("-", "_", literal=True)
+        read = replace(read, frame=read.frame.with_columns(
+            pl.when(known.is_in(list(ARCHITECTURES))).then(known).otherwise(f("architecture")).alias("f_architecture")))
         read = read.reject(~f("architecture").is_in(list(ARCHITECTURES)), UNKNOWN_ARCHITECTURE,
                            pl.format(f"architecture '{{}}'; expected one of {', '.join(ARCHITECTURES)}",
                                      f("architecture")))
@@ -377,19 +416,37 @@ def _counts(frame: pl.LazyFrame, mapping: TableMapping, opts: IngestOptions) -> 
     return lf.with_columns(num_gpus=pl.col("num_workers") * pl.col("gpus_per_worker"))
 
 
-def _misfit(a: pl.Expr, n: pl.Expr, nw: pl.Expr, gpw: pl.Expr, ps: pl.Expr, servers: pl.Expr) -> pl.Expr:
-    """True where an explicitly given architecture does not fit its counts (the rules of
-    :class:`~ddlscope.specs.architecture.Architecture`)."""
+def _misfit(a: pl.Expr, n: pl.Expr, nw: pl.Expr, gpw: pl.Expr, ps: pl.Expr, servers: pl.Expr,
+            server_gpus: int) -> list[tuple[pl.Expr, pl.Expr]]:
+    """``(condition, detail)`` pairs, one per rule an explicitly given architecture can break: the
+    rules of :class:`~ddlscope.specs.architecture.Architecture` and its placement check
+    (``Architecture.servers_on``, which ``characterize`` applies) on servers of ``server_gpus``
+    GPUs. Each detail says what was found and what was expected."""
     single = a.is_in(["1w1g", "1wng", "allreduce_local"])
-    return (
-        ((a == "1w1g") & (n != 1))
-        | ((a == "1wng") & ((nw != 1) | (gpw < 2)))
-        | ((a == "ps_worker") & (ps < 1))
-        | (a.is_in(["allreduce_local", "allreduce_cluster", "pearl"]) & (n < 2))
-        | (single & (servers > 1))
-        | ((a == "allreduce_cluster") & (servers < 2))
-        | (servers > n)
-    ).fill_null(False)
+    multi = a.is_in(["allreduce_local", "allreduce_cluster", "pearl"])
+    spread = a.is_in(["ps_worker", "allreduce_cluster", "pearl"])
+    per_server = (n + servers - 1) // servers  # ceil(n / servers), integers
+    sg = server_gpus
+    return [
+        ((a == "1w1g") & (n != 1), pl.format("1w1g with {} GPUs; expected exactly 1 GPU", n)),
+        ((a == "1wng") & ((nw != 1) | (gpw < 2)),
+         pl.format("1wng with {} worker(s) x {} GPU(s); expected 1 worker with >= 2 GPUs", nw, gpw)),
+        ((a == "ps_worker") & (ps < 1), pl.lit("ps_worker with 0 PS shards; expected num_ps >= 1")),
+        (multi & (n < 2), pl.format("{} with {} GPU(s); expected >= 2 GPUs", a, n)),
+        (single & (servers > 1),
+         pl.format("{} on {} servers; expected 1 server (a single-server architecture)", a, servers)),
+        ((a == "allreduce_cluster") & (servers < 2),
+         pl.format("allreduce_cluster on {} server; expected >= 2 servers (else allreduce_local)", servers)),
+        (servers > n, pl.format("{} servers for {} GPUs; expected at most one server per GPU", servers, n)),
+        (gpw > sg, pl.format(f"{{}} GPUs per worker; expected at most {sg} (a worker sits in one server of {sg} "
+                             "GPUs; --server-gpus sets it)", gpw)),
+        (single & (n > sg),
+         pl.format(f"{{}} with {{}} GPUs; expected at most {sg} (one server of {sg} GPUs; --server-gpus sets it)",
+                   a, n)),
+        (spread & (per_server > sg),
+         pl.format(f"{{}} with {{}} GPUs on {{}} servers puts {{}} on a server; expected at most {sg}", a, n,
+                   servers, per_server)),
+    ]
 
 
 def read_table_population(
@@ -410,7 +467,8 @@ def read_table_population(
 
     Raises:
         FileNotFoundError: a missing path.
-        ValueError: a mapping column the file lacks, a file that cannot be read (naming it).
+        ValueError: a mapping column the file lacks, a file that cannot be read (naming it), an
+            empty file when every file is empty (an empty file among others is skipped with a note).
     """
     opts = opts or IngestOptions()
     if mapping.models:
@@ -423,9 +481,15 @@ def read_table_population(
             f"mapping {mapping.name!r}: no GPU count; map num_gpus (or num_workers and gpus_per_worker) "
             "to a column, e.g. --map num_gpus=COLUMN"
         )
+    # an empty (0-byte) file among others, e.g. in a directory, is skipped with a note; alone it is an error
+    empty = [p for p in files if p.stat().st_size == 0]
+    if empty and len(empty) < len(files):
+        files = [p for p in files if p not in empty]
+    else:
+        empty = []
     reads: list[TableRead] = []
     frames: list[pl.LazyFrame] = []
-    seen_ids = pl.Series("f_job_id", [], dtype=pl.String)
+    seen: pl.DataFrame | None = None  # job id and values of its kept row, over the files read so far
     for path in files:
         read = _read_file(path, mapping)
         if "job_id" in mapping.fields:
@@ -434,42 +498,77 @@ def read_table_population(
             read = read.drop_exact_duplicates()
         read = _validate(_field_frame(read, mapping), mapping)
         if "job_id" in mapping.fields:
-            # a job id given again (in this file or an earlier one) with other values: the first is kept
-            repeated = pl.col("f_job_id").is_not_null() & (
-                ~pl.col("f_job_id").is_first_distinct() | pl.col("f_job_id").is_in(seen_ids.implode())
-            )
-            read = read.reject(repeated, DUPLICATE_JOB_ID,
-                               pl.format("job_id {} was given by an earlier row with other values; the first is kept",
-                                         "f_job_id"))
-            seen_ids = pl.concat([seen_ids, read.frame["f_job_id"].drop_nulls()])
+            read, seen = _repeated_job_ids(read, seen, mapping)
         lf = _counts(read.frame.lazy(), mapping, opts)
         given_arch = "architecture" in mapping.fields or "architecture" in mapping.constants
         if given_arch:
+            rules = _misfit(pl.col("architecture"), pl.col("_n"), pl.col("num_workers"), pl.col("gpus_per_worker"),
+                            pl.col("num_ps"), pl.col("num_servers"), opts.server_gpus or mapping.server_gpus)
+            conds = [cond.fill_null(False) for cond, _ in rules]
             checked = lf.with_columns(
-                _misfit=_misfit(pl.col("architecture"), pl.col("_n"), pl.col("num_workers"), pl.col("gpus_per_worker"),
-                                pl.col("num_ps"), pl.col("num_servers"))
+                _misfit=pl.any_horizontal(conds),
+                _misfit_detail=pl.coalesce([pl.when(cond).then(detail) for cond, (_, detail) in
+                                            zip(conds, rules, strict=True)]),
             ).collect()
-            read = replace(read, frame=checked).reject(
-                pl.col("_misfit"), ARCHITECTURE_MISFIT,
-                pl.format("{} with {} GPU(s) = {} worker(s) x {}, {} PS, {} server(s)", "architecture", "_n",
-                          "num_workers", "gpus_per_worker", "num_ps", "num_servers"),
-            )
-            lf = read.frame.lazy().drop("_misfit")
+            read = replace(read, frame=checked).reject(pl.col("_misfit"), ARCHITECTURE_MISFIT, pl.col("_misfit_detail"))
+            lf = read.frame.lazy().drop("_misfit", "_misfit_detail")
         reads.append(read)
         frames.append(_population_columns(lf.drop("_raw", strict=False), path, mapping))
     lf = pl.concat(frames, how="vertical_relaxed")
     kept = [f"trace_{c}" for c in mapping.keep]
     population = finalize(lf, opts, no_label_reason=NO_MODEL_LABEL, extra_columns=kept)
     notes: list[str] = []
+    if empty:
+        names = ", ".join(str(p) for p in empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
+        notes.append(f"{len(empty):,} empty file(s) (0 bytes, no header) skipped: {names}")
     duplicates = sum(r.duplicate_rows for r in reads)
     if duplicates:
-        notes.append(f"{duplicates:,} exact duplicate row(s) of an earlier line of the same file (not used)")
+        notes.append(f"{duplicates:,} exact duplicate row(s) (not used): the same line as an earlier one of the "
+                     "file, or the same job_id and values as an earlier row of any file")
     if opts.model_mix:
         mixed = population.filter(pl.col("model_source") == "mix").height
         shares = ", ".join(f"{k} {v:.3g}" for k, v in opts.model_mix.items())
         notes.append(f"{mixed:,} job(s) without a model label got a model from the mix ({shares}; golden-ratio rule)")
     report = IngestReport.build(mapping.name, [str(p) for p in files], reads, population, notes)
     return population, report
+
+
+def _repeated_job_ids(read: TableRead, seen: pl.DataFrame | None,
+                      mapping: TableMapping) -> tuple[TableRead, pl.DataFrame]:
+    """Rows whose job id was given by an earlier row (of this file or of an earlier file, ``seen``:
+    ``f_job_id`` and the compared values of each id's kept row; ``None`` before the first file).
+
+    The values compared are the parsed fields (``f_*``) and the kept columns, so ``8`` and ``8.0``
+    are the same value and a file may order its columns differently. Same values: an exact
+    duplicate (removed, counted in ``duplicate_rows``); other values: a malformed row
+    (:data:`DUPLICATE_JOB_ID`); the first row of the id is kept either way. Only the repeated rows
+    are compared (a join on the id), so a file without repeats pays two hash passes.
+
+    Returns:
+        ``(read, seen)`` with ``seen`` extended by the ids this file adds.
+    """
+    compared = sorted(c for c in read.frame.columns if c.startswith("f_") and c != "f_job_id") + list(mapping.keep)
+    frame = read.frame.with_row_index("_i")
+    has_id = pl.col("f_job_id").is_not_null()
+    earlier = pl.col("f_job_id").is_in(seen["f_job_id"].implode()) if seen is not None else pl.lit(False)
+    frame = frame.with_columns(_rep=has_id & (earlier | ~pl.col("f_job_id").is_first_distinct()))
+    firsts = frame.filter(has_id & ~pl.col("_rep")).select("f_job_id", *compared)
+    repeated = frame.filter(pl.col("_rep"))
+    if repeated.height:
+        ref = firsts if seen is None else pl.concat([seen, firsts])
+        joined = repeated.select("_i", "f_job_id", *compared).join(ref, on="f_job_id", how="left", suffix="_ref")
+        same = pl.all_horizontal([pl.col(c).eq_missing(pl.col(f"{c}_ref")) for c in compared]) if compared \
+            else pl.lit(True)
+        dup = joined.filter(same)["_i"]
+        kept = frame.filter(~pl.col("_i").is_in(dup.implode()))
+        read = replace(read, frame=kept, duplicate_rows=read.duplicate_rows + dup.len())
+        read = read.reject(pl.col("_rep"), DUPLICATE_JOB_ID,
+                           pl.format("job_id {} was given by an earlier row with other values; the first is kept",
+                                     "f_job_id"))
+    else:
+        read = replace(read, frame=frame)
+    seen = firsts if seen is None else pl.concat([seen, firsts])
+    return replace(read, frame=read.frame.drop("_i", "_rep")), seen
 
 
 def _population_columns(lf: pl.LazyFrame, path: Path, mapping: TableMapping) -> pl.LazyFrame:

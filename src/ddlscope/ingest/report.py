@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from ddlscope.ingest.population import duration_counts
+from ddlscope.ingest.population import GPU_NOT_IN_CATALOG, duration_counts
 from ddlscope.ingest.table import MALFORMED_SCHEMA, TableRead, empty_malformed
 
 ATTRIBUTED = "attributed"
@@ -74,6 +74,7 @@ class IngestReport:
     attributed_jobs: int = 0
     jobs_without_duration: int = 0
     attributed_jobs_without_duration: int = 0
+    unknown_gpus: list[tuple[str, int]] = field(default_factory=list)
 
     @classmethod
     def build(
@@ -106,11 +107,25 @@ class IngestReport:
             by_reason=reason_summary(population), notes=list(notes or []),
             jobs=population.height, attributed_jobs=int(population["attributed"].sum() or 0),
             jobs_without_duration=no_duration, attributed_jobs_without_duration=attributed_no_duration,
+            unknown_gpus=_unknown_gpus(population),
         )
         note = report.duration_note()
         if note:
             report.notes.append(note)
+        gpus = report.unknown_gpu_text()
+        if gpus:
+            report.notes.append(f"GPU type(s) not in the catalog (jobs): {gpus}")
         return report
+
+    def unknown_gpu_text(self, first: int = 5) -> str | None:
+        """The GPU names of the jobs whose reason is ``GPU type not in catalog``, most jobs first,
+        the first ``first`` with their job counts (``"K80 (12), M60 (3) and 2 more"``); ``None``
+        when there are none."""
+        if not self.unknown_gpus:
+            return None
+        shown = ", ".join(f"{name} ({n:,})" for name, n in self.unknown_gpus[:first])
+        more = len(self.unknown_gpus) - first
+        return shown + (f" and {more} more" if more > 0 else "")
 
     def duration_note(self) -> str | None:
         """The sentence counting the jobs without a known duration (``None`` when there are none).
@@ -131,7 +146,7 @@ class IngestReport:
 
     def malformed_summary(self, examples: int = 3) -> pl.DataFrame:
         """Malformed rows per (table, problem): ``rows`` and the first ``examples`` locations as
-        ``file:line`` with what was found."""
+        ``file:line`` with what was found (``file:line`` alone where the row has no detail)."""
         if self.malformed.height == 0:
             return pl.DataFrame(schema={"table": pl.String, "problem": pl.String, "rows": pl.Int64,
                                         "examples": pl.String})
@@ -140,7 +155,9 @@ class IngestReport:
             .group_by("table", "problem", maintain_order=True)
             .agg(
                 rows=pl.len().cast(pl.Int64),
-                examples=pl.format("{}:{} ({})", "file", "line", "detail").head(examples).str.join("; "),
+                # a row without a detail still counts as an example (pl.format of a null is null)
+                examples=pl.when(pl.col("detail").is_null()).then(pl.format("{}:{}", "file", "line"))
+                .otherwise(pl.format("{}:{} ({})", "file", "line", "detail")).head(examples).str.join("; "),
             )
             .sort("table", "problem")
         )
@@ -154,7 +171,8 @@ class IngestReport:
         """One sentence: jobs, attributed, malformed rows."""
         pct = 100.0 * self.attributed_jobs / self.jobs if self.jobs else 0.0
         return (
-            f"{self.jobs:,} jobs read ({self.fmt}): {self.attributed_jobs:,} attributed ({pct:.1f} %), "
+            f"{self.jobs:,} job{'' if self.jobs == 1 else 's'} read ({self.fmt}): "
+            f"{self.attributed_jobs:,} attributed ({pct:.1f} %), "
             f"{self.jobs - self.attributed_jobs:,} not attributed; {self.malformed_rows:,} malformed row(s)"
         )
 
@@ -166,13 +184,19 @@ class IngestReport:
         where = ", ".join(self.sources[:3]) + (f" and {len(self.sources) - 3} more" if len(self.sources) > 3 else "")
         if self.jobs == 0:
             rows = int(self.tables["data_rows"].sum()) if self.tables.height else 0
-            return (f"no job could be read from {where}: {rows:,} data row(s), "
-                    f"{self.malformed_rows:,} malformed (see the malformed-row report)")
+            if rows == 0:
+                return f"no job could be read from {where}: no data row (a header only, or blank lines)"
+            see = " (see the malformed-row report)" if self.malformed_rows else ""
+            return f"no job could be read from {where}: {rows:,} data row(s), {self.malformed_rows:,} malformed{see}"
         parts = [f"{r['reason']}: {r['jobs']:,}" for r in self.by_reason.iter_rows(named=True)]
         top = self.by_reason["reason"][0]
+        hint = _HINTS.get(top, "See docs/ingest.md for the rules.")
+        if top == GPU_NOT_IN_CATALOG and self.unknown_gpus:
+            hint = f"GPU type(s) the catalog does not know (jobs): {self.unknown_gpu_text()}. {hint}"
+        subject, verb = ("the one job", "cannot") if self.jobs == 1 else (f"none of the {self.jobs:,} jobs", "can")
         return (
-            f"none of the {self.jobs:,} jobs of {where} can be attributed to a workload "
-            f"({'; '.join(parts)}). {_HINTS.get(top, 'See docs/ingest.md for the rules.')}"
+            f"{subject} of {where} {verb} be attributed to a workload "
+            f"({'; '.join(parts)}). {hint}"
         )
 
     def require_attributed(self) -> None:
@@ -211,6 +235,15 @@ _HINTS: Mapping[str, str] = {
     "GPU type not in catalog": "Add the GPU to the catalog (--catalog FILE) or map it to a known one.",
     "no GPU requested": "The trace holds CPU-only jobs only.",
 }
+
+
+def _unknown_gpus(population: pl.DataFrame) -> list[tuple[str, int]]:
+    """(trace GPU name, jobs) of the jobs not attributed for ``GPU type not in catalog``, most first."""
+    if population.height == 0 or "trace_gpu" not in population.columns:
+        return []
+    counts = (population.filter(pl.col("reason") == GPU_NOT_IN_CATALOG)
+              .group_by("trace_gpu").agg(jobs=pl.len().cast(pl.Int64)).sort(-pl.col("jobs"), "trace_gpu"))
+    return [(str(g), int(n)) for g, n in counts.iter_rows()]
 
 
 def reason_summary(population: pl.DataFrame) -> pl.DataFrame:

@@ -9,7 +9,8 @@ A trace file is read twice over in native Polars code, never line by line in Pyt
    passes line up row for row.
 
 A line is then either the header, blank (empty; counted, not data), *malformed* (wrong field count,
-a number that does not parse, a count that is not a whole number, plus any rule the caller adds
+a number that does not parse, ``inf``/``-inf``, a count that is not a whole number or exceeds
+:data:`MAX_COUNT`, plus any rule the caller adds
 with :meth:`TableRead.reject`), or a good data row. Malformed lines go to
 :attr:`TableRead.malformed` with file, line, problem and the text of the line; nothing is
 dropped silently.
@@ -56,6 +57,10 @@ TEXT_CHARS = 200
 WRONG_FIELD_COUNT = "wrong field count"
 UNPARSABLE_NUMBER = "unparsable number"
 NOT_WHOLE = "count not a whole number"
+NOT_FINITE = "not a finite number"
+COUNT_TOO_LARGE = "count too large"
+MAX_COUNT = 2**53
+"""Largest count accepted (the largest integer a float64 holds exactly; also fits Int64)."""
 MISSING_HEADER_COLUMN = "missing column"
 
 _QUOTED = r'"(?:[^"]|"")*"'
@@ -157,7 +162,9 @@ class TableRead:
 
 
 def _read_lines(path: Path) -> pl.DataFrame:
-    """Every physical line of ``path`` as ``_raw`` (String, ``\\r`` stripped) with ``_line``."""
+    """Every physical line of ``path`` as ``_raw`` (String, ``\\r`` stripped, a UTF-8 byte-order mark
+    at the start of the file removed, as Polars' CSV parser does: Excel's "CSV UTF-8" writes one)
+    with ``_line``."""
     reader = getattr(pl, "read_lines", None)
     if reader is not None:
         frame = reader(path, name="_raw", row_index_name="_line", row_index_offset=1)
@@ -166,11 +173,28 @@ def _read_lines(path: Path) -> pl.DataFrame:
             path, has_header=False, separator="\x1f", quote_char=None, schema={"_raw": pl.String},
             truncate_ragged_lines=True, row_index_name="_line", row_index_offset=1,
         )
-    return frame.with_columns(pl.col("_line").cast(pl.Int64), pl.col("_raw").fill_null(""))
+    raw = pl.col("_raw").fill_null("")
+    return frame.with_columns(
+        pl.col("_line").cast(pl.Int64),
+        pl.when(pl.col("_line") == 1).then(raw.str.strip_prefix("\ufeff")).otherwise(raw).alias("_raw"),
+    )
 
 
 def _split_header(line: str, separator: str) -> list[str]:
     return [name.strip().strip('"').strip() for name in line.split(separator)]
+
+
+def _separator_hint(header: list[str] | None, separator: str) -> str:
+    """A hint when a header read as one column holds another likely separator (``;``, tab, ``|``)."""
+    if not header or len(header) != 1:
+        return ""
+    names = {";": "';'", "\t": "tab", "|": "'|'", ",": "','"}
+    for sep, name in names.items():
+        if sep != separator and sep in header[0]:
+            value = "tab" if sep == "\t" else sep
+            return (f"; the header is one column holding {name}: set separator (e.g. separator = \"{value}\" in a "
+                    "--mapping file)")
+    return ""
 
 
 @contextmanager
@@ -228,7 +252,8 @@ def parse_columns(
     read: TableRead, types: Mapping[str, ColumnKind], labels: Mapping[str, str] | None = None, *, strip: bool = True
 ) -> TableRead:
     """Parse the string columns of ``read.frame`` to their kinds, rejecting the rows that do not
-    parse (problems ``unparsable number``, ``count not a whole number``; their text still raw).
+    parse (problems ``unparsable number``, ``not a finite number`` (``inf``, ``-inf``),
+    ``count not a whole number``, ``count too large`` (above :data:`MAX_COUNT`); their text still raw).
 
     ``labels`` names a column in the detail (default ``column <name>``). Each number column is
     cast once; only a column with failures is cast again with surrounding spaces removed (so clean
@@ -261,10 +286,15 @@ def parse_columns(
             if has_fail[c]:
                 conds.append(failed(c))
                 details.append(pl.format(f"{UNPARSABLE_NUMBER}|{label}: expected a number, got '{{}}'", pl.col(c)))
+            num = pl.col(f"__n_{c}")
+            conds.append(num.is_infinite())
+            details.append(pl.format(f"{NOT_FINITE}|{label}: expected a finite number, got '{{}}'", pl.col(c)))
             if types[c] == "int":
-                num = pl.col(f"__n_{c}")
                 conds.append(num.is_finite() & (num != num.round(0)))
                 details.append(pl.format(f"{NOT_WHOLE}|{label}: expected a whole number, got '{{}}'", pl.col(c)))
+                conds.append(num.is_finite() & (num.abs() > MAX_COUNT))
+                details.append(pl.format(f"{COUNT_TOO_LARGE}|{label}: expected a count up to {MAX_COUNT}, got '{{}}'",
+                                         pl.col(c)))
         if conds:
             cond = pl.any_horizontal(conds)
             detail = pl.coalesce([pl.when(c).then(d) for c, d in zip(conds, details, strict=True)])
@@ -339,6 +369,7 @@ def read_delimited(
                 if missing:
                     raise ValueError(
                         f"{label}: header has no column(s) {missing}; the header is {header}"
+                        + _separator_hint(header, separator)
                     )
             lines = lines.slice(1)
         if columns is None:
@@ -347,15 +378,26 @@ def read_delimited(
         n_expected = len(names)
         unknown = [c for c in types if c not in names]
         if unknown:
-            raise ValueError(f"{label}: unknown column(s) {unknown}; the table's columns are {names}")
+            raise ValueError(f"{label}: unknown column(s) {unknown}; the table's columns are {names}"
+                             + _separator_hint(header, separator))
 
         wanted = list(types)
+        raw = pl.col("_raw")
         quoted = bool(lines["_raw"].str.contains('"', literal=True).any()) if lines.height else False
+        if quoted:
+            n_fields = raw.str.replace_all(_QUOTED, "Q").str.count_matches(separator, literal=True) + 1
+        else:
+            n_fields = raw.str.count_matches(separator, literal=True) + 1
+        lines = lines.with_columns(_n=n_fields.cast(pl.Int64))
+        # the parser's schema is as wide as the widest line: Polars rejects a first row wider than
+        # its schema (later ones are truncated); the extra columns are not read
+        width = max(n_expected, int(lines["_n"].max() or 0))
+        schema = dict.fromkeys(names, pl.String) | {f"__extra_{i}": pl.String for i in range(width - n_expected)}
         # the values, by Polars' CSV parser: one row per physical line (blank lines included), so
         # the two frames line up row for row
         values = pl.read_csv(
             local, has_header=False, skip_rows=1 if header else 0, separator=separator,
-            quote_char='"' if quoted else None, schema=dict.fromkeys(names, pl.String),
+            quote_char='"' if quoted else None, schema=schema,
             columns=[names.index(c) for c in wanted], truncate_ragged_lines=True, missing_columns="insert",
             raise_if_empty=False,
         ) if lines.height else pl.DataFrame(schema=dict.fromkeys(wanted, pl.String))
@@ -365,16 +407,10 @@ def read_delimited(
                 "field spans several lines or a quote is not closed; not supported"
             )
         lines = pl.concat([lines, values.select(wanted)], how="horizontal")
-        raw = pl.col("_raw")
         lines = lines.with_columns(_blank=raw.str.len_bytes() == 0)
         blank_lines = int(lines["_blank"].sum())
         lines = lines.filter(~pl.col("_blank")).drop("_blank")
         data_rows = lines.height
-        if quoted:
-            n_fields = raw.str.replace_all(_QUOTED, "Q").str.count_matches(separator, literal=True) + 1
-        else:
-            n_fields = raw.str.count_matches(separator, literal=True) + 1
-        lines = lines.with_columns(_n=n_fields.cast(pl.Int64))
         wrong = lines.filter(pl.col("_n") != n_expected)
         malformed = wrong.select(
             table=pl.lit(table),
