@@ -129,9 +129,10 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     with the output columns of this module's docstring appended.
 
     Evaluated in passes (placement and link bandwidths; components, bytes, messages and memory fit;
-    link times; overlap; shares and running maxima; bottlenecks): each pass reads the previous passes' columns by name, so no
-    sub-expression is evaluated twice (Polars' common-sub-expression elimination does not reach
-    across the nested ``when`` chains; one expression graph was 2-3x slower). The ``__``-prefixed
+    link times; overlap; shares and running maxima; bottlenecks): each pass reads the previous
+    passes' columns by name, so no sub-expression is evaluated twice (Polars' common-sub-expression
+    elimination does not reach across the nested ``when`` chains; one expression graph was 2-3x
+    slower). The ``__``-prefixed
     temporaries are dropped; the output is ``jobs``' columns then :data:`OUTPUT_COLUMNS`.
 
     Raises:
