@@ -156,8 +156,6 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
         __m=c("num_servers").cast(f),
         __r=pl.min_horizontal(per_server, c("gpus_per_pcie_root")).cast(f),
         __k=c("num_gradient_tensors").cast(f),
-        __sp=(E > 0).cast(f),
-        __has_nv=c("nvlink_bandwidth_bytes_per_s") > 0,
         __B_pcie=c("pcie_bandwidth_bytes_per_s") * c("eff_pcie"),
         __B_nv=c("nvlink_bandwidth_bytes_per_s") * c("eff_nvlink"),
         __B_nic=c("nic_bandwidth_bytes_per_s") * c("eff_network"),
@@ -165,18 +163,19 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
         .when(c("precision") == "tf32").then(c("gpu_peak_tf32_flop_per_s"))
         .when(c("precision") == "fp16").then(c("gpu_peak_fp16_flop_per_s"))
         .otherwise(c("gpu_peak_bf16_flop_per_s")),
-        __is_host_ps=arch.is_in(["1wng", "ps_worker"]).cast(f),
-        __is_ring=arch.is_in(["allreduce_local", "allreduce_cluster", "pearl"]).cast(f),
-        __is_gather=arch.is_in(["allreduce_local", "allreduce_cluster"]).cast(f),
-        __is_pearl=(arch == "pearl").cast(f),
-        __is_ps=arch == "ps_worker",
         __workers_per_server=((c("num_workers") + c("num_servers") - 1) // c("num_servers")).cast(f),
         __ps_shards=pl.max_horizontal(c("num_ps"), 1).cast(f),
     )
-    p, g, m, r, k, sp = c("__p"), c("__g"), c("__m"), c("__r"), c("__k"), c("__sp")
-    has_nv, B_pcie, B_nv, B_nic = c("__has_nv"), c("__B_pcie"), c("__B_nv"), c("__B_nic")
-    is_host_ps, is_ring, is_gather, is_pearl, is_ps = (
-        c("__is_host_ps"), c("__is_ring"), c("__is_gather"), c("__is_pearl"), c("__is_ps"))
+    p, g, m, r, k = c("__p"), c("__g"), c("__m"), c("__r"), c("__k")
+    B_pcie, B_nv, B_nic = c("__B_pcie"), c("__B_nv"), c("__B_nic")
+    # cheap per row (an Enum or a number compared): recomputed where used rather than stored
+    sp = (E > 0).cast(f)
+    has_nv = c("nvlink_bandwidth_bytes_per_s") > 0
+    is_host_ps = arch.is_in(["1wng", "ps_worker"]).cast(f)
+    is_ring = arch.is_in(["allreduce_local", "allreduce_cluster", "pearl"]).cast(f)
+    is_gather = arch.is_in(["allreduce_local", "allreduce_cluster"]).cast(f)
+    is_pearl = (arch == "pearl").cast(f)
+    is_ps = arch == "ps_worker"
 
     # -- pass 2: data I/O, computation, bytes and messages per link class ------------------------
     # host traffic (GPU <-> host memory over the shared PCIe uplink): up, then down
