@@ -172,3 +172,26 @@ def test_breakdown_figure_puts_warmup_in_its_own_panel(shared_data):
     # each panel has its own scale: the 4.45 s warm-up does not flatten the ~0.16 s iterations
     assert warm_ax.get_ylim()[1] > 4000 > 1000 > rest_ax.get_ylim()[1]
     close(fig)
+
+
+def _text_boxes(fig) -> list[tuple[str, object]]:
+    """The drawn box (display pixels) of every non-empty title and the suptitle of a figure."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    texts = [fig._suptitle] if fig._suptitle is not None else []
+    texts += [t for ax in fig.axes for t in (ax.title, ax._left_title, ax._right_title)]
+    return [(t.get_text(), t.get_window_extent(renderer)) for t in texts if t.get_text()]
+
+
+@pytest.mark.parametrize("name", ["trace_filter", "dlrm"])
+def test_skew_figure_titles_do_not_overlap(shared_data, name):
+    from ddlscope.report.figures import close
+    from ddlscope.report.trace_report import skew_figure
+
+    fig = skew_figure(_analysis(name, str(shared_data)))
+    boxes = _text_boxes(fig)
+    assert len(boxes) == 3  # suptitle + one title per panel
+    for i, (ta, ba) in enumerate(boxes):
+        for tb, bb in boxes[i + 1:]:
+            assert not ba.overlaps(bb), f"{ta!r} overlaps {tb!r}"
+    close(fig)

@@ -153,14 +153,14 @@ def skew_figure(a: TraceAnalysis) -> Figure | None:
         ax.set_ylim(0, float(max(own.max(), (s["comm_exposed_us"] / 1e3).max())) * 1.2)
     ax.set_xlabel("rank")
     ax.set_ylabel("mean time per iteration (ms)")
-    ax.set_title("own time = step - exposed comm. (defines the straggler)", fontsize=9)
+    ax.set_title("own time = step - exposed comm.\n(defines the straggler)", fontsize=9)
     exposed = s["comm_exposed_us"].to_numpy() / 1e3
     cax.bar(np.arange(len(labels)), exposed, color=COMPONENT_COLORS["communication"], width=0.8,
             label=COMPONENT_LABELS["communication"])
     cax.set_xticks(np.arange(len(labels)), labels, fontsize=9)
     cax.set_xlim(-0.7, len(labels) - 0.3)
     cax.set_xlabel("rank")
-    cax.set_title("exposed comm. (includes waiting for the straggler)", fontsize=9)
+    cax.set_title("exposed comm.\n(includes waiting for the straggler)", fontsize=9)
     fig.suptitle("Rank skew: the straggler is the rank with the most own time")
     handles = {h.get_label(): h for axis in (ax, cax) for h in axis.get_legend_handles_labels()[0]}
     cax.legend(list(handles.values()), list(handles), loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
