@@ -195,3 +195,19 @@ def test_skew_figure_titles_do_not_overlap(shared_data, name):
         for tb, bb in boxes[i + 1:]:
             assert not ba.overlaps(bb), f"{ta!r} overlaps {tb!r}"
     close(fig)
+
+
+def test_model_check_predicts_communication_from_the_calls_with_a_message_size(shared_data):
+    # trace_diff/test: 4 of its 64 collective calls carry no message size (SOURCES.md; see the note)
+    a = _analysis("trace_diff_test", str(shared_data))
+    assert "4 of 64 collective calls have no message size" in " ".join(a.notes)
+    row = a.model_check.filter(pl.col("component") == "communication").row(0, named=True)
+    assert row["predicted_us"] is not None and row["predicted_us"] > 0
+    assert row["basis"].startswith("60 of 64 calls (4 without a message size not predicted")
+    # like with like: measured = busy time x (call time of the sized calls / call time of all calls)
+    steady = a.breakdown.filter(pl.col("in_means"))
+    calls = a.calls.join(steady.select("rank", "iteration"), on=["rank", "iteration"], how="semi")
+    share = calls.filter(pl.col("size_bytes").is_not_null())["time_us"].sum() / calls["time_us"].sum()
+    assert 0 < share < 1
+    assert row["measured_us"] == pytest.approx(steady["comm_busy_us"].mean() * share)
+    assert row["error"] == pytest.approx(row["predicted_us"] / row["measured_us"] - 1)

@@ -377,6 +377,8 @@ def analyze(
                 h2d_bytes=c("h2d_bytes").fill_null(0.0),
                 dense_bytes=c("dense_bytes").fill_null(0.0), messages=c("messages").fill_null(0),
                 sparse_bytes=c("sparse_bytes").fill_null(0.0), unknown_calls=c("unknown_calls").fill_null(0),
+                unknown_messages=c("unknown_messages").fill_null(0), comm_calls=c("comm_calls").fill_null(0),
+                sized_time_s=c("sized_time_s").fill_null(0.0), calls_time_s=c("calls_time_s").fill_null(0.0),
             )
         )
         if scenarios:
@@ -427,6 +429,9 @@ def _model_inputs(
             h2d_bytes=c("h2d_bytes").mean(), data_io_busy_s=pl.lit(None, pl.Float64),
             dense_bytes=c("dense_bytes").mean(), messages=c("messages").mean(),
             sparse_bytes=c("sparse_bytes").mean(), unknown_calls=c("unknown_calls").sum(),
+            unknown_messages=c("unknown_messages").mean(), comm_calls=c("comm_calls").sum(),
+            sized_share=pl.when(c("calls_time_s").sum() > 0)
+            .then(c("sized_time_s").sum() / c("calls_time_s").sum()).otherwise(1.0),
             comm_busy_s=c("comm_busy_s").mean(),
         )
         .join(n_it, on="rank", how="left").join(flops.drop("_n"), on="rank", how="left")

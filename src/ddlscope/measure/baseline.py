@@ -174,7 +174,9 @@ def comm_demand(calls: pl.DataFrame) -> pl.DataFrame:
 
     Returns ``dense_bytes`` (all-reduce bytes + half of the other non-all-to-all collectives'
     bytes), ``messages`` (those calls), ``sparse_bytes`` (half the all-to-all bytes), ``unknown_calls``
-    (calls without a message size), ``comm_calls``.
+    (calls without a message size), ``unknown_messages`` (those of them counted in ``messages``),
+    ``comm_calls``, ``sized_time_s`` and ``calls_time_s`` (summed call time of the calls with a
+    message size and of all calls, seconds).
     """
     a2a = c("collective") == "all_to_all"
     ar = c("collective") == "all_reduce"
@@ -184,7 +186,10 @@ def comm_demand(calls: pl.DataFrame) -> pl.DataFrame:
         messages=(~a2a).sum(),
         sparse_bytes=0.5 * size.filter(a2a).sum(),
         unknown_calls=size.is_null().sum(),
+        unknown_messages=(~a2a & size.is_null()).sum(),
         comm_calls=pl.len(),
+        sized_time_s=c("time_us").filter(size.is_not_null()).sum() / 1e6,
+        calls_time_s=c("time_us").sum() / 1e6,
     )
 
 
@@ -338,16 +343,22 @@ def model_check(per_rank: pl.DataFrame, hw: TraceHardware, precision: str) -> pl
             shapes), ``covered_compute_s`` (time of the compute-bound kernels those operators
             launched), ``compute_coverage`` (that time over all compute-bound kernel time),
             ``flops_source``, ``h2d_bytes``, ``data_io_busy_s``, ``dense_bytes``, ``messages``,
-            ``sparse_bytes``, ``unknown_calls``, ``comm_busy_s``.
+            ``sparse_bytes``, ``unknown_calls``, ``unknown_messages``, ``comm_calls`` (calls in the
+            checked iterations, summed), ``sized_share`` (call time of the calls with a message size
+            over all call time), ``comm_busy_s``.
 
     Returns:
         ``rank, component, measured_us, predicted_us, error, basis`` for the components
         ``compute_bound`` (counted FLOPs only), ``data_io`` and ``communication``;
         ``error = predicted / measured - 1``; null predictions where the trace lacks the input
-        (the basis says what is missing).
+        (the basis says what is missing). Communication compares like with like: where some calls
+        have no message size, the prediction covers the calls with one and the measurement is
+        their share of the communication busy time (``comm_busy_s x sized_share``); the basis
+        says how many calls were left out.
     """
     need = ["rank", "flops", "covered_compute_s", "compute_coverage", "flops_source", "h2d_bytes", "data_io_busy_s",
-            "dense_bytes", "messages", "sparse_bytes", "unknown_calls", "comm_busy_s"]
+            "dense_bytes", "messages", "sparse_bytes", "unknown_calls", "unknown_messages", "comm_calls",
+            "sized_share", "comm_busy_s"]
     jobs = _base_jobs(per_rank.select(need), hw, precision)
     jobs = _set(
         jobs,
@@ -356,12 +367,15 @@ def model_check(per_rank: pl.DataFrame, hw: TraceHardware, precision: str) -> pl
         input_bytes=c("h2d_bytes").fill_null(0.0),
         stored_input_bytes=pl.lit(0.0),
         dense_param_bytes=c("dense_bytes").fill_null(0.0),
-        num_gradient_tensors=pl.max_horizontal(c("messages").fill_null(0).round(0), pl.lit(1)),
+        num_gradient_tensors=pl.max_horizontal((c("messages") - c("unknown_messages")).fill_null(0).round(0),
+                                               pl.lit(1)),
         sparse_bytes_per_step=c("sparse_bytes").fill_null(0.0),
         embedding_table_bytes=c("sparse_bytes").fill_null(0.0),
         overlap_fraction=pl.lit(0.0),
     )
     out = breakdown(jobs)
+    some_unknown = c("unknown_calls") > 0
+    sized = (c("messages") - c("unknown_messages") > 0) | (c("sparse_bytes") > 0)
     rows = out.select(
         "rank",
         pl.struct(component=pl.lit("compute_bound"),
@@ -376,14 +390,22 @@ def model_check(per_rank: pl.DataFrame, hw: TraceHardware, precision: str) -> pl
                   predicted_us=pl.when(c("h2d_bytes") > 0).then(c("h2d_s") * 1e6),
                   basis=pl.format("{} MB host<->device per iteration over {} (efficiency {})",
                                   (c("h2d_bytes") / 1e6).round(3), c("pcie"), c("eff_pcie"))).alias("b"),
-        pl.struct(component=pl.lit("communication"), measured_us=c("comm_busy_s") * 1e6,
-                  predicted_us=pl.when((c("unknown_calls") == 0) & (c("messages") + c("sparse_bytes") > 0))
-                  .then(c("comm_s") * 1e6),
-                  basis=pl.when(c("unknown_calls") > 0).then(pl.lit("message sizes not in the trace"))
-                  .otherwise(pl.format("{} MB dense in {} messages + {} MB all-to-all per iteration, {}: "
-                                       "NVLink {} / NIC {}", ((c("dense_bytes")) / 1e6).round(3),
-                                       c("messages").round(1), (2 * c("sparse_bytes") / 1e6).round(3),
-                                       c("architecture").cast(pl.String), c("nvlink"), c("nic")))).alias("c"),
+        pl.struct(component=pl.lit("communication"),
+                  measured_us=pl.when(some_unknown).then(c("comm_busy_s") * c("sized_share"))
+                  .otherwise(c("comm_busy_s")) * 1e6,
+                  predicted_us=pl.when(sized).then(c("comm_s") * 1e6),
+                  basis=pl.when(~sized).then(pl.format("no message sizes in the trace ({} of {} calls)",
+                                                       c("unknown_calls"), c("comm_calls")))
+                  .otherwise(pl.concat_str(
+                      pl.when(some_unknown).then(pl.format(
+                          "{} of {} calls ({} without a message size not predicted; measured: the sized calls' "
+                          "share of the busy time); ", c("comm_calls") - c("unknown_calls"), c("comm_calls"),
+                          c("unknown_calls"))).otherwise(pl.lit("")),
+                      pl.format("{} MB dense in {} messages + {} MB all-to-all per iteration, {}: "
+                                "NVLink {} / NIC {}", ((c("dense_bytes")) / 1e6).round(3),
+                                (c("messages") - c("unknown_messages")).round(1),
+                                (2 * c("sparse_bytes") / 1e6).round(3),
+                                c("architecture").cast(pl.String), c("nvlink"), c("nic"))))).alias("c"),
     )
     long = rows.unpivot(index="rank", value_name="s").unnest("s").drop("variable")
     return long.with_columns(
