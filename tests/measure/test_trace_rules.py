@@ -115,3 +115,25 @@ def test_bad_csv_rule_names_the_line(tmp_path):
     path.write_text("pattern,class,kind\nok,memory_bound,x\nbad,nonsense,x\n")
     with pytest.raises(RulesError, match=r"bad\.csv: line 3: class: expected one of"):
         load_rules(path)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    # the header declares kind: a row without it is refused like a bad class, with its line
+    ("pattern,class,kind\nok,memory_bound,x\n^volta,compute_bound\n",
+     r"short\.csv: line 3: kind: missing \(the header has 3 fields: pattern,class,kind; this row has 2\)"),
+    ("pattern,class,kind\n^volta,compute_bound,\n", r"short\.csv: line 2: kind: missing"),
+    ("pattern,class,kind\n\n\nok,memory_bound,x\n^volta\n", r"short\.csv: line 5: class: missing"),
+    ("pattern,class,kind\nok,memory_bound,x,extra\n", r"short\.csv: line 2: 4 fields, the header has 3"),
+])
+def test_csv_rule_missing_a_field_names_the_line_and_field(tmp_path, text, message):
+    path = tmp_path / "short.csv"
+    path.write_text(text)
+    with pytest.raises(RulesError, match=message):
+        load_rules(path)
+
+
+def test_csv_without_a_kind_column_defaults_kind_to_the_class(tmp_path):
+    path = tmp_path / "two.csv"
+    path.write_text("pattern,class\n^mystery_kernel,memory_bound\n")
+    got = classify_names(pl.Series([MYSTERY]), load_rules(path)).row(0, named=True)
+    assert (got["class"], got["kind"]) == ("memory_bound", "memory_bound")

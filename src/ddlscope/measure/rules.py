@@ -178,16 +178,40 @@ def _parse_toml(data: Any, origin: str) -> dict[str, Any]:
 
 
 def _parse_csv(text: str, origin: str) -> dict[str, Any]:
-    reader = csv.DictReader(io.StringIO(text))
-    if not reader.fieldnames or not {"pattern", "class"} <= set(reader.fieldnames):
-        raise RulesError(f"{origin}: a CSV rules file needs the header pattern,class[,kind]; got {reader.fieldnames}")
-    rows = [{k: v for k, v in row.items() if k in ("pattern", "class", "kind") and v} for row in reader]
+    """Kernel rules from CSV text: header ``pattern,class[,kind]`` (any order), one rule a row.
+
+    Every field the header names is required in every row (a short row or an empty value is
+    refused, naming the line and the field); without a ``kind`` column, kind = the class. Blank
+    lines are skipped; line numbers count them (the header is line 1).
+
+    Raises:
+        RulesError: a bad header, a row with a missing, empty or extra field, or an invalid rule
+            (``FILE: line N: FIELD: ...``).
+    """
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader, None)
+    if not header or not {"pattern", "class"} <= set(header) or not set(header) <= {"pattern", "class", "kind"}:
+        raise RulesError(f"{origin}: a CSV rules file needs the header pattern,class[,kind]; got {header}")
+    rows, lines = [], []
+    for fields in reader:
+        line = reader.line_num
+        if not fields:
+            continue
+        if len(fields) > len(header):
+            raise RulesError(f"{origin}: line {line}: {len(fields)} fields, the header has {len(header)} "
+                             f"({','.join(header)})")
+        for name, value in zip(header, fields + [""] * (len(header) - len(fields)), strict=True):
+            if not value.strip():
+                raise RulesError(f"{origin}: line {line}: {name}: missing (the header has {len(header)} fields: "
+                                 f"{','.join(header)}; this row has {sum(1 for f in fields if f.strip())})")
+        rows.append(dict(zip(header, fields, strict=True)))
+        lines.append(line)
     try:
         return _parse_toml({"kernel": rows}, origin)
-    except RulesError as exc:  # report CSV line numbers (header is line 1)
+    except RulesError as exc:  # report CSV line numbers
         msg = str(exc)
         for i in range(len(rows), 0, -1):
-            msg = msg.replace(f"[[kernel]] #{i}:", f"line {i + 1}:")
+            msg = msg.replace(f"[[kernel]] #{i}:", f"line {lines[i - 1]}:")
         raise RulesError(msg) from None
 
 
