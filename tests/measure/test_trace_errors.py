@@ -189,3 +189,18 @@ def test_file_named_tar_that_is_not_one(tmp_path):
     path = tmp_path / "job.tar"
     path.write_bytes(b"\x00\x01not an archive" * 100)
     assert _error(path) == f"{path}: not a tar archive (the name says .tar; expected a tar of trace files)"
+
+
+@pytest.mark.parametrize(("name", "rank", "why"), [
+    ("rank1.json", 1, "from the file name"),
+    ("trace.json", 0, "input order, after the ranks the other traces name"),
+])
+def test_unusable_rank_in_distributed_info_is_noted(tmp_path, name, rank, why):
+    doc = fixture_trace()
+    doc["distributedInfo"]["rank"] = "zero"
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    a = analyze_traces([path])
+    assert [n for n in a.notes if "distributedInfo" in n] == [
+        f"{path}: distributedInfo.rank 'zero' is not a non-negative integer: rank {rank} assumed ({why})"]
+    assert a.ranks["rank"].to_list() == [rank]

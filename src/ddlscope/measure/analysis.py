@@ -213,7 +213,7 @@ def analyze(
     """:func:`analyze_traces` on traces already read (see there)."""
     catalog = catalog or builtin_catalog()
     world_size = kineto[0].world_size
-    notes: list[str] = []
+    notes: list[str] = [n for t in kineto for n in t.notes]
     tb = build_tables(kineto, rules)
     g = resolve_collectives(tb.gpu, tb.cpu, rules, world_size)
     its = cpu_iterations(tb.cpu, g, rules)

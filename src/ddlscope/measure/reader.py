@@ -135,6 +135,8 @@ class KinetoTrace:
             non-finite, out-of-range or negative time).
         skipped_examples: for the reasons that mean bad data (bad times), the first such event:
             ``"traceEvents[12] 'name' (cat): dur = 1e+18 us"``.
+        notes: what was assumed about this trace and why (an unusable ``distributedInfo.rank``
+            or ``world_size``: the value used instead and where it came from).
     """
 
     source: str
@@ -146,6 +148,7 @@ class KinetoTrace:
     events: pl.DataFrame
     skipped: dict[str, int] = field(default_factory=dict)
     skipped_examples: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -449,15 +452,23 @@ def _kineto(label: str, doc: _KinetoDoc | list[_Event]) -> KinetoTrace:
     else:
         events, devices, dist = doc.trace_events, doc.device_properties or [], doc.distributed_info or {}
     frame, base, skipped, examples = _events_frame(label, events, "$" if isinstance(doc, list) else "traceEvents")
-    rank = dist.get("rank")
-    if not isinstance(rank, int):
+    rank, notes = dist.get("rank"), []
+    usable = isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0
+    if not usable:
+        bad = None if "rank" not in dist else rank
         rank = _rank_from_name(label)
+        if "rank" in dist:  # completed by read_traces when the input order decides
+            notes.append(f"{label}: distributedInfo.rank {bad!r} is not a non-negative integer: "
+                         + (f"rank {rank} assumed (from the file name)" if rank is not None else "{input order}"))
     world = dist.get("world_size")
+    world_ok = isinstance(world, int) and not isinstance(world, bool) and world > 0
+    if "world_size" in dist and not world_ok:
+        notes.append(f"{label}: distributedInfo.world_size {world!r} is not a positive integer: 1 assumed")
     return KinetoTrace(
         source=label, rank=-1 if rank is None else rank,
-        world_size=world if isinstance(world, int) and world > 0 else 1,
+        world_size=world if world_ok else 1,
         devices=[d for d in devices if isinstance(d, dict)], distributed=dist,
-        base_ts_us=base, events=frame, skipped=skipped, skipped_examples=examples,
+        base_ts_us=base, events=frame, skipped=skipped, skipped_examples=examples, notes=notes,
     )
 
 
@@ -512,6 +523,8 @@ def read_traces(paths: list[str | Path]) -> tuple[list[KinetoTrace], list[Execut
     for t in kineto:
         if t.rank < 0:
             t.rank, nxt = nxt, nxt + 1
+            t.notes = [n.replace("{input order}", f"rank {t.rank} assumed (input order, after the ranks the "
+                                                  "other traces name)") for n in t.notes]
     seen: dict[int, str] = {}
     for t in kineto:
         if t.rank in seen:
