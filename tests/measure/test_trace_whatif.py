@@ -94,3 +94,23 @@ def test_unknown_gpu_needs_gpu_option(tmp_path):
     b = analyze_traces([write_fixture(tmp_path, gpu_name="Imaginary GPU 9000")],
                        scenarios=[BUILTIN_SCENARIOS["gpu-h100"]], gpu="V100-SXM2-32GB")
     assert _pred(b, "baseline") == pytest.approx([100.0, 100.0])
+
+
+def test_whatif_figure_colours_match_its_legend(analysis):
+    from matplotlib.colors import to_hex
+
+    from ddlscope.report.figures import close
+    from ddlscope.report.trace_report import whatif_figure
+
+    fig = whatif_figure(analysis)
+    ax = fig.axes[0]
+    w = analysis.whatif
+    bar_colours = [to_hex(p.get_facecolor()) for p in ax.patches]  # bars top-down = rows in order
+    legend = {t.get_text(): to_hex(h.get_facecolor()) for t, h in
+              zip(ax.get_legend().get_texts(), ax.get_legend().legend_handles, strict=True)}
+    key = {"baseline": "measured baseline", True: "scenario applies", False: "scenario does not apply"}
+    for scenario, applied, colour in zip(w["scenario"], w["applied"], bar_colours, strict=True):
+        assert colour == legend[key["baseline" if scenario == "baseline" else applied]], scenario
+    assert len(set(legend.values())) == 3  # three distinct colours, each named once
+    assert "grey" not in ax.get_title()
+    close(fig)

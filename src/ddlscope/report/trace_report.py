@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 from ddlscope.measure.analysis import TraceAnalysis
 from ddlscope.measure.timeline import IDLE_CAUSES
@@ -172,18 +173,21 @@ def whatif_figure(a: TraceAnalysis) -> Figure | None:
     if a.whatif is None:
         return None
     w = a.whatif
-    fig, ax = new_figure(7.5, 0.42 * w.height + 1.4)
+    fig, ax = new_figure(9.5, 0.42 * w.height + 1.4)
     y = np.arange(w.height)[::-1]
     pred = w["predicted_step_ms"].to_numpy()
-    colors = ["#8c8c8c" if s == "baseline" else ("#1f77b4" if ok else "#d9d9d9")
-              for s, ok in zip(w["scenario"], w["applied"], strict=True)]
-    ax.barh(y, pred, color=colors)
+    key = {"baseline": ("measured baseline", "#555555"), True: ("scenario applies", "#1f77b4"),
+           False: ("scenario does not apply", "#d9d9d9")}
+    kinds = ["baseline" if s == "baseline" else bool(ok) for s, ok in zip(w["scenario"], w["applied"], strict=True)]
+    ax.barh(y, pred, color=[key[k][1] for k in kinds])
     for yi, p, sp in zip(y, pred, w["speedup"].to_numpy(), strict=True):
         ax.annotate(f"{sp:.2f}x", (p, yi), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
     ax.set_yticks(y, w["scenario"].to_list())
     ax.set_xlim(0, float(pred.max()) * 1.15)
     ax.set_xlabel("predicted mean step time (ms)")
-    ax.set_title("What-if from the measured baseline (grey: scenario does not apply)")
+    ax.set_title("What-if from the measured baseline")
+    ax.legend([Patch(facecolor=colour) for _, colour in key.values()], [label for label, _ in key.values()],
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return fig
 
 
