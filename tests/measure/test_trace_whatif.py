@@ -114,3 +114,20 @@ def test_whatif_figure_colours_match_its_legend(analysis):
     assert len(set(legend.values())) == 3  # three distinct colours, each named once
     assert "grey" not in ax.get_title()
     close(fig)
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_nic_swap_does_not_apply_to_a_single_server_trace(tmp_path, world_size):
+    # pai-v100-nvlink-8 has a 25 Gb/s NIC, so ethernet-100g is an upgrade; but a job of 1 or 2
+    # ranks on one 8-GPU server sends nothing over a NIC: not applied either way (speedup 1)
+    import json
+
+    from kineto_fixture import fixture_trace
+
+    doc = fixture_trace()
+    doc["distributedInfo"]["world_size"] = world_size
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps(doc))
+    a = analyze_traces([path], scenarios=[BUILTIN_SCENARIOS["ethernet-100g"]], server="pai-v100-nvlink-8")
+    row = a.whatif.filter(pl.col("scenario") == "ethernet-100g").row(0, named=True)
+    assert (row["applied"], row["speedup"]) == (False, pytest.approx(1.0))

@@ -137,3 +137,24 @@ def test_upgrade_only_never_downgrades():
                        ("ethernet-100g", 0): False, ("ethernet-100g", 1): True,
                        ("gpu-a100", 0): False, ("gpu-a100", 1): True}  # A100 80 GB -> 40 GB: less bandwidth
     assert out.filter(pl.col("job_id") == 0)["speedup"].to_list() == [1.0, 1.0, 1.0]
+
+
+def test_nic_swap_applies_only_to_jobs_that_use_the_network():
+    """ethernet-100g (an upgrade over the PAI PCIe server's 25 Gb/s NIC) changes hardware only for
+    jobs whose traffic crosses a NIC: those spanning servers, and PS jobs (the shards sit across the
+    network). A 1-GPU job, a 1wng job and an 8-GPU all-reduce inside one server use no NIC: not
+    applied (speedup 1 either way), however many ranks they have."""
+    from ddlscope.specs.catalog import builtin_catalog
+
+    cat = builtin_catalog()
+    w = Workload(batch_size=8, compute_bound_flops=1e12, memory_bound_bytes=1e9, dense_param_bytes=100e6,
+                 num_gradient_tensors=10)
+    sys_ = cat.system("pai-v100-pcie-8")
+    archs = [Architecture(kind="1w1g"), Architecture(kind="1wng", gpus_per_worker=8),
+             Architecture(kind="allreduce_local", num_workers=8),
+             Architecture(kind="allreduce_cluster", num_workers=16),
+             Architecture(kind="ps_worker", num_workers=4, num_ps=1)]
+    jobs = jobs_frame([job_row(w, a, sys_, job_id=i) for i, a in enumerate(archs)])
+    out = whatif(jobs, [BUILTIN_SCENARIOS["ethernet-100g"]], cat).filter(pl.col("scenario") != "baseline")
+    assert out.sort("job_id")["scenario_applied"].to_list() == [False, False, False, True, True]
+    assert out.filter(~pl.col("scenario_applied"))["speedup"].to_list() == [1.0, 1.0, 1.0]

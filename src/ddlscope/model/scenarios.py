@@ -35,6 +35,23 @@ def _link_columns(catalog: Catalog, slot: str, name: str) -> dict[str, object]:
     return link_columns(slot, link)
 
 
+_NETWORK_COLUMNS = frozenset({"nic", "nic_bandwidth_bytes_per_s", "nic_latency_s", "nics_per_server"})
+"""The Jobs columns of the network (a NIC swap and the NIC count)."""
+
+
+def uses_network() -> pl.Expr:
+    """Jobs whose communication crosses a NIC in the step-time model (:mod:`ddlscope.model.step_time`):
+    ``ps_worker`` (workers push to and pull from PS shards over the network) and every job spanning
+    two or more servers (``num_servers > 1``). ``1w1g``, ``1wng``, ``allreduce_local`` and a
+    one-server ``pearl`` or ``allreduce_cluster`` send nothing over a NIC."""
+    return (c("architecture") == "ps_worker") | (c("num_servers") > 1)
+
+
+def _changes_more_than_hardware(sc: Scenario) -> bool:
+    """Whether the scenario also changes the architecture, precision, fusion or overlap."""
+    return bool(sc.architecture or sc.precision or sc.memory_bound_scale != 1.0 or sc.overlap is not None)
+
+
 def _hardware_changes(sc: Scenario, catalog: Catalog) -> dict[str, object]:
     """Literal column values the scenario's hardware fields set (catalog look-ups, done once)."""
     out: dict[str, object] = {}
@@ -126,7 +143,10 @@ def apply_scenario(
     """The Jobs table as it would be under ``scenario``.
 
     Adds ``scenario`` (name) and ``scenario_applied`` (bool: the scenario changed this job; false
-    where ``only_architectures`` excludes it or a port does not fit). Unchanged rows keep their
+    where ``only_architectures`` excludes it, a port does not fit, ``upgrade_only`` finds no
+    upgrade, or a scenario that changes only the network (NIC, NICs per server) meets a job that
+    uses no NIC, see :func:`uses_network`: a one-server job keeps its speedup of 1 and counts as
+    not applied whatever its number of GPUs). Unchanged rows keep their
     values. Hardware swaps keep each row's efficiencies.
 
     Raises:
@@ -149,6 +169,9 @@ def apply_scenario(
     applies = selected
     if scenario.upgrade_only:
         applies = applies & _is_upgrade(hw)
+    if hw and set(hw) <= _NETWORK_COLUMNS and not _changes_more_than_hardware(scenario):
+        # only the network changes: it applies to the jobs whose traffic crosses a NIC
+        applies = applies & uses_network()
     if scenario.architecture:
         port_cols, ok = _port(scenario, c("_G_new"))
         applies = applies & ok
