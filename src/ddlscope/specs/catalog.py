@@ -258,6 +258,31 @@ def read_system_file(path: str | Path) -> dict[str, Any]:
     return _read_mapping(Path(path))
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+_NAME = "a string (a catalog name)"
+_SYSTEM_FIELDS: dict[str, tuple[str, Any]] = {
+    "server": (_NAME, _is_str), "gpu": (_NAME, _is_str), "nic": (_NAME, _is_str), "pcie": (_NAME, _is_str),
+    "nvlink": ('a string (a catalog name, or "none" for no NVLink)', _is_str),
+    "name": ("a string", _is_str),
+    "gpus_per_server": ("an integer", _is_int), "gpus_per_pcie_root": ("an integer", _is_int),
+    "nics_per_server": ("an integer", _is_int), "storage_read_gb_s": ("a number (GB/s)", _is_number),
+    "efficiency": (f"a table of factors in (0, 1] (some of {', '.join(Efficiency.model_fields)})",
+                   lambda v: isinstance(v, Mapping)),
+}
+"""The fields of a ``[system]`` table: what each takes (as said in errors) and its type check."""
+
+
 def system_from_mapping(data: Mapping[str, Any], catalog: Catalog | None = None, *,
                         origin: str = "system file") -> tuple[System, Catalog]:
     """Resolve a parsed system file (:func:`read_system_file`): its ``gpu``/``link``/``server``
@@ -267,22 +292,31 @@ def system_from_mapping(data: Mapping[str, Any], catalog: Catalog | None = None,
     Returns the :class:`System` and the extended catalog.
 
     Raises:
-        CatalogError: no ``[system]`` table with ``server``, an unknown ``[system]`` field, unknown
+        CatalogError: no ``[system]`` table with ``server`` (``[system]`` fields written at the
+            top level are named and the table asked for), an unknown ``[system]`` field, a field of
+            the wrong type (``gpu = 5``, ``nvlink = null``: what it takes and what it got), unknown
             names or invalid values; every message starts with ``origin`` (the file's path).
     """
+    spec = data.get("system")
+    if spec is None and isinstance(data.get("server"), str):
+        # the [system] fields written at the top level, where `server` names catalog entries instead
+        bare = sorted(k for k, v in data.items() if k in _SYSTEM_FIELDS and not isinstance(v, Mapping))
+        raise CatalogError(
+            f"{origin}: found {', '.join(bare)} at the top level; put them under a [system] table "
+            f"(TOML: a line `[system]` above them; JSON: {{\"system\": {{\"server\": ...}}}}); "
+            f"top-level [gpu]/[link]/[server] tables hold catalog entries")
     cat = catalog or builtin_catalog()
     cat.add({k: v for k, v in data.items() if k in SECTIONS}, origin=origin)
-    spec = data.get("system")
     if not isinstance(spec, Mapping) or "server" not in spec:
         raise CatalogError(f"{origin}: expected a [system] table with at least `server = \"<name>\"`")
-    allowed = {
-        "server", "gpu", "nic", "nvlink", "pcie", "gpus_per_server", "gpus_per_pcie_root",
-        "nics_per_server", "storage_read_gb_s", "efficiency", "name",
-    }
-    extra = set(spec) - allowed
+    extra = set(spec) - set(_SYSTEM_FIELDS)
     if extra:
         raise CatalogError(f"{origin}: [system] has unknown field(s) {sorted(extra)}; expected some of "
-                           f"{sorted(allowed)}")
+                           f"{sorted(_SYSTEM_FIELDS)}")
+    for key, value in spec.items():
+        kind, ok = _SYSTEM_FIELDS[key]
+        if not ok(value):
+            raise CatalogError(f"{origin}: [system] {key}: expected {kind}, got {value!r}")
     try:
         return cat.system(**spec), cat
     except CatalogError as exc:
