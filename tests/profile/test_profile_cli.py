@@ -58,7 +58,7 @@ def test_profile_list_and_errors():
     bad = runner.invoke(app, ["profile", *SMALL, "--ops-out", "ops.txt"])
     assert bad.exit_code == 2 and "expected a .parquet or .csv file name" in bad.output
     bad = runner.invoke(app, ["profile", *SMALL, "--by", "layer"])
-    assert bad.exit_code == 2 and "by must be one of op, module, phase" in bad.output
+    assert bad.exit_code == 2 and "--by: expected op, module or phase, got 'layer'" in bad.output
 
 
 def test_predict_with_model_equals_workload_file(tmp_path):

@@ -56,6 +56,28 @@ def user_catalog(files: list[Path] | None) -> Catalog:
     return catalog
 
 
+_LOOKUPS = {"system": "server", "gpu": "gpu", "nic": "link", "nvlink": "link", "pcie": "link"}
+
+
+def check_names(catalog: Catalog, **names: str | None) -> None:
+    """Look up every catalog name a command's options give (``nic="eth-10g"``, ``system=...``,
+    ``gpu=...``) before the command does any work; ``None`` values are skipped and ``nvlink="none"``
+    is allowed.
+
+    Raises:
+        CatalogError: an unknown name, worded ``--nic: unknown link 'x'; known: ...`` (the option,
+            not the catalog section, leads the message).
+    """
+    for option, value in names.items():
+        if value is None or (option == "nvlink" and value.strip().lower() == "none"):
+            continue
+        section = _LOOKUPS[option]
+        try:
+            getattr(catalog, section)(value)
+        except CatalogError as exc:
+            raise CatalogError(f"--{option.replace('_', '-')}: {str(exc).removeprefix(section + ': ')}") from None
+
+
 # -- options ------------------------------------------------------------------------------------
 CatalogFiles = Annotated[
     list[Path] | None,

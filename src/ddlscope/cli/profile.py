@@ -9,7 +9,7 @@ import polars as pl
 import typer
 
 from ddlscope.cli.common import CatalogFiles, FormatOpt, user_catalog, user_errors
-from ddlscope.report.console import emit
+from ddlscope.report.console import FORMATS, emit, expected_one_of
 
 ModelArg = Annotated[
     str | None,
@@ -105,6 +105,11 @@ def register(app: typer.Typer) -> None:
         ideal (roofline) time on a reference GPU, and the step's totals; --format json prints the
         totals and the Workload (readable by predict --workload-file).
         """
+        # every option is checked before the model is traced
+        expected_one_of(fmt, FORMATS)
+        expected_one_of(by, ("op", "module", "phase"), "--by")
+        if top < 0:
+            raise ValueError(f"--top: expected a number of rows >= 0 (0: all), got {top}")
         if list_models or model is None:
             if model is None and not list_models:
                 raise ValueError("MODEL: give a zoo model name or package.module:factory (--list shows the zoo)")

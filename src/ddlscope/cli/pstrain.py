@@ -25,7 +25,7 @@ from ddlscope.pstrain.launcher import (
 )
 from ddlscope.pstrain.netem import NetworkEmulationError
 from ddlscope.pstrain.summary import per_op_summary
-from ddlscope.report.console import emit
+from ddlscope.report.console import FORMATS, emit, expected_one_of
 
 WIDE_PROGRESS_COLUMNS = 100
 """From this terminal width on, the progress line also shows the RPC count."""
@@ -188,6 +188,7 @@ def register(app: typer.Typer) -> None:
         RPC log in the `ddlscope rpc` schema), key_updates.parquet, iterations.parquet,
         vocabulary.parquet, run.json, logs/, and with --otlp spans.otlp.json.
         """
+        expected_one_of(fmt, FORMATS)  # before any process starts
         try:
             _ps_train(model, data, workers, servers, mode, iterations, batch_size, optimizer, lr, dim, hidden, window,
                       negatives, rows, connections, max_connections, server_threads, stall_timeout, out, log_format,

@@ -15,6 +15,7 @@ from ddlscope.cli.common import (
     CatalogFiles,
     FormatOpt,
     OverwriteOpt,
+    check_names,
     err_console,
     parse_scenarios,
     user_catalog,
@@ -95,12 +96,7 @@ def register(app: typer.Typer) -> None:
 
             check_report_dir(out, "--out", overwrite)
         cat = user_catalog(catalog)
-        for flag, value, lookup in (("--system", system, cat.server), ("--gpu", gpu, cat.gpu)):
-            if value is not None:
-                try:
-                    lookup(value)
-                except ValueError as exc:
-                    raise ValueError(f"{flag}: {exc}") from None
+        check_names(cat, system=system, gpu=gpu)
         scenarios = [] if no_whatif else parse_scenarios(scenario, cat)
 
         from ddlscope.measure.analysis import analyze_traces

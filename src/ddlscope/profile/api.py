@@ -120,7 +120,7 @@ class ProfileResult:
         """
         keys = {"op": ["op", "class_by_type"], "module": ["module"], "phase": ["phase"]}.get(by)
         if keys is None:
-            raise ValueError(f"summary: by must be one of op, module, phase; got {by!r}")
+            raise ValueError(f"by: expected op, module or phase, got {by!r}")
         total = self.ops["roofline_s"].sum() or 1.0
         return (
             self.ops.group_by(keys)

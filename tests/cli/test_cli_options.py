@@ -1,0 +1,62 @@
+"""Options are checked before a command does any work, and choice errors are worded alike."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+import ddlscope.calibrate.api
+import ddlscope.cli.pstrain
+import ddlscope.profile
+import ddlscope.validate.local
+from ddlscope.cli.main import app
+from ddlscope.report.console import expected_one_of
+
+runner = CliRunner()
+
+
+def _no_work(*args, **kwargs):
+    raise AssertionError("the command started its work before checking its options")
+
+
+@pytest.fixture(autouse=True)
+def _forbid_work(monkeypatch):
+    monkeypatch.setattr(ddlscope.profile, "profile_model", _no_work)
+    monkeypatch.setattr(ddlscope.calibrate.api, "run_calibration", _no_work)
+    monkeypatch.setattr(ddlscope.validate.local, "validate_local", _no_work)
+    monkeypatch.setattr(ddlscope.cli.pstrain, "_ps_train", _no_work)
+
+
+def test_expected_one_of_lists_choices_in_words():
+    assert expected_one_of("json", ("table", "json", "csv")) == "json"
+    with pytest.raises(ValueError, match=r"^--format: expected table, json or csv, got 'xml'$"):
+        expected_one_of("xml", ("table", "json", "csv"))
+    with pytest.raises(ValueError, match=r"^--by: expected op or module, got 'x'$"):
+        expected_one_of("x", ("op", "module"), "--by")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["profile", "resnet50", "--format", "xml"], "--format: expected table, json or csv, got 'xml'"),
+    (["profile", "resnet50", "--by", "nonsense"], "--by: expected op, module or phase, got 'nonsense'"),
+    (["profile", "resnet50", "--top", "-1"], "--top: expected a number of rows >= 0 (0: all), got -1"),
+    (["catalog", "gpus", "--format", "xml"], "--format: expected table, json or csv, got 'xml'"),
+    (["ps-train", "--format", "xml"], "--format: expected table, json or csv, got 'xml'"),
+    (["validate", "--format", "yaml"], "--format: expected table, json or csv, got 'yaml'"),
+    (["calibrate", "--quick", "--no-collectives", "--device", "cpu", "--format", "csv"],
+     "--format: expected table or json, got 'csv'"),
+    (["calibrate", "--quick", "--no-collectives", "--device", "cpu", "--nic", "nosuch"],
+     "--nic: unknown link 'nosuch'; known: "),
+])
+def test_options_are_checked_before_work(tmp_path, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert message in res.output.replace("\n", "")
+    assert "Traceback" not in res.output and "('table'" not in res.output
+
+
+def test_calibrate_help_offers_the_formats_it_accepts():
+    res = runner.invoke(app, ["calibrate", "--help"], env={"COLUMNS": "200", "TERM": "dumb"})
+    assert res.exit_code == 0
+    line = next(x for x in res.output.splitlines() if "--format" in x)
+    assert "table or json" in line and "csv" not in line
