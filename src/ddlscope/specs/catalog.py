@@ -99,7 +99,17 @@ class Catalog:
         self.add(entries, origin)
 
     def add(self, entries: Mapping[str, Mapping[str, Mapping[str, Any]]], origin: str) -> None:
-        """Add (or override) entries from a mapping ``{"gpu": {name: {...}}, "link": ..., "server": ...}``."""
+        """Add (or override) entries from a mapping ``{"gpu": {name: {...}}, "link": ..., "server": ...}``.
+
+        An entry whose name matches an existing one after normalising (case, ``_``/``-``, spaces)
+        or, for a GPU, matches one of its aliases, replaces it (recorded in :attr:`overrides`); a
+        replaced GPU keeps the old entry's names as aliases.
+
+        Raises:
+            CatalogError: an unknown section, an entry that does not validate, a GPU written in the
+                flat shape ``ddlscope catalog gpus`` prints (``fp32_tflops``, aliases as one string:
+                the error shows the ``peak_tflops`` table), or a server naming an unknown entry.
+        """
         unknown = set(entries) - set(SECTIONS) - set(IGNORED_SECTIONS)
         if unknown:
             raise CatalogError(f"{origin}: unknown section(s) {sorted(unknown)}; expected {list(SECTIONS)}")
@@ -112,15 +122,20 @@ class Catalog:
             for name, fields in block.items():
                 if not isinstance(fields, Mapping):
                     raise CatalogError(f"{origin}: [{section}.{name}] must be a table")
+                if section == "gpu":
+                    _check_gpu_shape(fields, f"{origin}: [gpu.\"{name}\"]")
                 try:
                     spec = model.model_validate({"name": name, **fields})
                 except ValidationError as exc:
                     raise CatalogError(f"{origin}: [{section}.\"{name}\"]: {_describe(exc)}") from exc
-                if name in target:
-                    self.overrides.append(f"{section}.{name} (from {origin})")
+                existing = self._existing(section, name)
+                if existing is not None:
+                    self.overrides.append(f"{section}.{existing}" + (f" as {name}" if existing != name else "")
+                                          + f" (from {origin})")
+                    old = target.pop(existing)
                     if section == "gpu":  # keep the names traces use for it (e.g. PAI's "V100")
                         spec = spec.model_copy(update={"aliases": tuple(dict.fromkeys(
-                            (*target[name].aliases, *spec.aliases)))})
+                            (*old.aliases, *((existing,) if existing != name else ()), *spec.aliases)))})
                 target[name] = spec
                 if section == "gpu":
                     for alias in (name, *spec.aliases):
@@ -136,6 +151,14 @@ class Catalog:
                     self.link(server.nvlink)
             except CatalogError as exc:
                 raise CatalogError(f"{origin}: [server.\"{name}\"]: {exc}") from exc
+
+    def _existing(self, section: str, name: str) -> str | None:
+        """The key of the entry ``name`` replaces: the same name, a spelling that normalises equal
+        (``v100_sxm2_16gb`` for ``V100-SXM2-16GB``) or, for a GPU, one of its aliases."""
+        if section == "gpu":
+            return self._alias.get(_norm(name))
+        target = self.links if section == "link" else self.servers
+        return next((key for key in target if _norm(key) == _norm(name)), None)
 
     # -- look-ups -------------------------------------------------------------------------------
     def gpu(self, name: str) -> GPUSpec:
@@ -205,6 +228,20 @@ class Catalog:
             return System(name=label, efficiency=Efficiency.model_validate(dict(efficiency or {})), **parts)
         except ValidationError as exc:
             raise CatalogError(f"system {label!r}: {_describe(exc)}") from exc
+
+
+_GPU_EXAMPLE = ("peak_tflops takes a table of the four precisions, e.g. TOML `peak_tflops = {fp32 = 15.7, "
+                "tf32 = 15.7, fp16 = 125, bf16 = 15.7}` or JSON `\"peak_tflops\": {\"fp32\": 15.7, ...}`")
+
+
+def _check_gpu_shape(fields: Mapping[str, Any], where: str) -> None:
+    """Catch the flat shape ``ddlscope catalog gpus`` prints (``fp32_tflops``, aliases as one string)."""
+    flat = sorted(k for k in fields if k.endswith("_tflops") and k != "peak_tflops")
+    if flat:
+        raise CatalogError(f"{where}: {', '.join(flat)}: not catalog fields; {_GPU_EXAMPLE} (docs/model.md)")
+    if isinstance(fields.get("aliases"), str):
+        raise CatalogError(f"{where}: aliases: expected a list of names, e.g. aliases = [\"V100\", \"Tesla V100\"], "
+                           f"got {fields['aliases']!r}")
 
 
 def _describe(exc: ValidationError) -> str:
