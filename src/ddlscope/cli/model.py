@@ -72,7 +72,14 @@ def _workload(workload_file: Path | None, batch_size: int | None, precision: str
     if given:
         raise ValueError(f"{', '.join(given)}: only with --model (they are profiling options)")
     w = load_workload(workload_file) if workload_file else example_workload()
-    return w.at(batch_size=batch_size, precision=precision)
+    scaled = w.at(batch_size=batch_size, precision=precision)
+    if w.peak_memory_bytes is not None and scaled.peak_memory_bytes is None:
+        # Workload.at cannot rescale the peak (activations scale with the batch, weights do not)
+        err_console.print(
+            f"[yellow]warning:[/yellow] the GPU memory fit is not checked: the workload's peak memory "
+            f"({w.peak_memory_bytes / 1e9:.3g} GB at batch size {w.batch_size}) is unknown at -b {batch_size}; "
+            f"use --model NAME -b {batch_size} to re-profile it at that size", emoji=False)
+    return scaled
 
 
 def _warn_memory(out: pl.DataFrame) -> None:
