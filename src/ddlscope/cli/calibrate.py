@@ -188,5 +188,6 @@ def register(app: typer.Typer) -> None:
             return
         for title, frame in summary_tables(cal).items():
             emit(frame, "table", title=title)
-        emit(pl.DataFrame({"field": list(facts), "value": [str(v) for v in facts.values()]}), "table",
+        emit(pl.DataFrame({"field": list(facts), "value": ["not measured" if v is None else str(v)
+                                                           for v in facts.values()]}), "table",
              title="System profile")
