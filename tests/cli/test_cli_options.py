@@ -60,3 +60,26 @@ def test_calibrate_help_offers_the_formats_it_accepts():
     assert res.exit_code == 0
     line = next(x for x in res.output.splitlines() if "--format" in x)
     assert "table or json" in line and "csv" not in line
+
+
+def test_scenario_errors_list_valid_keys_and_name_the_file(tmp_path):
+    res = runner.invoke(app, ["whatif", "--scenario", "x:foo=1"])
+    assert res.exit_code == 2
+    text = res.output.replace("\n", "")
+    assert "--scenario 'x:foo=1': scenario.foo: Extra inputs are not permitted (got '1'); valid keys: " in text
+    assert "gpu, nic, nvlink, pcie" in text and "upgrade_only" in text
+    bad_key = tmp_path / "k.toml"
+    bad_key.write_text('[[scenario]]\nname = "a"\nfoo = 1\n')
+    res = runner.invoke(app, ["whatif", "--scenario", str(bad_key)])
+    assert f"{bad_key}: scenario #1: foo: Extra inputs are not permitted" in res.output.replace("\n", "")
+    assert "valid keys: name, description" in res.output.replace("\n", "")
+    unknown = tmp_path / "sc.toml"
+    unknown.write_text('[[scenario]]\nname = "a"\ngpu = "NOPE"\n')
+    res = runner.invoke(app, ["whatif", "--scenario", str(unknown)])
+    assert res.exit_code == 2 and f"{unknown}: scenario a: gpu: unknown GPU 'NOPE'" in res.output.replace("\n", "")
+    twice = tmp_path / "twice.toml"
+    twice.write_text('[[scenario]]\nname = "a"\ngpu = "A100"\n[[scenario]]\nname = "a"\ngpu = "H200"\n')
+    res = runner.invoke(app, ["whatif", "--scenario", str(twice), "--scenario", "gpu-h100"])
+    assert res.exit_code == 2
+    assert f"scenario 'a' is given 2 times ({twice}, {twice}): scenario names must be unique" in \
+        res.output.replace("\n", "")
