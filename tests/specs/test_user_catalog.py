@@ -70,3 +70,12 @@ def test_a_link_replacing_a_builtin_in_another_spelling_is_noted(tmp_path):
     cat = load_catalog(f)
     assert cat.overrides == [f"link.eth-25g as ETH_25G (from {f})"]
     assert cat.link("eth-25g").bandwidth_gb_s == 3.0
+
+
+def test_a_server_entry_with_a_link_in_the_wrong_slot_names_the_file_and_entry(tmp_path):
+    f = tmp_path / "cat1.toml"
+    f.write_text(_docs_example().replace('nvlink = "none"', 'nvlink = "pcie4-x16"'))
+    with pytest.raises(CatalogError, match=re.escape(
+            f"{f}: [server.\"my-l40s-box\"]: nvlink: expected a link of kind 'nvlink' or none, "
+            "got 'pcie4-x16' (pcie)")):
+        load_catalog(f)

@@ -149,6 +149,10 @@ class Catalog:
                 self.link(server.nic)
                 if server.nvlink:
                     self.link(server.nvlink)
+                try:  # each link fits its slot (no PCIe link as NVLink): checked where the entry is
+                    self.system(name)
+                except CatalogError as exc:
+                    raise CatalogError(str(exc).removeprefix(f"system {name!r}: ")) from None
             except CatalogError as exc:
                 raise CatalogError(f"{origin}: [server.\"{name}\"]: {exc}") from exc
 
