@@ -83,3 +83,24 @@ def test_scenario_errors_list_valid_keys_and_name_the_file(tmp_path):
     assert res.exit_code == 2
     assert f"scenario 'a' is given 2 times ({twice}, {twice}): scenario names must be unique" in \
         res.output.replace("\n", "")
+
+
+def test_output_paths_under_a_file_or_at_a_folder_name_the_option_before_work(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("mine")
+    (tmp_path / "adir").mkdir()
+    for args, message in (
+        (["profile", "resnet18", "--params-out", "afile/p.csv"],
+         "--params-out afile/p.csv: afile is a file, not a folder"),
+        (["profile", "resnet18", "--ops-out", "adir"], "--ops-out adir: expected a .parquet or .csv file name"),
+        (["profile", "resnet18", "--ops-out", "adir.csv/x.csv"], None),  # a new folder: fine
+        (["calibrate", "--no-bench", "-s", "dgx-a100", "-o", "afile/x.toml"],
+         "--out afile/x.toml: afile is a file, not a folder"),
+        (["calibrate", "--no-bench", "-s", "dgx-a100", "-o", "adir"], "--out adir: is a folder; expected a file name"),
+    ):
+        res = runner.invoke(app, args)
+        if message is None:  # passes the checks and reaches the (forbidden) work
+            assert isinstance(res.exception, AssertionError)
+            continue
+        assert res.exit_code == 2, res.output
+        assert message in res.output.replace("\n", "") and "Errno" not in res.output

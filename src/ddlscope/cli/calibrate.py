@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ddlscope.cli.common import CatalogFiles, check_names, err_console, user_errors
+from ddlscope.cli.common import CatalogFiles, check_names, check_output_file, err_console, user_errors
 from ddlscope.report.console import emit, expected_one_of
 from ddlscope.specs.catalog import load_catalog
 
@@ -140,6 +140,7 @@ def register(app: typer.Typer) -> None:
         expected_one_of(fmt, ("table", "json"))
         cat = load_catalog(*(catalog or []))
         check_names(cat, nic=nic, system=system)  # before any measurement
+        check_output_file(out, "--out")
         dev = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
         plan = None
         if not no_bench:

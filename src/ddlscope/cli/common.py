@@ -56,6 +56,24 @@ def user_catalog(files: list[Path] | None) -> Catalog:
     return catalog
 
 
+def check_output_file(path: Path | None, option: str) -> None:
+    """Check, before any work, that ``path`` can be written as a file: it is not a folder and no
+    folder above it is a file (the folders that do not exist yet are created when writing).
+
+    Raises:
+        ValueError: ``--params-out afile/p.csv: afile is a file, not a folder`` and the like.
+    """
+    if path is None:
+        return
+    if path.is_dir():
+        raise ValueError(f"{option} {path}: is a folder; expected a file name")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"{option} {path}: {parent} is a file, not a folder")
+            break
+
+
 _LOOKUPS = {"system": "server", "gpu": "gpu", "nic": "link", "nvlink": "link", "pcie": "link"}
 
 
