@@ -104,3 +104,14 @@ def test_output_paths_under_a_file_or_at_a_folder_name_the_option_before_work(tm
             continue
         assert res.exit_code == 2, res.output
         assert message in res.output.replace("\n", "") and "Errno" not in res.output
+
+
+def test_ps_train_network_emulation_summary_is_readable_text():
+    from ddlscope.cli.pstrain import netem_text
+
+    assert netem_text({"requested": {}, "applied": None}) == "off"
+    assert netem_text({"applied": None, "skipped": "no CAP_NET_ADMIN"}) == "not applied: no CAP_NET_ADMIN"
+    applied = {"qdisc": "netem", "bandwidth_mbit": 100.0, "delay_ms": 10.0, "loss_pct": None, "namespaces": 5}
+    assert netem_text({"applied": applied}) == "netem on 5 network namespaces: 100 Mbit/s, 10 ms one-way delay"
+    applied = {"qdisc": "none", "bandwidth_mbit": None, "delay_ms": None, "loss_pct": None, "namespaces": 3}
+    assert netem_text({"applied": applied}) == "3 network namespaces, no shaping"
