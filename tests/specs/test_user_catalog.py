@@ -79,3 +79,15 @@ def test_a_server_entry_with_a_link_in_the_wrong_slot_names_the_file_and_entry(t
             f"{f}: [server.\"my-l40s-box\"]: nvlink: expected a link of kind 'nvlink' or none, "
             "got 'pcie4-x16' (pcie)")):
         load_catalog(f)
+
+
+def test_the_system_file_example_in_the_docs_resolves(tmp_path):
+    from ddlscope.specs.catalog import load_system
+
+    block = next(b for b in re.findall(r"```toml\n(.*?)```", DOCS.read_text(), flags=re.S)
+                 if b.startswith("[system]"))
+    f = tmp_path / "sys.toml"
+    f.write_text(block)
+    system, _ = load_system(f)
+    assert system.gpu.name == "A100-SXM4-40GB" and system.nvlink is None and system.gpus_per_server == 4
+    assert system.storage_read_gb_s == 2.0 and system.efficiency.compute == 0.5
