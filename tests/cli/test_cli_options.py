@@ -39,6 +39,8 @@ def test_expected_one_of_lists_choices_in_words():
     (["profile", "resnet50", "--format", "xml"], "--format: expected table, json or csv, got 'xml'"),
     (["profile", "resnet50", "--by", "nonsense"], "--by: expected op, module or phase, got 'nonsense'"),
     (["profile", "resnet50", "--top", "-1"], "--top: expected a number of rows >= 0 (0: all), got -1"),
+    (["predict", "--format", "xml"], "--format: expected table, json or csv, got 'xml'"),
+    (["whatif", "--format", "xml"], "--format: expected table, json or csv, got 'xml'"),
     (["catalog", "gpus", "--format", "xml"], "--format: expected table, json or csv, got 'xml'"),
     (["ps-train", "--format", "xml"], "--format: expected table, json or csv, got 'xml'"),
     (["validate", "--format", "yaml"], "--format: expected table, json or csv, got 'yaml'"),

@@ -80,11 +80,10 @@ def register(app: typer.Typer) -> None:
         """
         import math
 
-        from ddlscope.report.console import FORMATS
+        from ddlscope.report.console import FORMATS, expected_one_of
 
         # every option is checked before the traces are read
-        if fmt not in FORMATS:
-            raise ValueError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
+        expected_one_of(fmt, FORMATS)
         if not (math.isfinite(launch_gap_us) and launch_gap_us >= 0):
             raise ValueError(f"--launch-gap-us: expected a finite number of microseconds >= 0, got {launch_gap_us}")
         if not (math.isfinite(warmup_factor) and warmup_factor > 1):
