@@ -65,6 +65,18 @@ def test_calibrate_cli_applies_nccl_tests_to_a_catalog_server(tmp_path):
     assert row["eff_nvlink"] == 1.0 and row["gpu"] == "A100-SXM4-80GB"
 
 
+def test_calibrate_cli_table_says_not_measured_instead_of_none(tmp_path):
+    log = tmp_path / "all_reduce_perf.txt"
+    log.write_text(ALL_REDUCE_8X_A100)
+    res = runner.invoke(app, ["calibrate", "--no-bench", "--system", "dgx-a100", "--nccl-tests", f"{log}:nvlink",
+                              "-o", str(tmp_path / "dgx.toml")], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    lines = {line.split("│")[1].strip(): line.split("│")[2].strip()
+             for line in res.output.splitlines() if line.count("│") >= 3}
+    assert lines["op overhead (s per op)"] == "not measured" and lines["clock"] == "not measured"
+    assert "None" not in res.output
+
+
 def test_calibrate_cli_errors_name_the_line(tmp_path):
     bad = tmp_path / "x.txt"
     bad.write_text(ALL_REDUCE_8X_A100.replace("   134217728      33554432", "   134217728      zz"))

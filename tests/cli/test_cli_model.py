@@ -82,3 +82,20 @@ def test_wrong_link_kind_message_is_one_short_line(tmp_path):
     f.write_text('[system]\nserver = "dgx-a100"\n')
     res = runner.invoke(app, ["predict", "--system-file", str(f), "-s", "dgx-h100"])
     assert res.exit_code == 2 and "give the server and its overrides in the system file" in res.output
+
+
+def test_rescaling_a_fixed_workload_warns_that_the_memory_fit_is_not_checked():
+    from ddlscope.specs.examples import example_workload
+
+    w = example_workload()
+    assert w.peak_memory_bytes is not None  # the example carries a measured peak
+    for command in ("predict", "whatif"):
+        res = runner.invoke(app, [command, "-b", "100000"])
+        assert res.exit_code == 0, res.output
+        text = res.output.replace("\n", " ")
+        assert "warning: the GPU memory fit is not checked" in text
+        assert f"at batch size {w.batch_size}) is unknown at -b 100000" in text
+        assert "use --model NAME -b 100000 to re-profile" in text
+    for args in ([], ["-b", str(w.batch_size)]):  # not rescaled: the peak is known, no warning
+        res = runner.invoke(app, ["predict", *args])
+        assert res.exit_code == 0 and "memory fit is not checked" not in res.output

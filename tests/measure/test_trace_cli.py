@@ -85,12 +85,12 @@ def test_bad_rules_file(tmp_path):
     (["--launch-gap-us", "-1"], "--launch-gap-us: expected a finite number of microseconds >= 0, got -1.0"),
     (["--launch-gap-us", "nan"], "--launch-gap-us: expected a finite number of microseconds >= 0, got nan"),
     (["--warmup-factor", "1"], "--warmup-factor: expected a finite number > 1, got 1.0"),
-    (["--system", "nosuch"], "--system: server: unknown server 'nosuch'"),
-    (["--gpu", "NOPE"], "--gpu: gpu: unknown GPU 'NOPE'"),
+    (["--system", "nosuch"], "--system: unknown server 'nosuch'"),
+    (["--gpu", "NOPE"], "--gpu: unknown GPU 'NOPE'"),
     (["--scenario", "x:gpu=NOPE"], "scenario x: gpu: unknown GPU 'NOPE'"),
     (["--scenario", "x:nic=nvlink2"], "scenario x: scenario nic: 'nvlink2' is a nvlink link"),
     (["--scenario", "gpu-h100", "--no-whatif"], "--scenario and --no-whatif: choose one"),
-    (["--format", "xml"], "--format: expected one of table, json, csv, got 'xml'"),
+    (["--format", "xml"], "--format: expected table, json or csv, got 'xml'"),
 ])
 def test_options_are_checked_up_front(tmp_path, args, message):
     res = runner.invoke(app, ["trace", str(tmp_path / "not-read.json"), *args])

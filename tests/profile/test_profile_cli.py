@@ -58,7 +58,7 @@ def test_profile_list_and_errors():
     bad = runner.invoke(app, ["profile", *SMALL, "--ops-out", "ops.txt"])
     assert bad.exit_code == 2 and "expected a .parquet or .csv file name" in bad.output
     bad = runner.invoke(app, ["profile", *SMALL, "--by", "layer"])
-    assert bad.exit_code == 2 and "by must be one of op, module, phase" in bad.output
+    assert bad.exit_code == 2 and "--by: expected op, module or phase, got 'layer'" in bad.output
 
 
 def test_predict_with_model_equals_workload_file(tmp_path):
@@ -77,3 +77,11 @@ def test_whatif_with_model_and_flag_errors():
     assert bad.exit_code == 2 and "--optimizer: only with --model" in bad.output
     bad = runner.invoke(app, ["predict", "--model", "resnet18", "--workload-file", "x.json"])
     assert bad.exit_code == 2 and "give one of them" in bad.output
+
+
+def test_a_size_the_model_cannot_run_at_is_one_line_naming_the_sizes():
+    # ResNet-18 halves 7 px five times to 1 x 1; BatchNorm then sees one value per channel at batch 1
+    res = runner.invoke(app, ["profile", "resnet18", "--batch-size", "1", "--image-size", "7"])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert ("profile resnet18 at --batch-size 1, --image-size 7: the model cannot run at this size "
+            "(PyTorch: Expected more than 1 value per channel when training") in res.output.replace("\n", "")

@@ -164,3 +164,37 @@ def test_host_link_for_processes_of_one_host(tmp_path):
     bad.write_text(f.read_text().replace('[system]\nserver = "box"', '[system]\nserver = "box"\nnic = "loopback"'))
     with pytest.raises(CatalogError, match="nic: expected an 'ethernet' or 'infiniband' link"):
         load_system(bad)
+
+
+@pytest.mark.parametrize(("field", "value", "expected"), [
+    ("gpu", 5, "a string (a catalog name)"),
+    ("nic", 5, "a string (a catalog name)"),
+    ("gpu", ["A100"], "a string (a catalog name)"),
+    ("nvlink", None, 'a string (a catalog name, or "none" for no NVLink)'),
+    ("gpus_per_server", "x", "an integer"),
+    ("gpus_per_server", True, "an integer"),
+    ("storage_read_gb_s", "fast", "a number (GB/s)"),
+    ("efficiency", 0.5, "a table of factors"),
+])
+def test_system_file_wrong_type_names_file_field_and_expected_type(tmp_path, field, value, expected):
+    import json
+    import re
+    f = tmp_path / "s9.json"
+    f.write_text(json.dumps({"system": {"server": "dgx-a100", field: value}}))
+    with pytest.raises(CatalogError, match=re.escape(f"s9.json: [system] {field}: expected {expected}")):
+        load_system(f)
+
+
+def test_system_file_server_of_wrong_type(tmp_path):
+    f = tmp_path / "s9.json"
+    f.write_text('{"system": {"server": 5}}')
+    with pytest.raises(CatalogError, match=r"\[system\] server: expected a string \(a catalog name\), got 5"):
+        load_system(f)
+
+
+def test_system_file_bare_fields_ask_for_a_system_table(tmp_path):
+    f = tmp_path / "bare.toml"
+    f.write_text('server = "dgx-a100"\ngpus_per_server = 4\n')
+    with pytest.raises(CatalogError, match=r"bare\.toml: found gpus_per_server, server at the top level; "
+                                           r"put them under a \[system\] table"):
+        load_system(f)

@@ -10,8 +10,8 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ddlscope.cli.common import CatalogFiles, FormatOpt, err_console, user_errors
-from ddlscope.report.console import emit
+from ddlscope.cli.common import CatalogFiles, check_names, check_output_file, err_console, user_errors
+from ddlscope.report.console import emit, expected_one_of
 from ddlscope.specs.catalog import load_catalog
 
 DEFAULT_OUT = Path("ddlscope-system.toml")
@@ -124,7 +124,7 @@ def register(app: typer.Typer) -> None:
         system: Annotated[str | None, typer.Option(
             "--system", "-s", help="catalog server this host is (GPU hosts, --no-bench)")] = None,
         catalog: CatalogFiles = None,
-        fmt: FormatOpt = "table",
+        fmt: Annotated[str, typer.Option("--format", "-f", help="table or json")] = "table",
     ) -> None:
         """Measure this host and write its System profile: matmul and convolution efficiency curves
         against the device's peak, STREAM copy/triad, element-wise throughput, per-op overhead, and
@@ -137,9 +137,10 @@ def register(app: typer.Typer) -> None:
         from ddlscope.calibrate.api import CalibrationPlan, run_calibration
         from ddlscope.calibrate.profile_file import write_calibration
 
-        if fmt not in ("table", "json"):
-            raise ValueError(f"--format: expected table or json, got {fmt!r}")
+        expected_one_of(fmt, ("table", "json"))
         cat = load_catalog(*(catalog or []))
+        check_names(cat, nic=nic, system=system)  # before any measurement
+        check_output_file(out, "--out")
         dev = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
         plan = None
         if not no_bench:
@@ -188,5 +189,6 @@ def register(app: typer.Typer) -> None:
             return
         for title, frame in summary_tables(cal).items():
             emit(frame, "table", title=title)
-        emit(pl.DataFrame({"field": list(facts), "value": [str(v) for v in facts.values()]}), "table",
+        emit(pl.DataFrame({"field": list(facts), "value": ["not measured" if v is None else str(v)
+                                                           for v in facts.values()]}), "table",
              title="System profile")

@@ -8,7 +8,7 @@ import polars as pl
 import typer
 
 from ddlscope.cli.common import CatalogFiles, FormatOpt, user_catalog, user_errors
-from ddlscope.report.console import emit
+from ddlscope.report.console import FORMATS, emit, expected_one_of
 from ddlscope.specs.scenario import BUILTIN_SCENARIOS
 
 KINDS = ("gpus", "links", "servers", "scenarios")
@@ -28,6 +28,7 @@ def register(app: typer.Typer) -> None:
         """List the built-in catalog (plus --catalog files): GPUs, links, server types, or scenarios."""
         if kind not in KINDS:
             raise ValueError(f"kind: expected one of {', '.join(KINDS)}, got {kind!r}")
+        expected_one_of(fmt, FORMATS)
         cat = user_catalog(extra)
         if kind == "gpus":
             rows = [{"name": g.name, "fp32_tflops": g.peak_tflops.fp32, "tf32_tflops": g.peak_tflops.tf32,

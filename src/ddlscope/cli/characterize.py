@@ -38,7 +38,7 @@ from ddlscope.cli.ingest import (
     TraceFormatOpt,
     read_trace,
 )
-from ddlscope.report.console import FORMATS, emit, terminal
+from ddlscope.report.console import FORMATS, emit, expected_one_of, terminal
 from ddlscope.specs.examples import EXAMPLE_SERVER
 from ddlscope.specs.files import parse_pairs
 from ddlscope.specs.workload import PRECISIONS
@@ -120,8 +120,7 @@ def register(app: typer.Typer) -> None:
         from ddlscope.report.outdir import check_report_dir, clear_previous_report
 
         started = time.perf_counter()
-        if fmt not in FORMATS:
-            raise ValueError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
+        expected_one_of(fmt, FORMATS)
         if precision not in PRECISIONS:
             raise ValueError(f"--precision: expected one of {', '.join(PRECISIONS)}, got {precision!r}")
         check_report_dir(out, "--out", overwrite)

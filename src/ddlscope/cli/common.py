@@ -56,6 +56,46 @@ def user_catalog(files: list[Path] | None) -> Catalog:
     return catalog
 
 
+def check_output_file(path: Path | None, option: str) -> None:
+    """Check, before any work, that ``path`` can be written as a file: it is not a folder and no
+    folder above it is a file (the folders that do not exist yet are created when writing).
+
+    Raises:
+        ValueError: ``--params-out afile/p.csv: afile is a file, not a folder`` and the like.
+    """
+    if path is None:
+        return
+    if path.is_dir():
+        raise ValueError(f"{option} {path}: is a folder; expected a file name")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"{option} {path}: {parent} is a file, not a folder")
+            break
+
+
+_LOOKUPS = {"system": "server", "gpu": "gpu", "nic": "link", "nvlink": "link", "pcie": "link"}
+
+
+def check_names(catalog: Catalog, **names: str | None) -> None:
+    """Look up every catalog name a command's options give (``nic="eth-10g"``, ``system=...``,
+    ``gpu=...``) before the command does any work; ``None`` values are skipped and ``nvlink="none"``
+    is allowed.
+
+    Raises:
+        CatalogError: an unknown name, worded ``--nic: unknown link 'x'; known: ...`` (the option,
+            not the catalog section, leads the message).
+    """
+    for option, value in names.items():
+        if value is None or (option == "nvlink" and value.strip().lower() == "none"):
+            continue
+        section = _LOOKUPS[option]
+        try:
+            getattr(catalog, section)(value)
+        except CatalogError as exc:
+            raise CatalogError(f"--{option.replace('_', '-')}: {str(exc).removeprefix(section + ': ')}") from None
+
+
 # -- options ------------------------------------------------------------------------------------
 CatalogFiles = Annotated[
     list[Path] | None,
@@ -141,21 +181,38 @@ def parse_scenarios(items: list[str] | None, catalog: Catalog | None = None) -> 
     (:func:`ddlscope.model.scenarios.check_scenarios`).
 
     Raises:
-        ValueError / pydantic.ValidationError: an unknown name, a bad file or inline field, or
-            (``catalog``) ``scenario NAME: unknown GPU ...`` and the like.
+        ValueError: an unknown name, a bad file or inline field (an unknown inline key lists the
+            valid ones), a scenario name given twice (naming where each came from), or
+            (``catalog``) ``FILE: scenario NAME: unknown GPU ...`` and the like (the file named
+            when the scenario came from one).
     """
-    out = _parse_scenarios(items)
+    sourced = _parse_scenarios(items)
+    where: dict[str, list[str]] = {}
+    for source, sc in sourced:
+        where.setdefault(sc.name, []).append(source)
+    twice = {name: sources for name, sources in where.items() if len(sources) > 1}
+    if twice:
+        raise ValueError("; ".join(f"scenario {name!r} is given {len(sources)} times ({', '.join(sources)})"
+                                   for name, sources in twice.items()) + ": scenario names must be unique")
     if catalog is not None:
         from ddlscope.model.scenarios import check_scenarios
 
-        check_scenarios(out, catalog)
-    return out
+        for source, sc in sourced:
+            try:
+                check_scenarios([sc], catalog)
+            except ValueError as exc:
+                raise ValueError(f"{source}: {exc}" if source not in ("built-in", "inline") else str(exc)) from None
+    return [sc for _, sc in sourced]
 
 
-def _parse_scenarios(items: list[str] | None) -> list[Scenario]:
+_SCENARIO_KEYS = ", ".join(k for k in Scenario.model_fields if k != "name")
+
+
+def _parse_scenarios(items: list[str] | None) -> list[tuple[str, Scenario]]:
+    """``(source, scenario)`` pairs; source is ``built-in``, ``inline`` or the scenario file."""
     if not items:
-        return list(BUILTIN_SCENARIOS.values())
-    out: list[Scenario] = []
+        return [("built-in", sc) for sc in BUILTIN_SCENARIOS.values()]
+    out: list[tuple[str, Scenario]] = []
     for item in items:
         if ":" in item and "=" in item:
             name, _, body = item.partition(":")
@@ -166,7 +223,14 @@ def _parse_scenarios(items: list[str] | None) -> list[Scenario]:
             fields: dict[str, object] = {"name": name, **pairs}
             if "only_architectures" in fields:
                 fields["only_architectures"] = tuple(str(fields["only_architectures"]).split("+"))
-            out.append(Scenario.model_validate(fields))
+            try:
+                out.append(("inline", Scenario.model_validate(fields)))
+            except ValidationError as exc:
+                unknown = any(e["type"] == "extra_forbidden" for e in exc.errors())
+                raise ValueError(f"--scenario {item!r}: {describe_validation(exc, 'scenario')}"
+                                 + (f"; valid keys: {_SCENARIO_KEYS}" if unknown else "")) from None
+        elif item in BUILTIN_SCENARIOS:
+            out.append(("built-in", BUILTIN_SCENARIOS[item]))
         else:
-            out.extend(resolve_scenarios([item]))
+            out.extend((item, sc) for sc in resolve_scenarios([item]))
     return out

@@ -31,7 +31,7 @@ from ddlscope.cli.common import (
 from ddlscope.model.api import predict as predict_job
 from ddlscope.model.api import predict_whatif
 from ddlscope.model.step_time import COMPONENTS
-from ddlscope.report.console import FORMATS, emit
+from ddlscope.report.console import FORMATS, emit, expected_one_of
 from ddlscope.specs.examples import example_architecture, example_workload
 from ddlscope.specs.scenario import BUILTIN_SCENARIOS
 from ddlscope.specs.workload import Workload, load_workload
@@ -72,7 +72,14 @@ def _workload(workload_file: Path | None, batch_size: int | None, precision: str
     if given:
         raise ValueError(f"{', '.join(given)}: only with --model (they are profiling options)")
     w = load_workload(workload_file) if workload_file else example_workload()
-    return w.at(batch_size=batch_size, precision=precision)
+    scaled = w.at(batch_size=batch_size, precision=precision)
+    if w.peak_memory_bytes is not None and scaled.peak_memory_bytes is None:
+        # Workload.at cannot rescale the peak (activations scale with the batch, weights do not)
+        err_console.print(
+            f"[yellow]warning:[/yellow] the GPU memory fit is not checked: the workload's peak memory "
+            f"({w.peak_memory_bytes / 1e9:.3g} GB at batch size {w.batch_size}) is unknown at -b {batch_size}; "
+            f"use --model NAME -b {batch_size} to re-profile it at that size", emoji=False)
+    return scaled
 
 
 def _warn_memory(out: pl.DataFrame) -> None:
@@ -131,8 +138,7 @@ def register(app: typer.Typer) -> None:
         w = _workload(workload_file, batch_size, precision, model, seq_len, image_size, optimizer)
         arch = resolve_architecture(architecture, workers, gpus_per_worker, ps, servers, example_architecture())
         sysm, _ = resolve_system(system, system_file, gpu, nic, nvlink, catalog)
-        if fmt not in FORMATS:
-            raise ValueError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
+        expected_one_of(fmt, FORMATS)
         out = predict_job(w, arch, sysm, overlap=overlap)
         row = out.row(0, named=True)
         _warn_memory(out)
@@ -187,8 +193,7 @@ def register(app: typer.Typer) -> None:
         arch = resolve_architecture(architecture, workers, gpus_per_worker, ps, servers, example_architecture())
         sysm, cat = resolve_system(system, system_file, gpu, nic, nvlink, catalog)
         scenarios = parse_scenarios(scenario, cat)
-        if fmt not in FORMATS:
-            raise ValueError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
+        expected_one_of(fmt, FORMATS)
         out = predict_whatif(w, arch, sysm, scenarios, overlap=overlap, catalog=cat)
         _warn_memory(out)
         if fmt == "table":

@@ -8,8 +8,8 @@ from typing import Annotated, Any
 import polars as pl
 import typer
 
-from ddlscope.cli.common import CatalogFiles, FormatOpt, user_catalog, user_errors
-from ddlscope.report.console import emit
+from ddlscope.cli.common import CatalogFiles, FormatOpt, check_output_file, user_catalog, user_errors
+from ddlscope.report.console import FORMATS, emit, expected_one_of
 
 ModelArg = Annotated[
     str | None,
@@ -27,15 +27,20 @@ OptimizerOpt = Annotated[str, typer.Option("--optimizer", help="sgd (momentum 0.
 TABLE_COLUMNS = ("calls", "flops", "total_bytes", "intensity_flops_per_byte", "roofline_s", "share")
 
 
+def _check_suffix(path: Path, option: str = "") -> str:
+    suffix = path.suffix.lower()
+    if suffix not in (".parquet", ".csv"):
+        raise ValueError(f"{option + ' ' if option else ''}{path}: expected a .parquet or .csv file name")
+    return suffix
+
+
 def write_table(frame: pl.DataFrame, path: Path) -> None:
     """Write ``frame`` as Parquet (``.parquet``) or CSV (``.csv``), creating the folder.
 
     Raises:
         ValueError: another suffix.
     """
-    suffix = path.suffix.lower()
-    if suffix not in (".parquet", ".csv"):
-        raise ValueError(f"{path}: expected a .parquet or .csv file name")
+    suffix = _check_suffix(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if suffix == ".parquet":
         frame.write_parquet(path)
@@ -105,6 +110,15 @@ def register(app: typer.Typer) -> None:
         ideal (roofline) time on a reference GPU, and the step's totals; --format json prints the
         totals and the Workload (readable by predict --workload-file).
         """
+        # every option is checked before the model is traced
+        expected_one_of(fmt, FORMATS)
+        expected_one_of(by, ("op", "module", "phase"), "--by")
+        if top < 0:
+            raise ValueError(f"--top: expected a number of rows >= 0 (0: all), got {top}")
+        for option, path in (("--ops-out", ops_out), ("--params-out", params_out)):
+            if path is not None:
+                _check_suffix(path, option)
+            check_output_file(path, option)
         if list_models or model is None:
             if model is None and not list_models:
                 raise ValueError("MODEL: give a zoo model name or package.module:factory (--list shows the zoo)")

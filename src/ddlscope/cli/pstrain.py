@@ -25,7 +25,7 @@ from ddlscope.pstrain.launcher import (
 )
 from ddlscope.pstrain.netem import NetworkEmulationError
 from ddlscope.pstrain.summary import per_op_summary
-from ddlscope.report.console import emit
+from ddlscope.report.console import FORMATS, emit, expected_one_of
 
 WIDE_PROGRESS_COLUMNS = 100
 """From this terminal width on, the progress line also shows the RPC count."""
@@ -97,6 +97,25 @@ class _ProgressView:
         self.console.print(f"[yellow]warning:[/yellow] {escape(text)}", emoji=False)
 
 
+def netem_text(info: dict) -> str:
+    """The run summary's ``netem`` entry (``{"applied": {...} | None, "skipped": reason}``, see
+    :attr:`ddlscope.pstrain.netem.EmulatedNetwork.applied`) as one readable line, e.g. ``netem on
+    5 network namespaces: 100 Mbit/s, 10 ms one-way delay, 0.5% loss``."""
+    if info.get("skipped"):
+        return f"not applied: {info['skipped']}"
+    applied = info.get("applied")
+    if not applied:
+        return "off"
+    shaping = [text for key, text in (("bandwidth_mbit", "{:g} Mbit/s"), ("delay_ms", "{:g} ms one-way delay"),
+                                      ("loss_pct", "{:g}% loss")) if applied.get(key) is not None
+               for text in [text.format(applied[key])]]
+    where = f"{applied.get('namespaces', 0)} network namespaces"
+    qdisc = applied.get("qdisc") or "none"
+    if qdisc == "none" or not shaping:
+        return f"{where}, no shaping"
+    return f"{qdisc} on {where}: {', '.join(shaping)}"
+
+
 def _print_result(result: RunResult, fmt: str) -> None:
     s = result.summary
     table = per_op_summary(result.log)
@@ -112,7 +131,7 @@ def _print_result(result: RunResult, fmt: str) -> None:
         "rpcs_per_s": s["rpcs_per_s"],
         "loss (first -> last iterations)": f"{s['loss_first']:.4f} -> {s['loss_last']:.4f}"
         if s["loss_first"] is not None else "-",
-        "network emulation": s["netem"].get("applied") or s["netem"].get("skipped") or "off",
+        "network emulation": netem_text(s["netem"]),
         "output": str(result.out),
     }
     if s["rpcs_excluded"]:
@@ -188,6 +207,7 @@ def register(app: typer.Typer) -> None:
         RPC log in the `ddlscope rpc` schema), key_updates.parquet, iterations.parquet,
         vocabulary.parquet, run.json, logs/, and with --otlp spans.otlp.json.
         """
+        expected_one_of(fmt, FORMATS)  # before any process starts
         try:
             _ps_train(model, data, workers, servers, mode, iterations, batch_size, optimizer, lr, dim, hidden, window,
                       negatives, rows, connections, max_connections, server_threads, stall_timeout, out, log_format,

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from ddlscope.cli.common import OverwriteOpt, user_errors
+from ddlscope.report.console import expected_one_of
 from ddlscope.rpc.readers import INPUT_FORMATS
 from ddlscope.rpc.validate import TIME_UNITS
 
@@ -56,8 +57,7 @@ def register(rpc_app: typer.Typer) -> None:
         from ddlscope.report.outdir import check_report_dir, clear_previous_report
         from ddlscope.rpc.validate import ColumnMapping
 
-        if fmt not in ("table", "json"):
-            raise ValueError(f"--format: expected table or json, got {fmt!r}")
+        expected_one_of(fmt, ("table", "json"))
         if input_format not in INPUT_FORMATS:
             raise ValueError(f"--input-format: expected one of {', '.join(INPUT_FORMATS)}, got {input_format!r}")
         check_report_dir(out, "--out", overwrite)

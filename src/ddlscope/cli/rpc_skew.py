@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from ddlscope.cli.common import FormatOpt, OverwriteOpt, user_errors
-from ddlscope.report.console import FORMATS
+from ddlscope.report.console import FORMATS, expected_one_of
 from ddlscope.skew.frequency import DEFAULT_HOT_FRACTION, DEFAULT_WINDOW_EVENTS
 from ddlscope.skew.offload import (
     DEFAULT_EMBEDDING_DIM,
@@ -76,8 +76,7 @@ def _check_common(fmt: str, kind: str, report: Path | None, overwrite: bool) -> 
     """``--format``, ``--kind`` and the report folder, before anything is read."""
     from ddlscope.report.outdir import check_report_dir
 
-    if fmt not in FORMATS:
-        raise ValueError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
+    expected_one_of(fmt, FORMATS)
     if kind not in SOURCE_KINDS:
         raise ValueError(f"--kind: expected one of {', '.join(SOURCE_KINDS)}, got {kind!r}")
     if report is not None:

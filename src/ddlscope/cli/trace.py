@@ -15,6 +15,7 @@ from ddlscope.cli.common import (
     CatalogFiles,
     FormatOpt,
     OverwriteOpt,
+    check_names,
     err_console,
     parse_scenarios,
     user_catalog,
@@ -79,11 +80,10 @@ def register(app: typer.Typer) -> None:
         """
         import math
 
-        from ddlscope.report.console import FORMATS
+        from ddlscope.report.console import FORMATS, expected_one_of
 
         # every option is checked before the traces are read
-        if fmt not in FORMATS:
-            raise ValueError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
+        expected_one_of(fmt, FORMATS)
         if not (math.isfinite(launch_gap_us) and launch_gap_us >= 0):
             raise ValueError(f"--launch-gap-us: expected a finite number of microseconds >= 0, got {launch_gap_us}")
         if not (math.isfinite(warmup_factor) and warmup_factor > 1):
@@ -95,12 +95,7 @@ def register(app: typer.Typer) -> None:
 
             check_report_dir(out, "--out", overwrite)
         cat = user_catalog(catalog)
-        for flag, value, lookup in (("--system", system, cat.server), ("--gpu", gpu, cat.gpu)):
-            if value is not None:
-                try:
-                    lookup(value)
-                except ValueError as exc:
-                    raise ValueError(f"{flag}: {exc}") from None
+        check_names(cat, system=system, gpu=gpu)
         scenarios = [] if no_whatif else parse_scenarios(scenario, cat)
 
         from ddlscope.measure.analysis import analyze_traces

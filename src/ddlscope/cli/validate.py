@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from ddlscope.cli.calibrate import DEFAULT_OUT, StageProgress
 from ddlscope.cli.common import FormatOpt, err_console, out_console, user_errors
-from ddlscope.report.console import emit
+from ddlscope.report.console import FORMATS, emit, expected_one_of
 from ddlscope.shared_data import SEARCHED, find_shared_data
 
 
@@ -87,6 +87,7 @@ def register(app: typer.Typer) -> None:
         measured step, compute-bound, memory-bound and communication times with the model's prediction
         on the calibrated profile; or, with --published, predict the Pollux and NVIDIA ResNet-50 tables.
         """
+        expected_one_of(fmt, FORMATS)  # before any training or calibration
         if published:
             _published(published_data_dir(data), fmt)
             return

@@ -120,7 +120,7 @@ class ProfileResult:
         """
         keys = {"op": ["op", "class_by_type"], "module": ["module"], "phase": ["phase"]}.get(by)
         if keys is None:
-            raise ValueError(f"summary: by must be one of op, module, phase; got {by!r}")
+            raise ValueError(f"by: expected op, module or phase, got {by!r}")
         total = self.ops["roofline_s"].sum() or 1.0
         return (
             self.ops.group_by(keys)
@@ -333,7 +333,9 @@ def profile_model(
         A :class:`ProfileResult`.
 
     Raises:
-        ProfileError: bad model spec or factory, GPU-only factory, untraceable op, no loss.
+        ProfileError: bad model spec or factory, GPU-only factory, untraceable op, no loss, or a
+            model that rejects its input at these sizes (``profile resnet18 at --batch-size 1,
+            --image-size 7: the model cannot run at this size (PyTorch: ...)``).
         ValueError: an unknown precision, optimizer, attention or embedding_gradients value, or a
             non-positive size.
     """
@@ -363,7 +365,11 @@ def profile_model(
     for sub in module.modules():
         if isinstance(sub, torch.nn.Embedding | torch.nn.EmbeddingBag) and sub.sparse:
             sub.sparse = False
-    trace = _trace_step(name, module, batch, precision, optimizer, attention, embedding_gradients)
+    try:
+        trace = _trace_step(name, module, batch, precision, optimizer, attention, embedding_gradients)
+    except _ModelInputError as exc:  # the model's own check of its input (BatchNorm of one value...)
+        at = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in sizes.items()) or "its default sizes"
+        raise ProfileError(f"profile {name} at {at}: the model cannot run at this size (PyTorch: {exc})") from None
     trace_s = time.perf_counter() - started
 
     input_bytes = sum(tensor_bytes(t) for t in tensors_in(batch))
@@ -402,6 +408,10 @@ def profile_model(
 def _infer_batch(batch: Any) -> int:
     ts = tensors_in(batch)
     return int(ts[0].shape[0]) if ts and ts[0].dim() > 0 else 1
+
+
+class _ModelInputError(Exception):
+    """A model's own ValueError during the traced step: its input does not suit it (too small)."""
 
 
 def _trace_step(name: str, module: torch.nn.Module, batch: Any, precision: str, optimizer: str, attention: str,
@@ -448,6 +458,8 @@ def _trace_step(name: str, module: torch.nn.Module, batch: Any, precision: str, 
                     del loss
             except ProfileError:
                 raise
+            except ValueError as exc:  # PyTorch's checks of the input's shape raise ValueError
+                raise _ModelInputError(str(exc).split("\n")[0]) from exc
             except NotImplementedError as exc:
                 raise ProfileError(f"model {name!r}: an operator cannot run on the meta device: {exc}".split("\n")[0]
                                    ) from exc

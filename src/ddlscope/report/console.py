@@ -22,6 +22,22 @@ OutputFormat = Literal["table", "json", "csv"]
 FORMATS: tuple[str, ...] = ("table", "json", "csv")
 
 
+def expected_one_of(value: str, choices: Sequence[str], option: str = "--format") -> str:
+    """``value`` if it is one of ``choices``, else a ValueError the way every command words it:
+    ``--format: expected table, json or csv, got 'xml'``.
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        ValueError: ``value`` is not one of ``choices`` (naming ``option``).
+    """
+    if value in choices:
+        return value
+    listed = ", ".join(choices[:-1]) + f" or {choices[-1]}" if len(choices) > 1 else "".join(choices)
+    raise ValueError(f"{option}: expected {listed}, got {value!r}")
+
+
 def terminal(stream: TextIO | None = None) -> Console:
     """A rich Console on ``stream`` (stdout): the terminal's width, or 200 columns when the output
     is piped (so tables are not squeezed to 80 columns in files and logs)."""
@@ -116,7 +132,7 @@ def emit(
         out = frame.with_columns(pl.selectors.enum().cast(pl.String), pl.selectors.categorical().cast(pl.String))
         stream.write(out.write_csv())
     else:
-        raise ValueError(f"format: expected one of {FORMATS}, got {fmt!r}")
+        expected_one_of(str(fmt), FORMATS)
 
 
 def emit_sections(
@@ -162,4 +178,4 @@ def emit_sections(
         if sections:
             emit(sections[0][1], "csv", stream=stream)
     else:
-        raise ValueError(f"format: expected one of {FORMATS}, got {fmt!r}")
+        expected_one_of(str(fmt), FORMATS)

@@ -99,7 +99,17 @@ class Catalog:
         self.add(entries, origin)
 
     def add(self, entries: Mapping[str, Mapping[str, Mapping[str, Any]]], origin: str) -> None:
-        """Add (or override) entries from a mapping ``{"gpu": {name: {...}}, "link": ..., "server": ...}``."""
+        """Add (or override) entries from a mapping ``{"gpu": {name: {...}}, "link": ..., "server": ...}``.
+
+        An entry whose name matches an existing one after normalising (case, ``_``/``-``, spaces)
+        or, for a GPU, matches one of its aliases, replaces it (recorded in :attr:`overrides`); a
+        replaced GPU keeps the old entry's names as aliases.
+
+        Raises:
+            CatalogError: an unknown section, an entry that does not validate, a GPU written in the
+                flat shape ``ddlscope catalog gpus`` prints (``fp32_tflops``, aliases as one string:
+                the error shows the ``peak_tflops`` table), or a server naming an unknown entry.
+        """
         unknown = set(entries) - set(SECTIONS) - set(IGNORED_SECTIONS)
         if unknown:
             raise CatalogError(f"{origin}: unknown section(s) {sorted(unknown)}; expected {list(SECTIONS)}")
@@ -112,15 +122,20 @@ class Catalog:
             for name, fields in block.items():
                 if not isinstance(fields, Mapping):
                     raise CatalogError(f"{origin}: [{section}.{name}] must be a table")
+                if section == "gpu":
+                    _check_gpu_shape(fields, f"{origin}: [gpu.\"{name}\"]")
                 try:
                     spec = model.model_validate({"name": name, **fields})
                 except ValidationError as exc:
                     raise CatalogError(f"{origin}: [{section}.\"{name}\"]: {_describe(exc)}") from exc
-                if name in target:
-                    self.overrides.append(f"{section}.{name} (from {origin})")
+                existing = self._existing(section, name)
+                if existing is not None:
+                    self.overrides.append(f"{section}.{existing}" + (f" as {name}" if existing != name else "")
+                                          + f" (from {origin})")
+                    old = target.pop(existing)
                     if section == "gpu":  # keep the names traces use for it (e.g. PAI's "V100")
                         spec = spec.model_copy(update={"aliases": tuple(dict.fromkeys(
-                            (*target[name].aliases, *spec.aliases)))})
+                            (*old.aliases, *((existing,) if existing != name else ()), *spec.aliases)))})
                 target[name] = spec
                 if section == "gpu":
                     for alias in (name, *spec.aliases):
@@ -134,8 +149,20 @@ class Catalog:
                 self.link(server.nic)
                 if server.nvlink:
                     self.link(server.nvlink)
+                try:  # each link fits its slot (no PCIe link as NVLink): checked where the entry is
+                    self.system(name)
+                except CatalogError as exc:
+                    raise CatalogError(str(exc).removeprefix(f"system {name!r}: ")) from None
             except CatalogError as exc:
                 raise CatalogError(f"{origin}: [server.\"{name}\"]: {exc}") from exc
+
+    def _existing(self, section: str, name: str) -> str | None:
+        """The key of the entry ``name`` replaces: the same name, a spelling that normalises equal
+        (``v100_sxm2_16gb`` for ``V100-SXM2-16GB``) or, for a GPU, one of its aliases."""
+        if section == "gpu":
+            return self._alias.get(_norm(name))
+        target = self.links if section == "link" else self.servers
+        return next((key for key in target if _norm(key) == _norm(name)), None)
 
     # -- look-ups -------------------------------------------------------------------------------
     def gpu(self, name: str) -> GPUSpec:
@@ -207,6 +234,20 @@ class Catalog:
             raise CatalogError(f"system {label!r}: {_describe(exc)}") from exc
 
 
+_GPU_EXAMPLE = ("peak_tflops takes a table of the four precisions, e.g. TOML `peak_tflops = {fp32 = 15.7, "
+                "tf32 = 15.7, fp16 = 125, bf16 = 15.7}` or JSON `\"peak_tflops\": {\"fp32\": 15.7, ...}`")
+
+
+def _check_gpu_shape(fields: Mapping[str, Any], where: str) -> None:
+    """Catch the flat shape ``ddlscope catalog gpus`` prints (``fp32_tflops``, aliases as one string)."""
+    flat = sorted(k for k in fields if k.endswith("_tflops") and k != "peak_tflops")
+    if flat:
+        raise CatalogError(f"{where}: {', '.join(flat)}: not catalog fields; {_GPU_EXAMPLE} (docs/model.md)")
+    if isinstance(fields.get("aliases"), str):
+        raise CatalogError(f"{where}: aliases: expected a list of names, e.g. aliases = [\"V100\", \"Tesla V100\"], "
+                           f"got {fields['aliases']!r}")
+
+
 def _describe(exc: ValidationError) -> str:
     return describe_validation(exc)
 
@@ -258,6 +299,31 @@ def read_system_file(path: str | Path) -> dict[str, Any]:
     return _read_mapping(Path(path))
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+_NAME = "a string (a catalog name)"
+_SYSTEM_FIELDS: dict[str, tuple[str, Any]] = {
+    "server": (_NAME, _is_str), "gpu": (_NAME, _is_str), "nic": (_NAME, _is_str), "pcie": (_NAME, _is_str),
+    "nvlink": ('a string (a catalog name, or "none" for no NVLink)', _is_str),
+    "name": ("a string", _is_str),
+    "gpus_per_server": ("an integer", _is_int), "gpus_per_pcie_root": ("an integer", _is_int),
+    "nics_per_server": ("an integer", _is_int), "storage_read_gb_s": ("a number (GB/s)", _is_number),
+    "efficiency": (f"a table of factors in (0, 1] (some of {', '.join(Efficiency.model_fields)})",
+                   lambda v: isinstance(v, Mapping)),
+}
+"""The fields of a ``[system]`` table: what each takes (as said in errors) and its type check."""
+
+
 def system_from_mapping(data: Mapping[str, Any], catalog: Catalog | None = None, *,
                         origin: str = "system file") -> tuple[System, Catalog]:
     """Resolve a parsed system file (:func:`read_system_file`): its ``gpu``/``link``/``server``
@@ -267,22 +333,31 @@ def system_from_mapping(data: Mapping[str, Any], catalog: Catalog | None = None,
     Returns the :class:`System` and the extended catalog.
 
     Raises:
-        CatalogError: no ``[system]`` table with ``server``, an unknown ``[system]`` field, unknown
+        CatalogError: no ``[system]`` table with ``server`` (``[system]`` fields written at the
+            top level are named and the table asked for), an unknown ``[system]`` field, a field of
+            the wrong type (``gpu = 5``, ``nvlink = null``: what it takes and what it got), unknown
             names or invalid values; every message starts with ``origin`` (the file's path).
     """
+    spec = data.get("system")
+    if spec is None and isinstance(data.get("server"), str):
+        # the [system] fields written at the top level, where `server` names catalog entries instead
+        bare = sorted(k for k, v in data.items() if k in _SYSTEM_FIELDS and not isinstance(v, Mapping))
+        raise CatalogError(
+            f"{origin}: found {', '.join(bare)} at the top level; put them under a [system] table "
+            f"(TOML: a line `[system]` above them; JSON: {{\"system\": {{\"server\": ...}}}}); "
+            f"top-level [gpu]/[link]/[server] tables hold catalog entries")
     cat = catalog or builtin_catalog()
     cat.add({k: v for k, v in data.items() if k in SECTIONS}, origin=origin)
-    spec = data.get("system")
     if not isinstance(spec, Mapping) or "server" not in spec:
         raise CatalogError(f"{origin}: expected a [system] table with at least `server = \"<name>\"`")
-    allowed = {
-        "server", "gpu", "nic", "nvlink", "pcie", "gpus_per_server", "gpus_per_pcie_root",
-        "nics_per_server", "storage_read_gb_s", "efficiency", "name",
-    }
-    extra = set(spec) - allowed
+    extra = set(spec) - set(_SYSTEM_FIELDS)
     if extra:
         raise CatalogError(f"{origin}: [system] has unknown field(s) {sorted(extra)}; expected some of "
-                           f"{sorted(allowed)}")
+                           f"{sorted(_SYSTEM_FIELDS)}")
+    for key, value in spec.items():
+        kind, ok = _SYSTEM_FIELDS[key]
+        if not ok(value):
+            raise CatalogError(f"{origin}: [system] {key}: expected {kind}, got {value!r}")
     try:
         return cat.system(**spec), cat
     except CatalogError as exc:

@@ -140,6 +140,8 @@ def load_scenarios(path: str | Path) -> list[Scenario]:
             out.append(Scenario.model_validate(entry))
         except ValidationError as exc:
             errs = describe_validation(exc)
+            if any(e["type"] == "extra_forbidden" for e in exc.errors()):
+                errs += f"; valid keys: {', '.join(Scenario.model_fields)}"
             raise ValueError(f"{path}: scenario #{i + 1}: {errs}") from exc
     return out
 

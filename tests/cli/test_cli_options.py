@@ -1,0 +1,119 @@
+"""Options are checked before a command does any work, and choice errors are worded alike."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+import ddlscope.calibrate.api
+import ddlscope.cli.pstrain
+import ddlscope.profile
+import ddlscope.validate.local
+from ddlscope.cli.main import app
+from ddlscope.report.console import expected_one_of
+
+runner = CliRunner()
+
+
+def _no_work(*args, **kwargs):
+    raise AssertionError("the command started its work before checking its options")
+
+
+@pytest.fixture(autouse=True)
+def _forbid_work(monkeypatch):
+    monkeypatch.setattr(ddlscope.profile, "profile_model", _no_work)
+    monkeypatch.setattr(ddlscope.calibrate.api, "run_calibration", _no_work)
+    monkeypatch.setattr(ddlscope.validate.local, "validate_local", _no_work)
+    monkeypatch.setattr(ddlscope.cli.pstrain, "_ps_train", _no_work)
+
+
+def test_expected_one_of_lists_choices_in_words():
+    assert expected_one_of("json", ("table", "json", "csv")) == "json"
+    with pytest.raises(ValueError, match=r"^--format: expected table, json or csv, got 'xml'$"):
+        expected_one_of("xml", ("table", "json", "csv"))
+    with pytest.raises(ValueError, match=r"^--by: expected op or module, got 'x'$"):
+        expected_one_of("x", ("op", "module"), "--by")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["profile", "resnet50", "--format", "xml"], "--format: expected table, json or csv, got 'xml'"),
+    (["profile", "resnet50", "--by", "nonsense"], "--by: expected op, module or phase, got 'nonsense'"),
+    (["profile", "resnet50", "--top", "-1"], "--top: expected a number of rows >= 0 (0: all), got -1"),
+    (["predict", "--format", "xml"], "--format: expected table, json or csv, got 'xml'"),
+    (["whatif", "--format", "xml"], "--format: expected table, json or csv, got 'xml'"),
+    (["catalog", "gpus", "--format", "xml"], "--format: expected table, json or csv, got 'xml'"),
+    (["ps-train", "--format", "xml"], "--format: expected table, json or csv, got 'xml'"),
+    (["validate", "--format", "yaml"], "--format: expected table, json or csv, got 'yaml'"),
+    (["calibrate", "--quick", "--no-collectives", "--device", "cpu", "--format", "csv"],
+     "--format: expected table or json, got 'csv'"),
+    (["calibrate", "--quick", "--no-collectives", "--device", "cpu", "--nic", "nosuch"],
+     "--nic: unknown link 'nosuch'; known: "),
+])
+def test_options_are_checked_before_work(tmp_path, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert message in res.output.replace("\n", "")
+    assert "Traceback" not in res.output and "('table'" not in res.output
+
+
+def test_calibrate_help_offers_the_formats_it_accepts():
+    res = runner.invoke(app, ["calibrate", "--help"], env={"COLUMNS": "200", "TERM": "dumb"})
+    assert res.exit_code == 0
+    line = next(x for x in res.output.splitlines() if "--format" in x)
+    assert "table or json" in line and "csv" not in line
+
+
+def test_scenario_errors_list_valid_keys_and_name_the_file(tmp_path):
+    res = runner.invoke(app, ["whatif", "--scenario", "x:foo=1"])
+    assert res.exit_code == 2
+    text = res.output.replace("\n", "")
+    assert "--scenario 'x:foo=1': scenario.foo: Extra inputs are not permitted (got '1'); valid keys: " in text
+    assert "gpu, nic, nvlink, pcie" in text and "upgrade_only" in text
+    bad_key = tmp_path / "k.toml"
+    bad_key.write_text('[[scenario]]\nname = "a"\nfoo = 1\n')
+    res = runner.invoke(app, ["whatif", "--scenario", str(bad_key)])
+    assert f"{bad_key}: scenario #1: foo: Extra inputs are not permitted" in res.output.replace("\n", "")
+    assert "valid keys: name, description" in res.output.replace("\n", "")
+    unknown = tmp_path / "sc.toml"
+    unknown.write_text('[[scenario]]\nname = "a"\ngpu = "NOPE"\n')
+    res = runner.invoke(app, ["whatif", "--scenario", str(unknown)])
+    assert res.exit_code == 2 and f"{unknown}: scenario a: gpu: unknown GPU 'NOPE'" in res.output.replace("\n", "")
+    twice = tmp_path / "twice.toml"
+    twice.write_text('[[scenario]]\nname = "a"\ngpu = "A100"\n[[scenario]]\nname = "a"\ngpu = "H200"\n')
+    res = runner.invoke(app, ["whatif", "--scenario", str(twice), "--scenario", "gpu-h100"])
+    assert res.exit_code == 2
+    assert f"scenario 'a' is given 2 times ({twice}, {twice}): scenario names must be unique" in \
+        res.output.replace("\n", "")
+
+
+def test_output_paths_under_a_file_or_at_a_folder_name_the_option_before_work(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("mine")
+    (tmp_path / "adir").mkdir()
+    for args, message in (
+        (["profile", "resnet18", "--params-out", "afile/p.csv"],
+         "--params-out afile/p.csv: afile is a file, not a folder"),
+        (["profile", "resnet18", "--ops-out", "adir"], "--ops-out adir: expected a .parquet or .csv file name"),
+        (["profile", "resnet18", "--ops-out", "adir.csv/x.csv"], None),  # a new folder: fine
+        (["calibrate", "--no-bench", "-s", "dgx-a100", "-o", "afile/x.toml"],
+         "--out afile/x.toml: afile is a file, not a folder"),
+        (["calibrate", "--no-bench", "-s", "dgx-a100", "-o", "adir"], "--out adir: is a folder; expected a file name"),
+    ):
+        res = runner.invoke(app, args)
+        if message is None:  # passes the checks and reaches the (forbidden) work
+            assert isinstance(res.exception, AssertionError)
+            continue
+        assert res.exit_code == 2, res.output
+        assert message in res.output.replace("\n", "") and "Errno" not in res.output
+
+
+def test_ps_train_network_emulation_summary_is_readable_text():
+    from ddlscope.cli.pstrain import netem_text
+
+    assert netem_text({"requested": {}, "applied": None}) == "off"
+    assert netem_text({"applied": None, "skipped": "no CAP_NET_ADMIN"}) == "not applied: no CAP_NET_ADMIN"
+    applied = {"qdisc": "netem", "bandwidth_mbit": 100.0, "delay_ms": 10.0, "loss_pct": None, "namespaces": 5}
+    assert netem_text({"applied": applied}) == "netem on 5 network namespaces: 100 Mbit/s, 10 ms one-way delay"
+    applied = {"qdisc": "none", "bandwidth_mbit": None, "delay_ms": None, "loss_pct": None, "namespaces": 3}
+    assert netem_text({"applied": applied}) == "3 network namespaces, no shaping"
