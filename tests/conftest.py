@@ -7,15 +7,17 @@ from pathlib import Path
 
 import pytest
 
+from ddlscope.shared_data import find_shared_data
+
 
 def _find_shared_data() -> Path:
-    if env := os.environ.get("DDLSCOPE_SHARED_DATA"):
-        return Path(env)
-    for parent in Path(__file__).resolve().parents:
-        candidate = parent / "shared" / "data"
-        if candidate.is_dir():
-            return candidate
-    return Path(__file__).resolve().parents[2] / "shared" / "data"
+    """The package's own rule (:func:`ddlscope.shared_data.find_shared_data`), else where it would be
+    beside this checkout (so a missing folder is named in the skip reason)."""
+    try:
+        found = find_shared_data()
+    except FileNotFoundError:  # $DDLSCOPE_SHARED_DATA names no folder: skip, naming it
+        found = Path(os.environ["DDLSCOPE_SHARED_DATA"])
+    return found if found is not None else Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 SHARED_DATA = _find_shared_data()

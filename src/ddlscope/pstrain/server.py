@@ -31,7 +31,6 @@ from __future__ import annotations
 import itertools
 import os
 import signal
-import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -372,8 +371,3 @@ def start_server(cfg: ServerConfig, bind: str) -> tuple[ParameterServer, grpc.Se
         raise RuntimeError(f"server {cfg.server_id}: could not bind {bind}")
     server.start()
     return ps, server, port
-
-
-def default_host_label() -> str:
-    """The host name written in the log when no network emulation names the hosts."""
-    return socket.gethostname()
