@@ -491,13 +491,11 @@ def read_table_population(
     frames: list[pl.LazyFrame] = []
     seen: pl.DataFrame | None = None  # job id and values of its kept row, over the files read so far
     for path in files:
-        read = _read_file(path, mapping)
+        read = _validate(_field_frame(_read_file(path, mapping), mapping), mapping)
         if "job_id" in mapping.fields:
-            # with an id in the line an identical line is the same job again; without one, identical
-            # lines may be different jobs (a table of one row per job with no id): all kept
-            read = read.drop_exact_duplicates()
-        read = _validate(_field_frame(read, mapping), mapping)
-        if "job_id" in mapping.fields:
+            # a repeated id with the same values is the same job again (a duplicate), with other values
+            # a conflict; without an id, identical lines may be different jobs (a table of one row per
+            # job with no id): all kept
             read, seen = _repeated_job_ids(read, seen, mapping)
         lf = _counts(read.frame.lazy(), mapping, opts)
         given_arch = "architecture" in mapping.fields or "architecture" in mapping.constants
