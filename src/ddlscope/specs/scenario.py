@@ -52,7 +52,10 @@ class Scenario(BaseModel):
       link of more bandwidth than the job's, a GPU at least as fast in peak FLOP/s at the job's
       precision and in memory bandwidth); other jobs keep their hardware and count as not applied.
       The built-in hardware scenarios set it, so ``add-nvlink`` never replaces NVLink 3 by NVLink 2
-      and ``ethernet-100g`` never slows a 200 Gb/s network.
+      and ``ethernet-100g`` never slows a 200 Gb/s network. A scenario with an ``architecture`` port
+      swaps its links (``nvlink``, ``nic``, ``pcie``) only where the job's own link is slower or
+      absent (a link at least as fast is kept, the port still applies): ``ps-to-allreduce-nvlink``
+      keeps a DGX H100's NVLink 4.
 
     Raises:
         pydantic.ValidationError: unknown fields, a scale outside (0, 1], a bad overlap.
@@ -98,7 +101,7 @@ BUILTIN_SCENARIOS: dict[str, Scenario] = {
         Scenario(
             name="ps-to-allreduce-nvlink",
             description="port PS/Worker jobs that fit one server to ring all-reduce over NVLink "
-            "(PAI study what-if; NVLink 2 added where the server lacks it)",
+            "(PAI study what-if; NVLink 2 added where the server lacks it or has a slower link, a faster NVLink kept)",
             only_architectures=("ps_worker",),
             architecture="allreduce_local",
             nvlink="nvlink2",
