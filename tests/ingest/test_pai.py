@@ -60,10 +60,11 @@ def test_inference_rules(population):
     # j13: 3 workers on m3, m3, m4: 3 GPUs do not split evenly over 2 machines -> servers left to the model
     r = rows["j13"]
     assert (r["architecture"], r["num_gpus"], r["num_servers"]) == ("allreduce_cluster", 3, None)
-    # j15: 2 workers, no instance rows -> placement unknown -> allreduce_cluster, num_servers null
+    # j15: 2 workers x 1 GPU, no instance rows -> placement unknown -> as few servers as fit: 2 <= 8 GPUs of one
+    # server -> allreduce_local on 1 server
     r = rows["j15"]
     assert (r["architecture"], r["num_gpus"], r["num_servers"], r["server_gpus"]) == (
-        "allreduce_cluster", 2, None, None)
+        "allreduce_local", 2, 1, None)
     # j16: chief (1 x 100) + worker (2 x 100) on m1 -> 3 workers, one machine; the evaluator's GPU is not a worker
     # but counts in the GPU request: 1 + 2 + 1 = 4
     r = rows["j16"]
@@ -241,9 +242,14 @@ def test_minimal_trace_job_and_task_only(tmp_path):
     d = write_pai(tmp_path / "pai", {"pai_job_table": JOB, "pai_task_table": TASK})
     pop, report = read_population(d)
     rows = by_job(pop)
-    # without instances, placement is unknown: several workers -> allreduce_cluster, as few servers as fit
+    # without instances, placement is unknown: as few servers as fit (8 GPUs each, the default)
     assert (rows["j03"]["architecture"], rows["j03"]["num_servers"]) == ("ps_worker", None)
-    assert (rows["j05"]["architecture"], rows["j05"]["num_servers"]) == ("allreduce_cluster", None)
+    # j05: 2 workers x 1 GPU = 2 <= 8 -> one server; j04: 4 workers x 2 GPUs = 8 <= 8 -> one server
+    assert (rows["j05"]["architecture"], rows["j05"]["num_servers"]) == ("allreduce_local", 1)
+    assert (rows["j04"]["architecture"], rows["j04"]["num_gpus"], rows["j04"]["num_servers"]) == (
+        "allreduce_local", 8, 1)
+    # j13: 3 workers x 1 GPU on 3 <= 8 -> one server
+    assert (rows["j13"]["architecture"], rows["j13"]["num_servers"]) == ("allreduce_local", 1)
     # no tags at all: every job with GPU workers and a catalog GPU lacks a workload tag
     assert rows["j01"]["reason"] == "no workload tag"
     assert rows["j01"]["duration_s"] == 2950 - 1050  # from the task's own times
@@ -254,6 +260,26 @@ def test_minimal_trace_job_and_task_only(tmp_path):
     msg = report.no_jobs_message()
     assert msg is not None and msg.startswith("none of the 24 jobs of ")
     assert "no workload tag: 15; malformed task row: 5;" in msg and "--model-mix" in msg
+
+
+def test_unknown_placement_takes_the_fewest_servers_that_fit(tmp_path):
+    """Without instance rows, a job of several workers goes on as few servers as its GPUs need
+    (issue 13: it was forced onto 2+ servers). j04: 4 workers x ceil(200 / 100) = 8 GPUs; j05: 2 x 1 = 2."""
+    from ddlscope.specs.architecture import Architecture
+
+    d = write_pai(tmp_path / "pai", {"pai_job_table": JOB, "pai_task_table": TASK})
+    rows = by_job(read_population(d)[0])
+    # 8-GPU servers (default): 8 <= 8 and 2 <= 8 -> one server each, ring all-reduce inside it
+    assert [(rows[j]["architecture"], rows[j]["num_servers"]) for j in ("j04", "j05")] == [
+        ("allreduce_local", 1), ("allreduce_local", 1)]
+    # 4-GPU servers: 8 > 4 -> allreduce_cluster on ceil(8 / 4) = 2 servers (the model resolves the null count);
+    # 2 <= 4 -> still one server
+    rows = by_job(read_population(d, server_gpus=4)[0])
+    assert [(rows[j]["architecture"], rows[j]["num_servers"]) for j in ("j04", "j05")] == [
+        ("allreduce_cluster", None), ("allreduce_local", 1)]
+    r = rows["j04"]
+    arch = Architecture(kind=r["architecture"], num_workers=r["num_workers"], gpus_per_worker=r["gpus_per_worker"])
+    assert arch.servers_on(4) == 2
 
 
 def test_find_tables_errors(tmp_path):
