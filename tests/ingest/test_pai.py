@@ -128,7 +128,7 @@ def test_reasons_and_counts(population):
     assert reasons["j09"] == "label not mapped to a zoo model"  # xlnet
     assert reasons["j10"] == "no GPU requested"                 # plan_gpu empty
     assert reasons["j11"] == "GPUs only on non-training tasks"  # evaluator only
-    assert reasons["j12"] == "no task rows"
+    assert reasons["j12"] == "excluded by status: Waiting"  # (and no task rows): a Waiting job never ran
     for j in ("j14", "j18", "j19", "j20", "j21"):  # abc, -100, 2.5 instances, 4 fields, duplicate task
         assert reasons[j] == "malformed task row", j
     assert reasons["j22"] == reasons["j23"] == "malformed instance row"  # end < start; 8 fields
@@ -137,7 +137,7 @@ def test_reasons_and_counts(population):
     assert summary == {
         "attributed": 10, "malformed task row": 5, "malformed instance row": 2, "GPU type not in catalog": 1,
         "GPUs only on non-training tasks": 1, "label not mapped to a zoo model": 1, "malformed group_tag row": 1,
-        "no GPU requested": 1, "no task rows": 1, "no workload tag": 1}
+        "no GPU requested": 1, "excluded by status: Waiting": 1, "no workload tag": 1}
     assert report.jobs == 24 and report.attributed_jobs == 10
     # GPU time of the attributed jobs: 600 + 12000 + 4000 + 8000 + 140 + 200 + 60 + 600 + 4000 + 600
     attributed = report.summary().filter(pl.col("reason") == "attributed")
@@ -260,6 +260,37 @@ def test_minimal_trace_job_and_task_only(tmp_path):
     msg = report.no_jobs_message()
     assert msg is not None and msg.startswith("none of the 24 jobs of ")
     assert "no workload tag: 15; malformed task row: 5;" in msg and "--model-mix" in msg
+
+
+def test_status_selection(pai_dir):
+    """Job statuses of the fixture: j04 Running, j05 Failed, j12 Waiting, the other 21 Terminated.
+    Default (--status ran): every status but Waiting; the excluded jobs stay in the population with a
+    reason and are counted per status."""
+    pop, report = read_population(pai_dir)
+    rows = by_job(pop)
+    assert rows["j12"]["reason"] == "excluded by status: Waiting" and rows["j12"]["status"] == "Waiting"
+    assert rows["j04"]["attributed"] and rows["j05"]["attributed"]  # Running and Failed jobs ran
+    assert "1 job(s) excluded by status (Waiting 1): --status ran (the default: jobs that ran; Waiting/Pending " \
+        "jobs never held their GPUs); --status all evaluates every job" in report.notes
+    # all: j12 falls to the reader's own reason
+    pop, report = read_population(pai_dir, statuses="all")
+    assert by_job(pop)["j12"]["reason"] == "no task rows" and report.attributed_jobs == 10
+    assert not any("excluded by status" in n for n in report.notes)
+    # the trace's own spellings, any case: Terminated and Failed -> j04 (Running) excluded too: 10 - 1 = 9
+    pop, report = read_population(pai_dir, statuses="terminated,FAILED")
+    summary = dict(zip(report.summary()["reason"], report.summary()["jobs"], strict=True))
+    assert report.attributed_jobs == 9
+    assert summary["excluded by status: Running"] == 1 and summary["excluded by status: Waiting"] == 1
+    # classes: finished only -> j04 (Running) and j05 (Failed) out: 10 - 2 = 8 attributed
+    pop, report = read_population(pai_dir, statuses=["finished"])
+    assert report.attributed_jobs == 8 and by_job(pop)["j05"]["reason"] == "excluded by status: Failed"
+    assert sum(report.summary()["jobs"]) == 24  # still every job accounted for
+    with pytest.raises(ValueError, match=r"--status: 'termnated' is neither a status class \(finished, failed, "
+                       r"running, waiting, other, unknown\) nor a status of the trace \(found: Failed, Running, "
+                       r"Terminated, Waiting\)"):
+        read_population(pai_dir, statuses="termnated")
+    with pytest.raises(ValueError, match="'all' stands alone"):
+        read_population(pai_dir, statuses="all,failed")
 
 
 def test_unknown_placement_takes_the_fewest_servers_that_fit(tmp_path):

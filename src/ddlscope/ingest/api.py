@@ -12,7 +12,14 @@ from ddlscope.ingest.models import ModelMap, load_model_map, parse_model_mix
 from ddlscope.ingest.pai import FORMAT as PAI_FORMAT
 from ddlscope.ingest.pai import TABLES as PAI_TABLES
 from ddlscope.ingest.pai import read_pai_v2020
-from ddlscope.ingest.population import FractionalPolicy, IngestOptions, MultiGpuPolicy
+from ddlscope.ingest.population import (
+    DEFAULT_STATUSES,
+    FractionalPolicy,
+    IngestOptions,
+    MultiGpuPolicy,
+    parse_statuses,
+    status_note,
+)
 from ddlscope.ingest.report import IngestReport
 from ddlscope.specs.catalog import Catalog, builtin_catalog
 
@@ -87,6 +94,7 @@ def read_population(
     multi_gpu_instance: MultiGpuPolicy = "allreduce_local",
     server_gpus: int | None = None,
     catalog: Catalog | None = None,
+    statuses: str | Sequence[str] | None = DEFAULT_STATUSES,
 ) -> tuple[pl.DataFrame, IngestReport]:
     """Read a cluster job trace into the job population, every row accounted for.
 
@@ -108,6 +116,11 @@ def read_population(
             ``allreduce_local`` (default) or ``1wng``.
         server_gpus: GPUs per server for traces that give only a GPU count (default 8).
         catalog: hardware catalog for GPU names (default: the built-in one).
+        statuses: the job statuses evaluated (``--status``): ``"all"``, ``"ran"`` (the default,
+            :data:`~ddlscope.ingest.population.DEFAULT_STATUSES`: every status but Waiting/Pending),
+            or classes and/or trace statuses, ``"terminated,failed"`` or ``("finished", "failed")``
+            (see :func:`~ddlscope.ingest.population.parse_statuses`). Other jobs stay in the
+            population with the reason ``excluded by status: <status>``; ``None``: every job.
 
     Returns:
         ``(population, report)``: one row per job with the columns of
@@ -118,7 +131,8 @@ def read_population(
     Raises:
         FileNotFoundError: a missing path.
         ValueError: an unknown format, a format that cannot be detected, a mapping for the PAI
-            format, a bad mapping, model map or mix, or an unreadable file (naming it).
+            format, a bad mapping, model map or mix, a ``statuses`` term that is neither a status
+            class nor a status of the trace, or an unreadable file (naming it).
     """
     path_list = [paths] if isinstance(paths, str | Path) else list(paths)
     if not path_list:
@@ -147,7 +161,17 @@ def read_population(
         multi_gpu_instance=multi_gpu_instance,
         server_gpus=server_gpus,
         catalog=catalog or builtin_catalog(),
+        statuses=None if statuses is None else parse_statuses(statuses),
     )
+    population, report = _read(path_list, fmt, mapping, opts)
+    note = status_note(population, opts.statuses)
+    if note:
+        report.notes.append(note)
+    return population, report
+
+
+def _read(path_list: list[str | Path], fmt: str, mapping: TableMapping | Mapping[str, str] | str | Path | None,
+          opts: IngestOptions) -> tuple[pl.DataFrame, IngestReport]:
     if fmt == PAI_FORMAT:
         if mapping is not None:
             raise ValueError(
