@@ -403,3 +403,16 @@ def test_repeated_rows_counted_by_reason(tmp_path):
                  "pai_machine_spec"):
         assert f"{stem}: 1 exact duplicate row(s) of an earlier line (not used)" in notes
     assert [r["duplicate_rows"] for r in report.to_dict()["tables"]] == [1, 1, 1, 1, 1, 1]
+
+
+def test_pai_tables_in_a_sub_folder_are_found(tmp_path):
+    """A folder whose trace lies deeper (here two levels down) is searched, as `ddlscope trace` searches folders;
+    the note names the files read."""
+    write_pai(tmp_path / "top" / "2020" / "pai")
+    (tmp_path / "top" / "README.md").write_text("about the trace\n")
+    pop, report = read_population(tmp_path / "top")
+    assert report.fmt == "pai-v2020" and pop.height == 24 and report.attributed_jobs == 10
+    note = report.notes[0]
+    assert note.startswith(f"{tmp_path / 'top'}: searched its sub-folders: read 6 pai-v2020 file(s) "
+                           "(2020/pai/pai_group_tag_table.csv, 2020/pai/pai_instance_table.csv,")
+    assert note.endswith("1 other file(s) are not pai-v2020 job traces and were not read: README.md")

@@ -191,7 +191,8 @@ def status_note(population: pl.DataFrame, statuses: Sequence[str] | None) -> str
     out = population.filter(pl.col("reason").str.starts_with(EXCLUDED_BY_STATUS).fill_null(False))
     if out.height == 0:
         return None
-    counts = out.group_by(pl.col("status").fill_null("(none)")).agg(n=pl.len()).sort("n", "status", descending=[True, False])
+    counts = out.group_by(pl.col("status").fill_null("(none)")).agg(n=pl.len())
+    counts = counts.sort("n", "status", descending=[True, False])
     per = ", ".join(f"{st} {n:,}" for st, n in counts.iter_rows())
     chosen = "ran" if tuple(statuses) == DEFAULT_STATUSES else ",".join(statuses)
     why = (" (the default: jobs that ran; Waiting/Pending jobs never held their GPUs)"
