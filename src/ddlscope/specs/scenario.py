@@ -27,6 +27,7 @@ from ddlscope.specs.base import SPEC_CONFIG
 from ddlscope.specs.errors import describe_validation
 from ddlscope.specs.files import read_toml_or_json
 from ddlscope.specs.overlap import overlap_fraction
+from ddlscope.specs.system import MAX_COUNT
 from ddlscope.specs.workload import Precision
 
 
@@ -67,13 +68,13 @@ class Scenario(BaseModel):
     description: str = ""
     only_architectures: tuple[ArchitectureKind, ...] = ()
     architecture: ArchitectureKind | None = None
-    num_ps: int | None = Field(None, ge=1)
+    num_ps: int | None = Field(None, ge=1, le=MAX_COUNT)
     server: str | None = None
     gpu: str | None = None
     nic: str | None = None
     nvlink: str | None = None
     pcie: str | None = None
-    nics_per_server: int | None = Field(None, ge=1)
+    nics_per_server: int | None = Field(None, ge=1, le=MAX_COUNT)
     precision: Precision | None = None
     memory_bound_scale: float = Field(1.0, gt=0, le=1)
     overlap: str | float | None = None
