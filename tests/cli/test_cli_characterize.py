@@ -99,3 +99,39 @@ def test_headline_lines_say_when_no_job_counts():
     assert "Ethernet: 1.50x over the 1 job using the network, 1.00x over all" in net
     h |= {"ps_worker_jobs": 2300, "network_jobs": 2}
     assert "100.0 % of 2,300 jobs" in headline_lines(h)[1] and "over the 2 jobs using" in headline_lines(h)[2]
+
+
+def test_folder_with_the_trace_in_a_sub_folder(shared_data, tmp_path):
+    """shared/data/alibaba holds the trace files in sub-folders (SOURCES.md): only v2023's pod list is a job trace
+    (8,152 pods; 897 Pending, excluded by status by default; 1,088 CPU-only of which 36 are Pending). The node list,
+    the v2020 .header schema files, the mini-batch tables and the v2025 serving trace are named as not read."""
+    folder = shared_data / "alibaba"
+    res = runner.invoke(app, ["characterize", str(folder), "--model-mix", "resnet50=1", "--scenario", "ethernet-100g",
+                              "--out", str(tmp_path / "a"), "--no-figures", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    payload = json.loads(res.output)
+    assert payload["population_jobs"] == 8152
+    rows = {r["reason"]: r["jobs"] for r in payload["rows"]}
+    assert rows["excluded by status: Pending"] == 897 and rows["no GPU requested"] == 1088 - 36
+    note = next(n for n in payload["notes"] if "searched its sub-folders" in n)
+    assert note.startswith(f"{folder}: searched its sub-folders: read 1 openb-v2023 file(s) "
+                           "(v2023/openb_pod_list_default.csv); 16 other file(s) are not openb-v2023 job traces")
+    # --status all evaluates the Pending pods too
+    res = runner.invoke(app, ["characterize", str(folder), "--model-mix", "resnet50=1", "--scenario", "ethernet-100g",
+                              "--out", str(tmp_path / "b"), "--no-figures", "--format", "json", "--status", "all"])
+    rows = {r["reason"]: r["jobs"] for r in json.loads(res.output)["rows"]}
+    assert "excluded by status: Pending" not in rows and rows["no GPU requested"] == 1088
+
+
+def test_folder_without_any_known_trace_names_what_it_holds(shared_data, tmp_path):
+    res = runner.invoke(app, ["characterize", str(shared_data / "alibaba" / "v2020_schema"), "--out",
+                              str(tmp_path / "s")])
+    assert res.exit_code == 2
+    text = " ".join(res.output.split())
+    assert "v2020_schema: cannot tell the trace format: no job trace file of a known format in it or its " \
+        "sub-folders (its 8 file(s): README.md, pai_group_tag_table.header" in text
+
+
+def test_status_is_an_option_for_traces_only(tmp_path):
+    res = runner.invoke(app, ["characterize", "--status", "all", "--out", str(tmp_path / "x")])
+    assert res.exit_code == 2 and "--status: options for reading a trace" in " ".join(res.output.split())

@@ -81,3 +81,39 @@ def test_format_csv_is_the_reason_table_and_help_says_so(tmp_path):
                                            "attributed,1,0.5,,", "no model label,1,0.5,,"]
     res = runner.invoke(app, ["ingest", "--help"], terminal_width=200)
     assert "csv only the jobs-per-reason table" in " ".join(res.output.split())
+
+
+def test_ingest_exits_2_when_no_row_could_be_read(tmp_path):
+    """A table whose every row is malformed (here: a non-number GPU count) is no population: exit 2 with a line
+    saying why, after the tables that show where the rows went."""
+    path = tmp_path / "jobs.csv"
+    path.write_text("gpus\nabc\nx\n")
+    res = runner.invoke(app, ["ingest", str(path), "--map", "num_gpus=gpus"])
+    assert res.exit_code == 2, res.output
+    assert "error: no job could be read from" in res.output and "2 data row(s), 2 malformed" in res.output
+    assert "malformed rows" in res.output  # the table is still printed
+    # a header only: no data row
+    path.write_text("gpus\n")
+    res = runner.invoke(app, ["ingest", str(path), "--map", "num_gpus=gpus"])
+    assert res.exit_code == 2 and "no data row" in res.output
+    # jobs read but none attributable is still a result (exit 0, a warning)
+    path.write_text("gpus\n1\n")
+    res = runner.invoke(app, ["ingest", str(path), "--map", "num_gpus=gpus"])
+    assert res.exit_code == 0 and "warning: the one job" in res.output
+
+
+def test_ingest_status_option(tmp_path):
+    """The fixture's 24 jobs: j04 Running, j05 Failed, j12 Waiting, 21 Terminated (pai_fixture.py)."""
+    d = write_pai(tmp_path / "pai")
+    res = runner.invoke(app, ["ingest", str(d), "--format", "json"])
+    data = json.loads(res.output)
+    assert {r["reason"]: r["jobs"] for r in data["rows"]}["excluded by status: Waiting"] == 1
+    res = runner.invoke(app, ["ingest", str(d), "--format", "json", "--status", "terminated"])
+    reasons = {r["reason"]: r["jobs"] for r in json.loads(res.output)["rows"]}
+    # Running j04 and Failed j05 (both attributed by default) now excluded: 10 - 2 = 8
+    assert reasons["attributed"] == 8 and reasons["excluded by status: Running"] == 1
+    assert reasons["excluded by status: Failed"] == 1 and reasons["excluded by status: Waiting"] == 1
+    res = runner.invoke(app, ["ingest", str(d), "--status", "all", "--format", "json"])
+    assert "excluded by status: Waiting" not in res.output
+    res = runner.invoke(app, ["ingest", str(d), "--status", "finshed"])
+    assert res.exit_code == 2 and "--status: 'finshed' is neither a status class" in res.output

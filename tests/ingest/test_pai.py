@@ -60,10 +60,11 @@ def test_inference_rules(population):
     # j13: 3 workers on m3, m3, m4: 3 GPUs do not split evenly over 2 machines -> servers left to the model
     r = rows["j13"]
     assert (r["architecture"], r["num_gpus"], r["num_servers"]) == ("allreduce_cluster", 3, None)
-    # j15: 2 workers, no instance rows -> placement unknown -> allreduce_cluster, num_servers null
+    # j15: 2 workers x 1 GPU, no instance rows -> placement unknown -> as few servers as fit: 2 <= 8 GPUs of one
+    # server -> allreduce_local on 1 server
     r = rows["j15"]
     assert (r["architecture"], r["num_gpus"], r["num_servers"], r["server_gpus"]) == (
-        "allreduce_cluster", 2, None, None)
+        "allreduce_local", 2, 1, None)
     # j16: chief (1 x 100) + worker (2 x 100) on m1 -> 3 workers, one machine; the evaluator's GPU is not a worker
     # but counts in the GPU request: 1 + 2 + 1 = 4
     r = rows["j16"]
@@ -127,7 +128,7 @@ def test_reasons_and_counts(population):
     assert reasons["j09"] == "label not mapped to a zoo model"  # xlnet
     assert reasons["j10"] == "no GPU requested"                 # plan_gpu empty
     assert reasons["j11"] == "GPUs only on non-training tasks"  # evaluator only
-    assert reasons["j12"] == "no task rows"
+    assert reasons["j12"] == "excluded by status: Waiting"  # (and no task rows): a Waiting job never ran
     for j in ("j14", "j18", "j19", "j20", "j21"):  # abc, -100, 2.5 instances, 4 fields, duplicate task
         assert reasons[j] == "malformed task row", j
     assert reasons["j22"] == reasons["j23"] == "malformed instance row"  # end < start; 8 fields
@@ -136,7 +137,7 @@ def test_reasons_and_counts(population):
     assert summary == {
         "attributed": 10, "malformed task row": 5, "malformed instance row": 2, "GPU type not in catalog": 1,
         "GPUs only on non-training tasks": 1, "label not mapped to a zoo model": 1, "malformed group_tag row": 1,
-        "no GPU requested": 1, "no task rows": 1, "no workload tag": 1}
+        "no GPU requested": 1, "excluded by status: Waiting": 1, "no workload tag": 1}
     assert report.jobs == 24 and report.attributed_jobs == 10
     # GPU time of the attributed jobs: 600 + 12000 + 4000 + 8000 + 140 + 200 + 60 + 600 + 4000 + 600
     attributed = report.summary().filter(pl.col("reason") == "attributed")
@@ -241,9 +242,14 @@ def test_minimal_trace_job_and_task_only(tmp_path):
     d = write_pai(tmp_path / "pai", {"pai_job_table": JOB, "pai_task_table": TASK})
     pop, report = read_population(d)
     rows = by_job(pop)
-    # without instances, placement is unknown: several workers -> allreduce_cluster, as few servers as fit
+    # without instances, placement is unknown: as few servers as fit (8 GPUs each, the default)
     assert (rows["j03"]["architecture"], rows["j03"]["num_servers"]) == ("ps_worker", None)
-    assert (rows["j05"]["architecture"], rows["j05"]["num_servers"]) == ("allreduce_cluster", None)
+    # j05: 2 workers x 1 GPU = 2 <= 8 -> one server; j04: 4 workers x 2 GPUs = 8 <= 8 -> one server
+    assert (rows["j05"]["architecture"], rows["j05"]["num_servers"]) == ("allreduce_local", 1)
+    assert (rows["j04"]["architecture"], rows["j04"]["num_gpus"], rows["j04"]["num_servers"]) == (
+        "allreduce_local", 8, 1)
+    # j13: 3 workers x 1 GPU on 3 <= 8 -> one server
+    assert (rows["j13"]["architecture"], rows["j13"]["num_servers"]) == ("allreduce_local", 1)
     # no tags at all: every job with GPU workers and a catalog GPU lacks a workload tag
     assert rows["j01"]["reason"] == "no workload tag"
     assert rows["j01"]["duration_s"] == 2950 - 1050  # from the task's own times
@@ -254,6 +260,57 @@ def test_minimal_trace_job_and_task_only(tmp_path):
     msg = report.no_jobs_message()
     assert msg is not None and msg.startswith("none of the 24 jobs of ")
     assert "no workload tag: 15; malformed task row: 5;" in msg and "--model-mix" in msg
+
+
+def test_status_selection(pai_dir):
+    """Job statuses of the fixture: j04 Running, j05 Failed, j12 Waiting, the other 21 Terminated.
+    Default (--status ran): every status but Waiting; the excluded jobs stay in the population with a
+    reason and are counted per status."""
+    pop, report = read_population(pai_dir)
+    rows = by_job(pop)
+    assert rows["j12"]["reason"] == "excluded by status: Waiting" and rows["j12"]["status"] == "Waiting"
+    assert rows["j04"]["attributed"] and rows["j05"]["attributed"]  # Running and Failed jobs ran
+    assert "1 job(s) excluded by status (Waiting 1): --status ran (the default: jobs that ran; Waiting/Pending " \
+        "jobs never held their GPUs); --status all evaluates every job" in report.notes
+    # all: j12 falls to the reader's own reason
+    pop, report = read_population(pai_dir, statuses="all")
+    assert by_job(pop)["j12"]["reason"] == "no task rows" and report.attributed_jobs == 10
+    assert not any("excluded by status" in n for n in report.notes)
+    # the trace's own spellings, any case: Terminated and Failed -> j04 (Running) excluded too: 10 - 1 = 9
+    pop, report = read_population(pai_dir, statuses="terminated,FAILED")
+    summary = dict(zip(report.summary()["reason"], report.summary()["jobs"], strict=True))
+    assert report.attributed_jobs == 9
+    assert summary["excluded by status: Running"] == 1 and summary["excluded by status: Waiting"] == 1
+    # classes: finished only -> j04 (Running) and j05 (Failed) out: 10 - 2 = 8 attributed
+    pop, report = read_population(pai_dir, statuses=["finished"])
+    assert report.attributed_jobs == 8 and by_job(pop)["j05"]["reason"] == "excluded by status: Failed"
+    assert sum(report.summary()["jobs"]) == 24  # still every job accounted for
+    with pytest.raises(ValueError, match=r"--status: 'termnated' is neither a status class \(finished, failed, "
+                       r"running, waiting, other, unknown\) nor a status of the trace \(found: Failed, Running, "
+                       r"Terminated, Waiting\)"):
+        read_population(pai_dir, statuses="termnated")
+    with pytest.raises(ValueError, match="'all' stands alone"):
+        read_population(pai_dir, statuses="all,failed")
+
+
+def test_unknown_placement_takes_the_fewest_servers_that_fit(tmp_path):
+    """Without instance rows, a job of several workers goes on as few servers as its GPUs need
+    (issue 13: it was forced onto 2+ servers). j04: 4 workers x ceil(200 / 100) = 8 GPUs; j05: 2 x 1 = 2."""
+    from ddlscope.specs.architecture import Architecture
+
+    d = write_pai(tmp_path / "pai", {"pai_job_table": JOB, "pai_task_table": TASK})
+    rows = by_job(read_population(d)[0])
+    # 8-GPU servers (default): 8 <= 8 and 2 <= 8 -> one server each, ring all-reduce inside it
+    assert [(rows[j]["architecture"], rows[j]["num_servers"]) for j in ("j04", "j05")] == [
+        ("allreduce_local", 1), ("allreduce_local", 1)]
+    # 4-GPU servers: 8 > 4 -> allreduce_cluster on ceil(8 / 4) = 2 servers (the model resolves the null count);
+    # 2 <= 4 -> still one server
+    rows = by_job(read_population(d, server_gpus=4)[0])
+    assert [(rows[j]["architecture"], rows[j]["num_servers"]) for j in ("j04", "j05")] == [
+        ("allreduce_cluster", None), ("allreduce_local", 1)]
+    r = rows["j04"]
+    arch = Architecture(kind=r["architecture"], num_workers=r["num_workers"], gpus_per_worker=r["gpus_per_worker"])
+    assert arch.servers_on(4) == 2
 
 
 def test_find_tables_errors(tmp_path):
@@ -346,3 +403,16 @@ def test_repeated_rows_counted_by_reason(tmp_path):
                  "pai_machine_spec"):
         assert f"{stem}: 1 exact duplicate row(s) of an earlier line (not used)" in notes
     assert [r["duplicate_rows"] for r in report.to_dict()["tables"]] == [1, 1, 1, 1, 1, 1]
+
+
+def test_pai_tables_in_a_sub_folder_are_found(tmp_path):
+    """A folder whose trace lies deeper (here two levels down) is searched, as `ddlscope trace` searches folders;
+    the note names the files read."""
+    write_pai(tmp_path / "top" / "2020" / "pai")
+    (tmp_path / "top" / "README.md").write_text("about the trace\n")
+    pop, report = read_population(tmp_path / "top")
+    assert report.fmt == "pai-v2020" and pop.height == 24 and report.attributed_jobs == 10
+    note = report.notes[0]
+    assert note.startswith(f"{tmp_path / 'top'}: searched its sub-folders: read 6 pai-v2020 file(s) "
+                           "(2020/pai/pai_group_tag_table.csv, 2020/pai/pai_instance_table.csv,")
+    assert note.endswith("1 other file(s) are not pai-v2020 job traces and were not read: README.md")

@@ -100,16 +100,24 @@ def test_philly_pollux_with_a_model_mix(shared_data):
 def test_openb_v2023_pods(shared_data):
     path = shared_data / "alibaba" / "v2023" / "openb_pod_list_default.csv"
     assert detect_format([path]) == "openb-v2023"
-    pop, report = read_population(path, model_mix={"resnet50": 1.0})
+    pop, report = read_population(path, model_mix={"resnet50": 1.0}, statuses="all")
     assert pop.height == 8152 and report.malformed_rows == 0
     # alibaba/SOURCES.md: num_gpu 0 for 1,088 pods; pod_phase Running 5,193 / Failed 1,870 / Pending 897 / Succeeded 192
     assert dict(zip(report.summary()["reason"], report.summary()["jobs"], strict=True)) == {
         "attributed": 8152 - 1088, "no GPU requested": 1088}
+    # the default (--status ran): the 897 Pending pods never ran; they are excluded by status first, so the
+    # CPU-only pods among them leave "no GPU requested"
+    raw = pl.read_csv(path)
+    pending_cpu = raw.filter((pl.col("pod_phase") == "Pending") & (pl.col("num_gpu") == 0)).height
+    _, default = read_population(path, model_mix={"resnet50": 1.0})
+    assert dict(zip(default.summary()["reason"], default.summary()["jobs"], strict=True)) == {
+        "attributed": 8152 - 1088 - (897 - pending_cpu), "excluded by status: Pending": 897,
+        "no GPU requested": 1088 - pending_cpu}
+    assert pending_cpu == 36 and default.attributed_jobs == 6203
     assert dict(pop.group_by("status").len().iter_rows()) == {
         "Running": 5193, "Failed": 1870, "Pending": 897, "Succeeded": 192}
     assert pop.filter(pl.col("status") == "Pending")["duration_s"].null_count() == 897  # never scheduled
     # GPU sharing: one GPU with gpu_milli < 1000 -> shared, request = gpu_milli / 1000
-    raw = pl.read_csv(path)
     shared = raw.filter((pl.col("num_gpu") == 1) & (pl.col("gpu_milli") < 1000)).height
     assert pop["shared_gpu"].sum() == shared
     assert pop.filter(pl.col("job_id") == "openb-pod-0001")["gpu_request"][0] == pytest.approx(0.46)

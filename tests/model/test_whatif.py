@@ -158,3 +158,31 @@ def test_nic_swap_applies_only_to_jobs_that_use_the_network():
     out = whatif(jobs, [BUILTIN_SCENARIOS["ethernet-100g"]], cat).filter(pl.col("scenario") != "baseline")
     assert out.sort("job_id")["scenario_applied"].to_list() == [False, False, False, True, True]
     assert out.filter(~pl.col("scenario_applied"))["speedup"].to_list() == [1.0, 1.0, 1.0]
+
+
+def test_port_keeps_a_faster_nvlink():
+    """ps-to-allreduce-nvlink on a DGX H100 (NVLink 4, 450 GB/s) keeps NVLink 4; on the PAI PCIe-only
+    server it adds NVLink 2 (150 GB/s); efficiencies 1. Both PS jobs (4 workers of 1 GPU) fit one 8-GPU
+    server: both ported.
+
+    The ported ring all-reduce of 4 ranks moves 2 * (4 - 1) / 4 * 100e6 = 150e6 bytes per rank in
+    2 * 3 = 6 steps of 10 gradient tensors = 60 latencies of 3 us (both NVLinks: 3 us, catalog):
+    NVLink 4: 150e6 / 450e9 s + 60 * 3e-6 s; NVLink 2: 150e6 / 150e9 s + 60 * 3e-6 s."""
+    from ddlscope.specs.catalog import builtin_catalog
+
+    cat = builtin_catalog()
+    w = Workload(batch_size=8, compute_bound_flops=1e12, memory_bound_bytes=1e9, dense_param_bytes=100e6,
+                 num_gradient_tensors=10)
+    arch = Architecture(kind="ps_worker", num_workers=4, num_ps=1)
+    jobs = jobs_frame([job_row(w, arch, cat.system("dgx-h100", efficiency=ONES), job_id=0),
+                       job_row(w, arch, cat.system("pai-v100-pcie-8", efficiency=ONES), job_id=1)])
+    out = whatif(jobs, [BUILTIN_SCENARIOS["ps-to-allreduce-nvlink"]], cat).filter(
+        pl.col("scenario") != "baseline").sort("job_id")
+    assert out["scenario_applied"].to_list() == [True, True]
+    assert out["architecture"].cast(pl.String).to_list() == ["allreduce_local", "allreduce_local"]
+    assert out["nvlink"].to_list() == ["nvlink4", "nvlink2"]
+    assert out["nvlink_bandwidth_bytes_per_s"].to_list() == [450e9, 150e9]
+    assert out["nvlink_s"][0] == pytest.approx(150e6 / 450e9 + 60 * 3e-6)
+    assert out["nvlink_s"][1] == pytest.approx(150e6 / 150e9 + 60 * 3e-6)
+    # the system label names only the part that was swapped
+    assert out["system"].to_list() == ["dgx-h100", "pai-v100-pcie-8[nvlink=nvlink2]"]

@@ -35,6 +35,7 @@ from ddlscope.cli.ingest import (
     ModelMixOpt,
     MultiGpuOpt,
     ServerGpusOpt,
+    StatusOpt,
     TraceFormatOpt,
     read_trace,
 )
@@ -99,6 +100,7 @@ def register(app: typer.Typer) -> None:
         fractional_gpus: FractionalOpt = "attribute",
         multi_gpu_instance: MultiGpuOpt = "allreduce_local",
         server_gpus: ServerGpusOpt = None,
+        status: StatusOpt = "ran",
         catalog: CatalogFiles = None,
         fmt: FormatOpt = "table",
     ) -> None:
@@ -130,7 +132,7 @@ def register(app: typer.Typer) -> None:
                 ("--model-map", model_map, None), ("--model-mix", model_mix, None),
                 ("--fractional-gpus", fractional_gpus, "attribute"),
                 ("--multi-gpu-instance", multi_gpu_instance, "allreduce_local"), ("--server-gpus", server_gpus, None),
-                ("--server-for", server_for, None)) if value not in (default, [])]
+                ("--server-for", server_for, None), ("--status", status, "ran")) if value not in (default, [])]
             if given:
                 raise ValueError(f"{', '.join(given)}: options for reading a trace; give a TRACE (the built-in "
                                  "population has its models, placements and servers)")
@@ -147,7 +149,7 @@ def register(app: typer.Typer) -> None:
             report = None
             if trace:
                 population, report = read_trace(trace, trace_format, map_pairs, mapping, model_map, model_mix,
-                                                fractional_gpus, multi_gpu_instance, server_gpus, cat)
+                                                fractional_gpus, multi_gpu_instance, server_gpus, cat, status)
                 notes.extend(report.notes)
                 source = ", ".join(str(t) for t in trace)
             else:

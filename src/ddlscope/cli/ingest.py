@@ -36,12 +36,17 @@ MultiGpuOpt = Annotated[
 ServerGpusOpt = Annotated[
     int | None, typer.Option("--server-gpus", help="GPUs per server for traces giving only a GPU count")
 ]
+StatusOpt = Annotated[
+    str, typer.Option("--status", help="job statuses to evaluate: ran (default: all but waiting/pending jobs, "
+                      "which never ran), all, or a list of classes (finished, failed, running, waiting, other, "
+                      "unknown) and/or trace statuses, e.g. terminated,failed")
+]
 
 
 def read_trace(
     trace: list[Path], trace_format: str | None, map_pairs: list[str] | None, mapping: Path | None,
     model_map: Path | None, model_mix: str | None, fractional_gpus: str, multi_gpu_instance: str,
-    server_gpus: int | None, catalog: Catalog,
+    server_gpus: int | None, catalog: Catalog, status: str = "ran",
 ) -> tuple[pl.DataFrame, IngestReport]:
     """:func:`ddlscope.ingest.read_population` with the CLI's options (shared by ``ingest`` and
     ``characterize``)."""
@@ -52,7 +57,7 @@ def read_trace(
         trace, trace_format, table_mapping, model_map=model_map, model_mix=model_mix,
         fractional_gpus=fractional_gpus,  # type: ignore[arg-type]
         multi_gpu_instance=multi_gpu_instance,  # type: ignore[arg-type]
-        server_gpus=server_gpus, catalog=catalog,
+        server_gpus=server_gpus, catalog=catalog, statuses=status,
     )
 
 
@@ -87,6 +92,7 @@ def register(app: typer.Typer) -> None:
         fractional_gpus: FractionalOpt = "attribute",
         multi_gpu_instance: MultiGpuOpt = "allreduce_local",
         server_gpus: ServerGpusOpt = None,
+        status: StatusOpt = "ran",
         catalog: CatalogFiles = None,
         out: Annotated[Path | None, typer.Option("--out", "-o", help="write the population (.parquet or .csv)")] = None,
         examples: Annotated[int, typer.Option("--examples", min=1, help="malformed-row examples per problem")] = 3,
@@ -100,11 +106,16 @@ def register(app: typer.Typer) -> None:
 
         Output: --format table prints jobs per reason, input files and malformed rows; json all of
         them plus notes in one object; csv only the jobs-per-reason table (one CSV stream holds one
-        table; use json for the others, --out for the jobs).
+        table; use json for the others, --out for the jobs). Exit code 2 when no job could be read
+        (every row malformed, or none), with a line saying why.
+
+        --status chooses the jobs evaluated by status (PAI status, pod phase, a mapped status column):
+        by default the jobs that ran (all but Waiting/Pending ones, which never held their GPUs); the
+        others are counted under "excluded by status".
         """
         population, report = read_trace(trace, trace_format, map_pairs, mapping, model_map, model_mix,
                                         fractional_gpus, multi_gpu_instance, server_gpus,
-                                        user_catalog(catalog))
+                                        user_catalog(catalog), status)
         if out is not None:
             write_population(population, out)
         warning = report.no_jobs_message()
@@ -129,5 +140,8 @@ def register(app: typer.Typer) -> None:
             emit(report.summary(), "json", extra=extra)
         else:
             emit(report.summary(), fmt)
+        if report.jobs == 0:
+            # nothing was read: the tables above say where the rows went; a user error (exit 2), not a result
+            raise ValueError(warning or "no job could be read")
         if warning:
             err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}")

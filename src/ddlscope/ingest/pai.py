@@ -47,9 +47,13 @@ machines of the worker instances in the instance table):
    2020 (TensorFlow MirroredStrategy, Horovod, PyTorch DDP) all-reduce over NCCL, while ``1wng``
    (parameters on the host) is the TensorFlow 1.x pattern the 2019 study still saw;
 4. W >= 2 on one machine (M = 1) -> ``allreduce_local``;
-5. W >= 2 otherwise -> ``allreduce_cluster``; ``num_servers`` = M when M >= 2 and the GPUs
-   divide evenly over the M machines (hierarchical all-reduce needs an even split), else null
-   (as few servers as fit; also when the placement is unknown).
+5. W >= 2 on M >= 2 machines -> ``allreduce_cluster``; ``num_servers`` = M when the GPUs divide
+   evenly over the M machines (hierarchical all-reduce needs an even split), else null (as few
+   servers as fit);
+6. W >= 2 with the placement unknown (no instance rows, or none naming a machine): as few servers
+   as fit the W x g GPUs on servers of ``server_gpus`` GPUs (``--server-gpus``; default
+   :data:`DEFAULT_SERVER_GPUS` = 8, as for the generic tables): ``allreduce_local`` on one server
+   when they fit it, else ``allreduce_cluster`` with ``num_servers`` null.
 
 Duration: the run time of the worker instances, max(end) - min(start) over the deduplicated
 instances (the instance table repeats a ``worker_name`` when an instance is restarted; the last
@@ -141,6 +145,10 @@ _KINDS: dict[str, dict[str, ColumnKind]] = {
 }
 """The columns read from each table and how they are parsed: the ones the population uses. Every
 line's field count is checked against the full schema; numbers are checked in these columns."""
+
+DEFAULT_SERVER_GPUS = 8
+"""GPUs per server of rule 6 (placement unknown) unless ``IngestOptions.server_gpus`` says otherwise:
+the 8-GPU servers of the PAI study (IISWC 2019) and of the generic tables' default."""
 
 JOB_STATUSES: tuple[str, ...] = ("Running", "Terminated", "Failed", "Waiting")
 """Job statuses of the trace's README; any other value makes the job row malformed."""
@@ -442,6 +450,9 @@ def read_pai_v2020(
         .when((W == 1) & (g == 1)).then(pl.lit("1w1g"))
         .when(W == 1).then(pl.lit(opts.multi_gpu_instance))
         .when(M == 1).then(pl.lit("allreduce_local"))
+        .when(M >= 2).then(pl.lit("allreduce_cluster"))
+        # placement unknown (rule 6): one server when the GPUs fit it
+        .when(W * g.fill_null(0) <= (opts.server_gpus or DEFAULT_SERVER_GPUS)).then(pl.lit("allreduce_local"))
         .otherwise(pl.lit("allreduce_cluster"))
         .cast(ArchitectureEnum)
     )

@@ -5,6 +5,9 @@ One row per job of the trace, attributed or not (:data:`POPULATION_SCHEMA`). A j
 and a placement it can price; otherwise ``reason`` says why not. Rules, in the order they are
 tried (the first that applies is the job's reason):
 
+0. ``excluded by status: <status>``: the job's status is not among the selected ones
+   (``IngestOptions.statuses``, ``--status``; default :data:`DEFAULT_STATUSES`: the jobs that ran,
+   so a Waiting or Pending job, which never held a GPU, is counted here, not evaluated);
 1. the reader's own reasons (PAI: ``malformed task/instance/group_tag row`` of the job, ``no task
    rows``, ``no GPU requested``, ``GPUs only on non-training tasks``);
 2. ``GPU count missing``: the trace gives no GPU count;
@@ -87,6 +90,117 @@ NO_MODEL_LABEL = "no model label"
 LABEL_NOT_MAPPED = "label not mapped to a zoo model"
 
 
+EXCLUDED_BY_STATUS = "excluded by status"
+"""Reason prefix of a job whose status is not selected: ``excluded by status: Waiting``."""
+
+#: status class -> the trace statuses it holds (compared case-insensitively). From the traces'
+#: documentation: PAI 2020 job table ``status`` (README of cluster-trace-gpu-v2020: Running,
+#: Terminated, Failed, Waiting), Alibaba 2023 ``pod_phase`` (Running, Failed, Pending, Succeeded;
+#: Kubernetes pod phases), Philly's job log (Pass, Failed, Killed; Jeon et al., ATC'19) and the
+#: usual scheduler words (Slurm's COMPLETED, CANCELLED, PENDING, ...).
+STATUS_CLASSES: dict[str, tuple[str, ...]] = {
+    "finished": ("Terminated", "Succeeded", "Completed", "Finished", "Success", "Done", "Pass", "Passed"),
+    "failed": ("Failed", "Killed", "Cancelled", "Canceled", "Error", "Timeout"),
+    "running": ("Running",),
+    "waiting": ("Waiting", "Pending", "Queued"),
+}
+OTHER_STATUS = "other"
+"""Class of a status in no :data:`STATUS_CLASSES` class (a generic table's own word)."""
+NO_STATUS = "unknown"
+"""Class of a job whose trace gives no status (Gavel, Pollux's Philly list, an empty field)."""
+STATUS_CLASS_NAMES: tuple[str, ...] = (*STATUS_CLASSES, OTHER_STATUS, NO_STATUS)
+DEFAULT_STATUSES: tuple[str, ...] = ("finished", "failed", "running", OTHER_STATUS, NO_STATUS)
+"""The jobs that ran (``--status ran``, the default): every status but ``waiting``. A Waiting (PAI)
+or Pending (Kubernetes) job never got its GPUs: it has no run time, held no GPU-time and has no
+step to price, so evaluating it like a finished job would count jobs that did not train. A failed
+job did run, on its GPUs, until it failed (its GPU time was spent), and a running one was running
+at the trace's end: both are kept. A status of no class and a job without one are kept too: nothing
+says they did not run."""
+STATUS_ALIASES: dict[str, tuple[str, ...] | None] = {"ran": DEFAULT_STATUSES, "all": None}
+
+
+def parse_statuses(text: str | Sequence[str] | None) -> tuple[str, ...] | None:
+    """``--status`` -> the selected status terms (lower case), ``None`` for every job.
+
+    Args:
+        text: ``"all"`` (every job), ``"ran"`` (:data:`DEFAULT_STATUSES`), or a comma-separated
+            list of status classes (:data:`STATUS_CLASS_NAMES`) and/or statuses as the trace
+            spells them (case-insensitive), e.g. ``"terminated,failed"`` or ``"finished,waiting"``;
+            ``None``: the default.
+
+    Raises:
+        ValueError: an empty list, or ``all``/``ran`` mixed with other terms.
+    """
+    if text is None:
+        return DEFAULT_STATUSES
+    items = [t.strip().lower() for t in (text.split(",") if isinstance(text, str) else text)]
+    items = [t for t in items if t]
+    if not items:
+        raise ValueError(f"--status: expected all, ran, or a list of status classes ({', '.join(STATUS_CLASS_NAMES)}) "
+                         "or trace statuses, e.g. terminated,failed")
+    for alias, value in STATUS_ALIASES.items():
+        if alias in items:
+            if len(items) > 1:
+                raise ValueError(f"--status: {alias!r} stands alone; got {','.join(items)}")
+            return value
+    return tuple(dict.fromkeys(items))
+
+
+def status_class(status: pl.Expr) -> pl.Expr:
+    """The :data:`STATUS_CLASSES` class of each status (``other`` for a status of no class,
+    ``unknown`` where it is null or blank)."""
+    low = status.str.strip_chars().str.to_lowercase()
+    out = pl.when(low.is_null() | (low == "")).then(pl.lit(NO_STATUS))
+    for name, values in STATUS_CLASSES.items():
+        out = out.when(low.is_in([v.lower() for v in values])).then(pl.lit(name))
+    return out.otherwise(pl.lit(OTHER_STATUS))
+
+
+def status_selected(status: pl.Expr, statuses: Sequence[str] | None) -> pl.Expr:
+    """Whether each job's status is selected: its class or its own spelling (case-insensitive)
+    is among ``statuses`` (``None``: every job)."""
+    if statuses is None:
+        return pl.lit(True)
+    terms = [t.lower() for t in statuses]
+    low = status.str.strip_chars().str.to_lowercase()
+    return status_class(status).is_in(terms) | low.is_in(terms).fill_null(False)
+
+
+def check_status_terms(statuses: Sequence[str] | None, seen: Sequence[str | None]) -> None:
+    """Reject a ``--status`` term that is neither a class, nor a status any class lists, nor a status
+    of the trace (``seen``: its distinct statuses): a typo would silently exclude jobs.
+
+    Raises:
+        ValueError: naming the term, the classes and the trace's statuses.
+    """
+    if statuses is None:
+        return
+    known = set(STATUS_CLASS_NAMES) | {v.lower() for vs in STATUS_CLASSES.values() for v in vs}
+    in_trace = {s.strip().lower() for s in seen if s}
+    bad = [t for t in statuses if t not in known and t not in in_trace]
+    if bad:
+        found = ", ".join(sorted({s for s in seen if s})) or "none"
+        raise ValueError(f"--status: {', '.join(repr(b) for b in bad)} is neither a status class "
+                         f"({', '.join(STATUS_CLASS_NAMES)}) nor a status of the trace (found: {found})")
+
+
+def status_note(population: pl.DataFrame, statuses: Sequence[str] | None) -> str | None:
+    """The sentence counting the jobs excluded by status, per status (``None`` when none is)."""
+    if population.height == 0 or statuses is None:
+        return None
+    out = population.filter(pl.col("reason").str.starts_with(EXCLUDED_BY_STATUS).fill_null(False))
+    if out.height == 0:
+        return None
+    counts = out.group_by(pl.col("status").fill_null("(none)")).agg(n=pl.len())
+    counts = counts.sort("n", "status", descending=[True, False])
+    per = ", ".join(f"{st} {n:,}" for st, n in counts.iter_rows())
+    chosen = "ran" if tuple(statuses) == DEFAULT_STATUSES else ",".join(statuses)
+    why = (" (the default: jobs that ran; Waiting/Pending jobs never held their GPUs)"
+           if chosen == "ran" else "")
+    return (f"{out.height:,} job(s) excluded by status ({per}): --status {chosen}{why}; "
+            "--status all evaluates every job")
+
+
 def malformed_reason(table: str) -> str:
     """The reason of a job one of whose rows in ``table`` is malformed."""
     return f"malformed {table} row"
@@ -109,6 +223,10 @@ class IngestOptions:
     - ``server_gpus``: GPUs per server assumed when a generic table gives only a GPU count
       (``None``: the format's default, 8).
     - ``catalog``: hardware catalog for GPU names.
+    - ``statuses``: the job statuses evaluated (classes of :data:`STATUS_CLASSES`, ``other``,
+      ``unknown``, or statuses as the trace spells them; lower case, see :func:`parse_statuses`);
+      other jobs get the reason ``excluded by status: <status>``. Default
+      :data:`DEFAULT_STATUSES` (the jobs that ran); ``None``: every job.
     """
 
     model_map: ModelMap = field(default_factory=load_model_map)
@@ -117,6 +235,7 @@ class IngestOptions:
     multi_gpu_instance: MultiGpuPolicy = "allreduce_local"
     server_gpus: int | None = None
     catalog: Catalog = field(default_factory=builtin_catalog)
+    statuses: tuple[str, ...] | None = DEFAULT_STATUSES
 
     def __post_init__(self) -> None:
         if self.fractional_gpus not in ("attribute", "exclude"):
@@ -209,8 +328,13 @@ def finalize(
         gpu=pl.col("trace_gpu").replace_strict(list(gpu_map), list(gpu_map.values()), default=None,
                                                return_dtype=pl.String)
     )
+    status = pl.col("status") if "status" in names else pl.lit(None, dtype=pl.String)
+    if opts.statuses is not None:
+        check_status_terms(opts.statuses, lf.select(status.unique()).collect().to_series().to_list())
     reason = (
-        pl.when(pl.col("pre_reason").is_not_null()).then(pl.col("pre_reason"))
+        pl.when(~status_selected(status, opts.statuses))
+        .then(pl.format(f"{EXCLUDED_BY_STATUS}: {{}}", status.fill_null("(none)")))
+        .when(pl.col("pre_reason").is_not_null()).then(pl.col("pre_reason"))
         .when(pl.col("num_gpus").is_null() & pl.col("gpu_request").is_null()).then(pl.lit(GPU_COUNT_MISSING))
         .when(pl.col("gpu_request").fill_null(0) <= 0).then(pl.lit(NO_GPU))
         .when(pl.lit(opts.fractional_gpus == "exclude") & pl.col("shared_gpu")).then(pl.lit(FRACTIONAL_GPU))

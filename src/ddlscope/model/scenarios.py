@@ -108,6 +108,15 @@ def _is_upgrade(hw: dict[str, object]) -> pl.Expr:
     return cond
 
 
+def _keeps_own_link(slot: str, hw: dict[str, object]) -> pl.Expr:
+    """Rows whose own ``slot`` link is at least as fast as the one ``hw`` swaps in: a link there
+    (bandwidth > 0) with at least its bandwidth and at most its latency. A port scenario keeps
+    such a link (``ps-to-allreduce-nvlink`` adds NVLink 2 where a server lacks it, and never
+    replaces a DGX H100's NVLink 4 by it)."""
+    bw, lat = f"{slot}_bandwidth_bytes_per_s", f"{slot}_latency_s"
+    return (c(bw) > 0) & (c(bw) >= pl.lit(hw[bw])) & (c(lat) <= pl.lit(hw[lat]))
+
+
 def _port(sc: Scenario, G: pl.Expr) -> tuple[dict[str, pl.Expr], pl.Expr]:
     """Architecture columns after the port to ``sc.architecture`` on servers of ``G`` GPUs, and
     where the port applies (expressions)."""
@@ -147,7 +156,10 @@ def apply_scenario(
     upgrade, or a scenario that changes only the network (NIC, NICs per server) meets a job that
     uses no NIC, see :func:`uses_network`: a one-server job keeps its speedup of 1 and counts as
     not applied whatever its number of GPUs). Unchanged rows keep their
-    values. Hardware swaps keep each row's efficiencies.
+    values. Hardware swaps keep each row's efficiencies. A scenario that ports the architecture
+    swaps a link (``nvlink``, ``nic``, ``pcie``) only where the job's own link is slower (or absent);
+    a link at least as fast (bandwidth at least, latency at most the new one's) is kept, and the
+    port still applies.
 
     Raises:
         CatalogError: a scenario names an unknown GPU, link or server.
@@ -160,10 +172,22 @@ def apply_scenario(
 
     hw = _hardware_changes(scenario, catalog)
     new: dict[str, pl.Expr] = {k: pl.lit(v, dtype=JOB_SCHEMA[k][0]) for k, v in hw.items()}
+    # a port's link swaps only add or speed up a link: where the job's own is at least as fast it stays
+    kept: dict[str, pl.Expr] = {}
+    if scenario.architecture and not scenario.server:
+        for slot in ("pcie", "nvlink", "nic"):
+            if getattr(scenario, slot) and f"{slot}_bandwidth_bytes_per_s" in hw:
+                keep = _keeps_own_link(slot, hw)
+                kept[slot] = keep
+                for col in (slot, f"{slot}_bandwidth_bytes_per_s", f"{slot}_latency_s"):
+                    new[col] = pl.when(keep).then(c(col)).otherwise(new[col])
     if hw:
-        label = ",".join(f"{k}={getattr(scenario, k)}" for k in ("server", "gpu", "nic", "nvlink", "pcie",
-                                                                   "nics_per_server") if getattr(scenario, k))
-        new["system"] = c("system") + pl.lit(f"[{label}]")
+        parts = [pl.when(~kept[k]).then(pl.lit(f"{k}={getattr(scenario, k)}")) if k in kept
+                 else pl.lit(f"{k}={getattr(scenario, k)}")
+                 for k in ("server", "gpu", "nic", "nvlink", "pcie", "nics_per_server") if getattr(scenario, k)]
+        label = pl.concat_str(parts, separator=",", ignore_nulls=True)
+        new["system"] = pl.when(label != "").then(c("system") + pl.lit("[") + label + pl.lit("]")).otherwise(
+            c("system"))
     # port conditions use the swapped server's GPU count
     lf = lf.with_columns(_G_new=new.get("server_gpus", c("server_gpus")))
     applies = selected

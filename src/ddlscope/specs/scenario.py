@@ -27,6 +27,7 @@ from ddlscope.specs.base import SPEC_CONFIG
 from ddlscope.specs.errors import describe_validation
 from ddlscope.specs.files import read_toml_or_json
 from ddlscope.specs.overlap import overlap_fraction
+from ddlscope.specs.system import MAX_COUNT
 from ddlscope.specs.workload import Precision
 
 
@@ -52,7 +53,10 @@ class Scenario(BaseModel):
       link of more bandwidth than the job's, a GPU at least as fast in peak FLOP/s at the job's
       precision and in memory bandwidth); other jobs keep their hardware and count as not applied.
       The built-in hardware scenarios set it, so ``add-nvlink`` never replaces NVLink 3 by NVLink 2
-      and ``ethernet-100g`` never slows a 200 Gb/s network.
+      and ``ethernet-100g`` never slows a 200 Gb/s network. A scenario with an ``architecture`` port
+      swaps its links (``nvlink``, ``nic``, ``pcie``) only where the job's own link is slower or
+      absent (a link at least as fast is kept, the port still applies): ``ps-to-allreduce-nvlink``
+      keeps a DGX H100's NVLink 4.
 
     Raises:
         pydantic.ValidationError: unknown fields, a scale outside (0, 1], a bad overlap.
@@ -64,13 +68,13 @@ class Scenario(BaseModel):
     description: str = ""
     only_architectures: tuple[ArchitectureKind, ...] = ()
     architecture: ArchitectureKind | None = None
-    num_ps: int | None = Field(None, ge=1)
+    num_ps: int | None = Field(None, ge=1, le=MAX_COUNT)
     server: str | None = None
     gpu: str | None = None
     nic: str | None = None
     nvlink: str | None = None
     pcie: str | None = None
-    nics_per_server: int | None = Field(None, ge=1)
+    nics_per_server: int | None = Field(None, ge=1, le=MAX_COUNT)
     precision: Precision | None = None
     memory_bound_scale: float = Field(1.0, gt=0, le=1)
     overlap: str | float | None = None
@@ -98,7 +102,7 @@ BUILTIN_SCENARIOS: dict[str, Scenario] = {
         Scenario(
             name="ps-to-allreduce-nvlink",
             description="port PS/Worker jobs that fit one server to ring all-reduce over NVLink "
-            "(PAI study what-if; NVLink 2 added where the server lacks it)",
+            "(PAI study what-if; NVLink 2 added where the server lacks it or has a slower link, a faster NVLink kept)",
             only_architectures=("ps_worker",),
             architecture="allreduce_local",
             nvlink="nvlink2",

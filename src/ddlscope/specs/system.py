@@ -21,6 +21,10 @@ memory, or TCP over the loopback interface, as gloo does); ``ddlscope calibrate`
 machine without GPUs, where the *device* is a share of the CPU and the host's memory is both the
 "host link" and the link between devices. It is accepted in the ``pcie`` slot only."""
 PCIE_SLOT_KINDS: tuple[str, ...] = ("pcie", "host")
+MAX_COUNT = 2**53
+"""Largest count (GPUs per server or per PCIe root, NICs per server) a spec takes: the largest
+integer a Float64 holds exactly and well inside the model's Int64 columns (2^63 overflows them);
+the trace readers' bound too (``ddlscope.ingest.table.MAX_COUNT``)."""
 
 
 class PeakTflops(BaseModel):
@@ -81,12 +85,12 @@ class ServerSpec(BaseModel):
 
     name: str
     gpu: str
-    gpus_per_server: int = Field(..., ge=1)
+    gpus_per_server: int = Field(..., ge=1, le=MAX_COUNT)
     pcie: str
-    gpus_per_pcie_root: int = Field(..., ge=1)
+    gpus_per_pcie_root: int = Field(..., ge=1, le=MAX_COUNT)
     nvlink: str = ""
     nic: str
-    nics_per_server: int = Field(1, ge=1)
+    nics_per_server: int = Field(1, ge=1, le=MAX_COUNT)
     storage_read_gb_s: float = Field(..., gt=0)
     source: str = ""
 
@@ -134,12 +138,12 @@ class System(BaseModel):
 
     name: str
     gpu: GPUSpec
-    gpus_per_server: int = Field(..., ge=1)
+    gpus_per_server: int = Field(..., ge=1, le=MAX_COUNT)
     pcie: LinkSpec
-    gpus_per_pcie_root: int = Field(..., ge=1)
+    gpus_per_pcie_root: int = Field(..., ge=1, le=MAX_COUNT)
     nvlink: LinkSpec | None = None
     nic: LinkSpec
-    nics_per_server: int = Field(1, ge=1)
+    nics_per_server: int = Field(1, ge=1, le=MAX_COUNT)
     storage_read_gb_s: float = Field(..., gt=0)
     efficiency: Efficiency = Efficiency()
 
