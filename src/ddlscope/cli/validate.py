@@ -60,6 +60,59 @@ def _published(data: Path, fmt: str) -> None:
             out_console.print(f"left out: {escape(key)}")
 
 
+def _measurement_report(res, title: str, fmt: str) -> None:
+    """Print a :class:`~ddlscope.validate.measurements.MeasurementValidation`: rows (csv), everything
+    (json), or the error summary, ratio errors, protocol and rejected rows by reason (table)."""
+    rows = res.rows.select(
+        *[c for c in ("source", "line", "testbed", "model", "gpu", "gpus", "servers", "batch_per_gpu", "precision",
+                      "role", "fold", "measured_kind", "measured", "predicted", "error", "step_s", "measured_step_s",
+                      "compute_bound_s", "memory_bound_s", "data_io_s", "exposed_comm_s", "measured_sync_s",
+                      "eff_compute", "eff_memory") if c in res.rows.columns])
+    rejected = res.rejected.group_by("reason").agg(rows=pl.len(), example=pl.col("detail").first()).sort(
+        "rows", descending=True)
+    if fmt == "csv":
+        emit(rows.with_columns(pl.col("precision").cast(pl.String)), "csv")
+        return
+    if fmt == "json":
+        emit(rows.with_columns(pl.col("precision").cast(pl.String)), "json", extra={
+            "summary": res.summary.to_dicts(), "ratios": res.ratios.to_dicts(), "protocol": res.protocol,
+            "fits": {k: vars(v) for k, v in res.fits.items()}, "rejected": res.rejected.to_dicts()})
+        return
+    emit(res.summary, "table", title=title,
+         caption="error = predicted / measured - 1 of the measured quantity; mape = mean |error|; bias = mean error; "
+         "role fit: rows the efficiencies were fitted on")
+    if res.ratios.height:
+        emit(res.ratios, "table", title="Ratio errors of the test rows (absolute calibration cancels)",
+             caption="pairs of rows differing only in the GPU, the batch or the precision; ratio_error = "
+             "predicted ratio / measured ratio - 1, faster row over slower")
+    for line in res.protocol:
+        out_console.print(f"protocol: {escape(line)}")
+    if rejected.height:
+        emit(rejected, "table", title=f"Rows not used ({res.rejected.height})")
+
+
+def _measurements(path: Path, fit_on: str | None, cross_validate: str | None, fmt: str) -> None:
+    from ddlscope.validate.measurements import read_measurements, validate_measurements
+
+    table = read_measurements(path)
+    with err_console.status("profiling the tables' models; predicting every row") as status:
+        res = validate_measurements(table, fit_on=fit_on, cross_validate=cross_validate,
+                                    progress=lambda text: status.update(escape(text)))
+    _measurement_report(res, f"Measurements ({path}): error per source", fmt)
+
+
+def _published_measurements(data: Path, fit_on: str | None, cross_validate: str | None, fmt: str) -> None:
+    from ddlscope.validate.measurements import concat_tables, validate_measurements
+    from ddlscope.validate.shared_tables import dle_measurements, lambda_measurements
+
+    table = concat_tables([lambda_measurements(data), dle_measurements(data)])
+    with err_console.status("profiling the tables' models; predicting every row") as status:
+        res = validate_measurements(table, fit_on=fit_on, cross_validate=cross_validate,
+                                    progress=lambda text: status.update(escape(text)))
+    what = f"leave one {cross_validate} out" if cross_validate else (f"fit on {fit_on}" if fit_on else "defaults")
+    _measurement_report(res, f"Published measurement tables ({data}: Lambda, DLE), {what}", fmt)
+
+
 def register(app: typer.Typer) -> None:
     """Add ``validate`` to ``app``."""
 
@@ -81,6 +134,14 @@ def register(app: typer.Typer) -> None:
         published: Annotated[bool, typer.Option(
             "--published", help="validate against the published tables (Pollux, NVIDIA DLE) instead")] = False,
         data: Annotated[Path | None, typer.Option("--data", help="folder of the published tables")] = None,
+        measurements: Annotated[Path | None, typer.Option(
+            "--measurements",
+            help="a measurement table (CSV, Parquet, JSON lines; docs/validation.md) to predict")] = None,
+        fit_on: Annotated[str | None, typer.Option(
+            "--fit-on", help="SQL condition selecting the rows that fit the efficiencies, e.g. \"gpus = 1 AND "
+            "gpu = 'V100-SXM2-16GB'\"; the other rows are the test set")] = None,
+        cross_validate: Annotated[str | None, typer.Option(
+            "--cross-validate", help="leave one group out: gpu, model, testbed or a column of the table")] = None,
         fmt: FormatOpt = "table",
     ) -> None:
         """Train zoo models for real on this machine (one process, and DDP over gloo) and compare the
@@ -88,8 +149,21 @@ def register(app: typer.Typer) -> None:
         on the calibrated profile; or, with --published, predict the Pollux and NVIDIA ResNet-50 tables.
         """
         expected_one_of(fmt, FORMATS)  # before any training or calibration
+        if measurements is not None and published:
+            raise ValueError("--measurements and --published: give one (--published reads the shared tables)")
+        if measurements is not None:
+            _measurements(measurements, fit_on, cross_validate, fmt)
+            return
+        if (fit_on or cross_validate) and not published:
+            raise ValueError("--fit-on and --cross-validate go with --measurements FILE or --published")
         if published:
-            _published(published_data_dir(data), fmt)
+            folder = published_data_dir(data)
+            if fit_on or cross_validate:
+                _published_measurements(folder, fit_on, cross_validate, fmt)
+            else:
+                _published(folder, fmt)
+                if fmt == "table":
+                    _published_measurements(folder, None, "gpu", fmt)
             return
         from ddlscope.calibrate.profile_file import load_calibration
         from ddlscope.validate.local import check_options, validate_local

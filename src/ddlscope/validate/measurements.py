@@ -1,0 +1,716 @@
+"""Measurement tables: the model against any user's measured runs, with fit/test splits and
+leave-one-group-out cross-validation.
+
+A **measurement table** (CSV, Parquet or JSON lines) has one row per measured configuration. Its
+columns (:data:`MEASUREMENT_COLUMNS`; names are case-sensitive, extra columns are kept and may be
+used by ``fit_on`` or ``cross_validate``):
+
+===================  ========  ===============================================================
+column               required  meaning
+===================  ========  ===============================================================
+``model``            yes       zoo model (``ddlscope profile --list``)
+``gpu``              yes       catalog GPU, name or alias (``ddlscope catalog gpus``)
+``gpus``             yes       GPUs of the job (data-parallel replicas), integer >= 1
+``batch_per_gpu``    yes       samples per GPU per step, integer >= 1
+``precision``        yes       ``fp32``, ``tf32``, ``fp16``/``amp``, ``bf16``
+``throughput``       one of    measured throughput of the whole job, in ``throughput_unit``
+``step_time_s``      the two   measured seconds per step
+``throughput_unit``  with      ``samples/s`` (also ``images/s``, ``sequences/s``), ``tokens/s``,
+                     thr.      or any unit with ``units_per_sample``
+``units_per_sample`` no        how many throughput units one sample holds (tokens/s: default
+                               ``seq_len``)
+``servers``          no        servers the GPUs span (default 1)
+``server``           no        catalog server whose links and layout are used (default
+                               :data:`DEFAULT_SERVER`, its GPU replaced by ``gpu``)
+``pcie``, ``nvlink``,no        catalog link names overriding the server's (``nvlink = none``:
+``nic``                        GPU-to-GPU traffic over PCIe)
+``optimizer``        no        ``sgd`` (default), ``adam``, ``adamw``
+``seq_len``,         no        sizes passed to the profiler (zoo defaults when empty)
+``image_size``
+``input_data``       no        ``real`` (default: the batch is copied host to GPU each step) or
+                               ``synthetic`` (generated on the GPU: no input copy)
+``overlap``          no        overlap policy (``none``, ``full``, a fraction; default ``full``,
+                               DDP's overlap of the all-reduce with the backward)
+``measured_sync_s``  no        measured exposed communication per step (s), compared with the
+                               model's ``exposed_comm_s``
+``source``           no        the table a row comes from (default: the file name); errors are
+                               summarised per source
+===================  ========  ===============================================================
+
+Rows that cannot be used (a missing required value, a value that is not a number, an unknown model
+or GPU, a ``tokens/s`` row with no sequence length) are **rejected with their line and reason**, and
+counted (:attr:`MeasurementTable.rejected`); a table without a required column is an error naming
+the file and the column.
+
+**Prediction.** Each distinct (model, precision, optimizer, seq_len, image_size) is profiled at
+batch sizes 2 and 4 on the meta device and interpolated to the row's batch: every per-step quantity
+of a workload is affine in the batch (activations scale, the optimizer update does not), so the
+interpolation is exact for the totals the model reads. Gradients go as DDP buckets
+(:mod:`ddlscope.validate.ddp`). The architecture is ``1w1g`` for one GPU, ``allreduce_local`` on one
+server, ``allreduce_cluster`` across servers. The whole table is one vectorised
+:func:`~ddlscope.model.step_time.breakdown` pass.
+
+**Fitting** (``fit_on``, ``cross_validate``): the fitted parameters are the compute and memory
+efficiencies (``eff_compute``, ``eff_memory``), one pair for the whole fit set, by least squares of
+the relative residual of the one-GPU rows' step time (:func:`fit_efficiencies`). Multi-GPU rows of
+the fit set are not used for this fit (their communication would be absorbed into computation).
+Where the fit set has no one-GPU row, the catalog defaults are kept, and the result says so.
+
+**Errors.** Per row ``error = predicted / measured - 1`` of the measured quantity (throughput or step
+time). Per source and role: MAPE (mean |error|), median |error|, bias (mean error). **Ratios** cancel
+absolute calibration: for every two rows that differ only in the GPU (same model, precision, GPUs,
+servers and source; the batch may differ, as published runs take each GPU's largest batch), the
+ratio of the faster row's throughput to the slower's, measured and predicted; ``ratio_error =
+predicted_ratio / measured_ratio - 1``, pairs ordered so that the measured ratio is >= 1. The same
+for two batch sizes of one GPU (``between = batch``) and two precisions (``between = precision``).
+With ``cross_validate``, each row's prediction comes from the fold that left its group out, so the
+ratio errors are out-of-sample too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from ddlscope.model.jobs import JOB_SCHEMA, system_columns
+from ddlscope.model.step_time import breakdown
+from ddlscope.specs.catalog import Catalog, CatalogError, builtin_catalog
+from ddlscope.specs.overlap import overlap_fraction
+from ddlscope.validate.ddp import ddp_buckets_expr
+from ddlscope.validate.published import WORKLOAD_LINEAR, _fit_inverse_efficiencies
+
+DEFAULT_SERVER = "pai-v100-pcie-8"
+"""The server layout a row without ``server`` runs on (PCIe 3.0 x16, no NVLink, 25 Gb/s Ethernet),
+its GPU replaced by the row's ``gpu``. One-GPU rows use only its PCIe link (the input copy)."""
+
+REQUIRED: tuple[str, ...] = ("model", "gpu", "gpus", "batch_per_gpu", "precision")
+"""Columns every measurement table must have (besides ``throughput`` or ``step_time_s``)."""
+
+MEASUREMENT_COLUMNS: dict[str, str] = {
+    "model": "zoo model",
+    "gpu": "catalog GPU name or alias",
+    "gpus": "GPUs of the job, integer >= 1",
+    "batch_per_gpu": "samples per GPU per step, integer >= 1",
+    "precision": "fp32, tf32, fp16 (amp) or bf16",
+    "throughput": "measured throughput of the whole job, in throughput_unit",
+    "throughput_unit": "samples/s, images/s, sequences/s, tokens/s or any unit with units_per_sample",
+    "units_per_sample": "throughput units per sample (tokens/s: default seq_len)",
+    "step_time_s": "measured seconds per step",
+    "servers": "servers the GPUs span (default 1)",
+    "server": f"catalog server (default {DEFAULT_SERVER}, GPU replaced)",
+    "pcie": "catalog PCIe link overriding the server's",
+    "nvlink": "catalog NVLink overriding the server's; none = no NVLink",
+    "nic": "catalog NIC overriding the server's",
+    "optimizer": "sgd (default), adam or adamw",
+    "seq_len": "sequence length passed to the profiler",
+    "image_size": "image size passed to the profiler",
+    "input_data": "real (default) or synthetic (no host-to-GPU input copy)",
+    "overlap": "overlap policy: none, full (default) or a fraction",
+    "measured_sync_s": "measured exposed communication per step, s",
+    "source": "the table a row comes from (default: the file name)",
+}
+"""Every column a measurement table may have, with its meaning (module docstring)."""
+
+_SAMPLE_UNITS = {"samples/s", "images/s", "sequences/s", "sample/s", "image/s", "sequence/s", "img/s", "seq/s"}
+_TOKEN_UNITS = {"tokens/s", "token/s", "tok/s"}
+_PRECISIONS = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "amp": "fp16", "bf16": "bf16"}
+_OPTIMIZERS = ("sgd", "adam", "adamw")
+_INT_COLUMNS = ("gpus", "batch_per_gpu", "servers", "seq_len", "image_size")
+_FLOAT_COLUMNS = ("throughput", "step_time_s", "units_per_sample", "measured_sync_s")
+RATIO_KINDS: dict[str, tuple[str, ...]] = {
+    "gpu": ("model", "precision", "gpus", "servers", "source"),
+    "batch": ("model", "precision", "gpu", "gpus", "servers", "source"),
+    "precision": ("model", "gpu", "gpus", "servers", "source"),
+}
+"""For each ratio kind, the columns two rows must share to form a pair (module docstring)."""
+
+
+class MeasurementError(ValueError):
+    """A measurement table that cannot be read at all (missing file or column), naming the file."""
+
+
+@dataclass(frozen=True)
+class MeasurementTable:
+    """A read measurement table.
+
+    Attributes:
+        rows: the usable rows: :data:`MEASUREMENT_COLUMNS` (typed, defaults filled), ``line`` (1-based
+            line of the file; row number + 1 for Parquet), ``measured_step_s`` (seconds per step:
+            ``step_time_s``, or ``batch_per_gpu * gpus / samples_per_s``), ``measured_kind``
+            (``throughput`` or ``step_time``), ``measured`` (the measured value in its own unit) and
+            every extra column of the file.
+        rejected: ``line``, ``source``, ``reason``, ``detail``: every row left out, with why.
+        path: the file read.
+    """
+
+    rows: pl.DataFrame
+    rejected: pl.DataFrame
+    path: str
+
+    @property
+    def rows_in(self) -> int:
+        """Data rows of the file: ``rows.height + rejected.height``."""
+        return self.rows.height + self.rejected.height
+
+
+def _read_raw(path: Path) -> pl.DataFrame:
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".parquet":
+            raw = pl.read_parquet(path)
+            raw = raw.with_columns(pl.col(c).cast(pl.String) for c in raw.columns)
+            return raw.with_row_index("line", offset=1).with_columns(pl.col("line").cast(pl.Int64))
+        if suffix in (".jsonl", ".ndjson"):
+            raw = pl.read_ndjson(path, infer_schema_length=None)
+            raw = raw.with_columns(pl.col(c).cast(pl.String) for c in raw.columns)
+            return raw.with_row_index("line", offset=1).with_columns(pl.col("line").cast(pl.Int64))
+        raw = pl.read_csv(path, infer_schema=False, comment_prefix="#", truncate_ragged_lines=False)
+    except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError) as exc:
+        raise MeasurementError(f"{path}: cannot read as a measurement table ({type(exc).__name__}: "
+                               f"{str(exc).splitlines()[0] if str(exc) else ''})") from exc
+    # CSV: line 1 is the header; comment lines are skipped by the reader, so count them back
+    lines = _csv_data_lines(path)
+    if len(lines) != raw.height:
+        lines = list(range(2, raw.height + 2))
+    return raw.with_columns(line=pl.Series(lines, dtype=pl.Int64))
+
+
+def _csv_data_lines(path: Path) -> list[int]:
+    """The 1-based line numbers of a CSV's data rows (after the header, skipping blank and ``#`` lines)."""
+    out, header_seen = [], False
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for i, text in enumerate(fh, start=1):
+            s = text.strip()
+            if not s or s.startswith("#"):
+                continue
+            if not header_seen:
+                header_seen = True
+                continue
+            out.append(i)
+    return out
+
+
+def read_measurements(path: str | Path, catalog: Catalog | None = None) -> MeasurementTable:
+    """Read and check a measurement table (module docstring for its columns).
+
+    Args:
+        path: a ``.csv``, ``.parquet``, ``.jsonl``/``.ndjson`` file.
+        catalog: resolves GPU, server and link names (default: built-in).
+
+    Returns:
+        A :class:`MeasurementTable`: usable rows and rejected rows with line and reason.
+
+    Raises:
+        MeasurementError: the file is missing or unreadable, has no data row, lacks a required column,
+            or has neither ``throughput`` nor ``step_time_s``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise MeasurementError(f"{path}: no such measurement table")
+    return check_measurements(_read_raw(path), path, catalog)
+
+
+def check_measurements(raw: pl.DataFrame, path: str | Path, catalog: Catalog | None = None) -> MeasurementTable:
+    """Check a measurement table already in memory: every column a string (as read from text), plus
+    ``line`` (Int64, where each row came from). :func:`read_measurements` after reading; the
+    converters of published tables (:mod:`ddlscope.validate.lambda_table`) call it directly.
+
+    Raises:
+        MeasurementError: as :func:`read_measurements`.
+    """
+    path = Path(path)
+    cat = catalog or builtin_catalog()
+    if raw.height == 0:
+        raise MeasurementError(f"{path}: no data row")
+    cols = set(raw.columns)
+    missing = [c for c in REQUIRED if c not in cols]
+    if missing:
+        raise MeasurementError(f"{path}: missing column(s) {', '.join(missing)}; a measurement table needs "
+                               f"{', '.join(REQUIRED)} and throughput (with throughput_unit) or step_time_s")
+    if "throughput" not in cols and "step_time_s" not in cols:
+        raise MeasurementError(f"{path}: neither throughput nor step_time_s: one of them holds the measurement")
+    for c in MEASUREMENT_COLUMNS:
+        if c not in cols:
+            raw = raw.with_columns(pl.lit(None, pl.String).alias(c))
+    raw = raw.with_columns(pl.col(c).str.strip_chars() for c in MEASUREMENT_COLUMNS).with_columns(
+        pl.when(pl.col(c) == "").then(None).otherwise(pl.col(c)).alias(c) for c in MEASUREMENT_COLUMNS
+    )
+    reasons: list[pl.Expr] = []
+
+    def reject(cond: pl.Expr, reason: str, detail: pl.Expr) -> None:
+        reasons.append(pl.when(cond).then(pl.struct(reason=pl.lit(reason), detail=detail)))
+
+    for c in REQUIRED:
+        reject(pl.col(c).is_null(), "missing_value", pl.lit(f"{c} is empty"))
+    typed = raw.with_columns(
+        *(pl.col(c).cast(pl.Int64, strict=False).alias(f"{c}__i") for c in _INT_COLUMNS),
+        *(pl.col(c).cast(pl.Float64, strict=False).alias(f"{c}__f") for c in _FLOAT_COLUMNS),
+    )
+    for c in _INT_COLUMNS:
+        reject(pl.col(c).is_not_null() & pl.col(f"{c}__i").is_null(), "not_an_integer",
+               pl.format(f"{c} = {{}}", pl.col(c)))
+        reject(pl.col(f"{c}__i") < 1, "out_of_range", pl.format(f"{c} = {{}}: expected >= 1", pl.col(c)))
+    for c in _FLOAT_COLUMNS:
+        f = pl.col(f"{c}__f")
+        reject(pl.col(c).is_not_null() & f.is_null(), "not_a_number", pl.format(f"{c} = {{}}", pl.col(c)))
+        reject(f.is_not_null() & (~f.is_finite() | (f <= 0)), "out_of_range",
+               pl.format(f"{c} = {{}}: expected a finite number > 0", pl.col(c)))
+    thr, step = pl.col("throughput"), pl.col("step_time_s")
+    reject(thr.is_null() & step.is_null(), "no_measurement", pl.lit("throughput and step_time_s are both empty"))
+    reject(thr.is_not_null() & step.is_not_null(), "two_measurements",
+           pl.lit("throughput and step_time_s are both given: keep one"))
+    prec = pl.col("precision").str.to_lowercase()
+    reject(pl.col("precision").is_not_null() & ~prec.is_in(list(_PRECISIONS)), "unknown_precision",
+           pl.format("precision = {}: expected one of fp32, tf32, fp16, amp, bf16", pl.col("precision")))
+    opt = pl.col("optimizer").str.to_lowercase()
+    reject(pl.col("optimizer").is_not_null() & ~opt.is_in(list(_OPTIMIZERS)), "unknown_optimizer",
+           pl.format("optimizer = {}: expected sgd, adam or adamw", pl.col("optimizer")))
+    inp = pl.col("input_data").str.to_lowercase()
+    reject(pl.col("input_data").is_not_null() & ~inp.is_in(["real", "synthetic"]), "unknown_input_data",
+           pl.format("input_data = {}: expected real or synthetic", pl.col("input_data")))
+    unit = pl.col("throughput_unit").str.to_lowercase().str.replace_all(" ", "")
+    reject(thr.is_not_null() & pl.col("throughput_unit").is_null(), "no_unit",
+           pl.lit("throughput needs throughput_unit (samples/s, tokens/s, ...)"))
+    reject(thr.is_not_null() & unit.is_in(list(_TOKEN_UNITS)) & pl.col("units_per_sample").is_null()
+           & pl.col("seq_len").is_null(), "no_units_per_sample",
+           pl.lit("tokens/s needs seq_len or units_per_sample (tokens per sample)"))
+    reject(thr.is_not_null() & pl.col("throughput_unit").is_not_null() & ~unit.is_in(list(_SAMPLE_UNITS))
+           & ~unit.is_in(list(_TOKEN_UNITS)) & pl.col("units_per_sample").is_null(), "no_units_per_sample",
+           pl.format("throughput_unit = {}: give units_per_sample (how many of them one sample holds)",
+                     pl.col("throughput_unit")))
+    # names the catalog and the zoo must know: checked per distinct value, outside the expressions
+    from ddlscope.profile.zoo import ZOO
+
+    bad_model = sorted({m for m in typed["model"].drop_nulls().unique() if m not in ZOO})
+    reject(pl.col("model").is_in(bad_model), "unknown_model",
+           pl.format("model = {}: not a zoo model (ddlscope profile --list)", pl.col("model")))
+    gpu_names = {}
+    for g in typed["gpu"].drop_nulls().unique():
+        with contextlib.suppress(CatalogError):
+            gpu_names[g] = cat.gpu(g).name
+    bad_gpu = sorted(set(typed["gpu"].drop_nulls().unique()) - set(gpu_names))
+    reject(pl.col("gpu").is_in(bad_gpu), "unknown_gpu",
+           pl.format("gpu = {}: not in the catalog (ddlscope catalog gpus)", pl.col("gpu")))
+    for slot, lookup in (("server", cat.server), ("pcie", cat.link), ("nvlink", cat.link), ("nic", cat.link)):
+        bad = []
+        for v in typed[slot].drop_nulls().unique():
+            if slot == "nvlink" and v.lower() == "none":
+                continue
+            try:
+                lookup(v)
+            except CatalogError:
+                bad.append(v)
+        reject(pl.col(slot).is_in(bad), f"unknown_{slot}",
+               pl.format(f"{slot} = {{}}: not in the catalog", pl.col(slot)))
+
+    checked = typed.with_columns(
+        _why=pl.coalesce(reasons) if reasons else pl.lit(None, pl.Struct({"reason": pl.String, "detail": pl.String}))
+    )
+    rejected = checked.filter(pl.col("_why").is_not_null()).select(
+        "line", source=pl.col("source").fill_null(path.name),
+        reason=pl.col("_why").struct.field("reason"),
+        detail=pl.format("{}:{}: {}", pl.lit(str(path)), pl.col("line"), pl.col("_why").struct.field("detail")),
+    )
+    ok = checked.filter(pl.col("_why").is_null())
+    reserved = {"line", "gpu_given", "measured_kind", "measured", "measured_samples_per_s", "measured_step_s"}
+    # extra columns are kept; one whose name the table's own output uses is left out (it would clash)
+    extra = [c for c in raw.columns if c not in MEASUREMENT_COLUMNS and c not in reserved]
+    ups = (
+        pl.when(pl.col("units_per_sample__f").is_not_null())
+        .then(pl.col("units_per_sample__f"))
+        .when(unit.is_in(list(_TOKEN_UNITS)))
+        .then(pl.col("seq_len__i").cast(pl.Float64))
+        .otherwise(pl.lit(1.0))
+    )
+    rows = ok.select(
+        "line",
+        "model",
+        *extra,
+        gpu=pl.col("gpu").replace_strict(gpu_names, default=None),
+        gpu_given=pl.col("gpu"),
+        gpus=pl.col("gpus__i"),
+        batch_per_gpu=pl.col("batch_per_gpu__i"),
+        precision=prec.replace_strict(_PRECISIONS, default=None),
+        servers=pl.col("servers__i").fill_null(1),
+        server=pl.col("server").fill_null(DEFAULT_SERVER),
+        pcie=pl.col("pcie"),
+        nvlink=pl.col("nvlink"),
+        nic=pl.col("nic"),
+        optimizer=opt.fill_null("sgd"),
+        seq_len=pl.col("seq_len__i"),
+        image_size=pl.col("image_size__i"),
+        input_data=inp.fill_null("real"),
+        overlap=pl.col("overlap").fill_null("full"),
+        measured_sync_s=pl.col("measured_sync_s__f"),
+        source=pl.col("source").fill_null(path.name),
+        measured_kind=pl.when(thr.is_not_null()).then(pl.lit("throughput")).otherwise(pl.lit("step_time")),
+        measured=pl.coalesce(pl.col("throughput__f"), pl.col("step_time_s__f")),
+        throughput_unit=pl.col("throughput_unit"),
+        measured_samples_per_s=pl.col("throughput__f") / ups,
+    ).with_columns(
+        measured_step_s=pl.when(pl.col("measured_kind") == "throughput")
+        .then(pl.col("batch_per_gpu") * pl.col("gpus") / pl.col("measured_samples_per_s"))
+        .otherwise(pl.col("measured"))
+    )
+    bad_overlap = []
+    for v in rows["overlap"].unique():
+        try:
+            overlap_fraction(float(v) if _is_float(v) else v)
+        except (ValueError, TypeError):
+            bad_overlap.append(v)
+    if bad_overlap:
+        more = rows.filter(pl.col("overlap").is_in(bad_overlap)).select(
+            "line", "source", reason=pl.lit("bad_overlap"),
+            detail=pl.format("{}:{}: overlap = {}: expected none, full or a fraction in [0, 1]", pl.lit(str(path)),
+                             pl.col("line"), pl.col("overlap")))
+        rejected = pl.concat([rejected, more])
+        rows = rows.filter(~pl.col("overlap").is_in(bad_overlap))
+    return MeasurementTable(rows=rows, rejected=rejected.sort("line"), path=str(path))
+
+
+def concat_tables(tables: Sequence[MeasurementTable]) -> MeasurementTable:
+    """One table of several (rows and rejected rows stacked; columns a table lacks are null)."""
+    return MeasurementTable(
+        rows=pl.concat([t.rows for t in tables], how="diagonal_relaxed"),
+        rejected=pl.concat([t.rejected for t in tables], how="diagonal_relaxed"),
+        path=", ".join(t.path for t in tables),
+    )
+
+
+def _is_float(v: str) -> bool:
+    try:
+        float(v)
+    except ValueError:
+        return False
+    return True
+
+
+# -- prediction ----------------------------------------------------------------------------------------
+_PROFILE_KEYS = ("model", "precision", "optimizer", "seq_len", "image_size")
+_PROFILE_CACHE: dict[tuple, dict[str, float]] = {}
+
+
+def _profile_points(model: str, precision: str, optimizer: str, seq_len: int | None, image_size: int | None
+                    ) -> dict[str, float]:
+    """Workload fields at batch 2 (``*_2``) and 4 (``*_4``) plus the batch-independent ones."""
+    key = (model, precision, optimizer, seq_len, image_size)
+    if key not in _PROFILE_CACHE:
+        from ddlscope.profile import profile_model
+
+        w2, w4 = (
+            profile_model(model, batch_size=b, precision=precision, optimizer=optimizer, seq_len=seq_len,
+                          image_size=image_size, embedding_gradients="dense").workload
+            for b in (2, 4)
+        )
+        out = {f"{k}_2": float(getattr(w2, k) or 0.0) for k in WORKLOAD_LINEAR}
+        out.update({f"{k}_4": float(getattr(w4, k) or 0.0) for k in WORKLOAD_LINEAR})
+        out.update({"dense_param_bytes": w2.dense_param_bytes, "sparse_bytes_per_step": w2.sparse_bytes_per_step,
+                    "embedding_table_bytes": w2.embedding_table_bytes})
+        _PROFILE_CACHE[key] = out
+    return _PROFILE_CACHE[key]
+
+
+def measurement_jobs(rows: pl.DataFrame, catalog: Catalog | None = None,
+                     progress: Callable[[str], None] | None = None) -> pl.DataFrame:
+    """The Jobs table (:data:`~ddlscope.model.jobs.JOB_SCHEMA` columns plus ``rows``' own) of
+    :attr:`MeasurementTable.rows` (module docstring, "Prediction"): one profile pair per distinct
+    (model, precision, optimizer, seq_len, image_size), then expressions.
+
+    Raises:
+        ddlscope.profile.ProfileError: a model that cannot be profiled at the row's sizes.
+    """
+    cat = catalog or builtin_catalog()
+    keys = rows.select(_PROFILE_KEYS).unique(maintain_order=True)
+    prof_rows = []
+    for k in keys.iter_rows():
+        if progress is not None:
+            progress(f"profiling {k[0]} ({k[1]}, {k[2]})")
+        prof_rows.append({**dict(zip(_PROFILE_KEYS, k, strict=True)), **_profile_points(*k)})
+    prof = pl.DataFrame(prof_rows, schema_overrides={"seq_len": pl.Int64, "image_size": pl.Int64})
+    sys_keys = rows.select("server", "gpu", "pcie", "nvlink", "nic").unique(maintain_order=True)
+    sys_rows = []
+    for server, gpu, pcie, nvlink, nic in sys_keys.iter_rows():
+        system = cat.system(server, gpu=gpu, pcie=pcie, nvlink=nvlink, nic=nic)
+        cols = system_columns(system)
+        cols.pop("gpu")
+        sys_rows.append({"server": server, "gpu": gpu, "pcie_given": pcie, "nvlink_given": nvlink,
+                         "nic_given": nic, **cols})
+    sysf = pl.DataFrame(sys_rows, schema_overrides={"pcie_given": pl.String, "nvlink_given": pl.String,
+                                                    "nic_given": pl.String})
+    b = pl.col("batch_per_gpu").cast(pl.Float64)
+    lin = {k: pl.col(f"{k}_2") + (b - 2) * (pl.col(f"{k}_4") - pl.col(f"{k}_2")) / 2 for k in WORKLOAD_LINEAR}
+    p, m = pl.col("gpus"), pl.col("servers")
+    arch = (pl.when(p == 1).then(pl.lit("1w1g")).when(m == 1).then(pl.lit("allreduce_local"))
+            .otherwise(pl.lit("allreduce_cluster")))
+    overlap = {v: overlap_fraction(float(v) if _is_float(v) else v) for v in rows["overlap"].unique()}
+    out = (
+        rows.rename({"pcie": "pcie_given", "nvlink": "nvlink_given", "nic": "nic_given"})
+        .join(prof, on=list(_PROFILE_KEYS), how="left", nulls_equal=True)
+        .join(sysf, on=["server", "gpu", "pcie_given", "nvlink_given", "nic_given"], how="left", nulls_equal=True)
+        .with_row_index("job_id")
+        .with_columns(
+            workload=pl.col("model"),
+            batch_size=pl.col("batch_per_gpu"),
+            **lin,
+        )
+        .with_columns(
+            input_bytes=pl.when(pl.col("input_data") == "synthetic").then(0.0).otherwise(pl.col("input_bytes")),
+            stored_input_bytes=pl.lit(0.0),
+            num_gradient_tensors=ddp_buckets_expr(pl.col("dense_param_bytes")),
+            architecture=arch,
+            num_workers=p,
+            gpus_per_worker=pl.lit(1, pl.Int64),
+            num_ps=pl.lit(0, pl.Int64),
+            num_servers=m,
+            overlap_fraction=pl.col("overlap").replace_strict(overlap, return_dtype=pl.Float64),
+            memory_bound_scale=pl.lit(1.0),
+        )
+    )
+    casts = {name: dtype for name, (dtype, _) in JOB_SCHEMA.items()}
+    return out.with_columns(pl.col(n).cast(t) for n, t in casts.items())
+
+
+@dataclass(frozen=True)
+class FittedEfficiencies:
+    """Compute and memory efficiencies and where they came from.
+
+    Attributes:
+        eff_compute, eff_memory: fractions of peak FLOP/s and of memory bandwidth; None keeps each
+            row's catalog default.
+        fitted_on: how many one-GPU rows fitted them (0: catalog defaults).
+        origin: a sentence: "catalog defaults" or "fitted on N one-GPU rows of ...".
+    """
+
+    eff_compute: float | None
+    eff_memory: float | None
+    fitted_on: int
+    origin: str
+
+
+def fit_efficiencies(jobs: pl.DataFrame, describe: str = "the fit set") -> FittedEfficiencies:
+    """Fit ``eff_compute`` and ``eff_memory`` on the one-GPU rows of ``jobs`` (a
+    :func:`measurement_jobs` table with ``measured_step_s``): least squares of
+    ``measured - data_io = compute_bound(eff 1) / e_c + memory_bound(eff 1) / e_m`` in relative
+    residuals, both efficiencies in (0, 1] (:func:`ddlscope.validate.published._fit_inverse_efficiencies`).
+    One one-GPU row fits ``eff_compute`` alone (``eff_memory`` at the catalog default); none keeps the
+    catalog defaults."""
+    one = jobs.filter(pl.col("gpus") == 1)
+    if one.height == 0:
+        return FittedEfficiencies(None, None, 0, f"catalog defaults ({describe} has no one-GPU row)")
+    # one row cannot fix two numbers: eff_memory then stays at the catalog default
+    fixed_memory = float(one["eff_memory"][0]) if one.height == 1 else None
+    base = breakdown(one.with_columns(eff_compute=pl.lit(1.0), eff_memory=pl.lit(1.0)))
+    y = (base["measured_step_s"] - base["data_io_s"]).to_numpy()
+    e_c, e_m = _fit_inverse_efficiencies(base["compute_bound_s"].to_numpy(), base["memory_bound_s"].to_numpy(), y,
+                                         1.0 / base["measured_step_s"].to_numpy(), fixed_memory)
+    what = "eff_compute (eff_memory at the catalog default)" if fixed_memory is not None else "eff_compute, eff_memory"
+    return FittedEfficiencies(e_c, e_m, one.height, f"{what} fitted on {one.height} one-GPU row(s) of {describe}")
+
+
+def predict_jobs(jobs: pl.DataFrame, fit: FittedEfficiencies) -> pl.DataFrame:
+    """``jobs`` with the model's breakdown and ``predicted`` (the measured quantity's predicted value:
+    samples/s in the row's own unit for throughput rows, seconds for step-time rows) and ``error``."""
+    if fit.eff_compute is not None:
+        jobs = jobs.with_columns(eff_compute=pl.lit(fit.eff_compute), eff_memory=pl.lit(fit.eff_memory))
+    out = breakdown(jobs)
+    return out.with_columns(
+        predicted=pl.when(pl.col("measured_kind") == "throughput")
+        .then(pl.col("batch_per_gpu") * pl.col("gpus") / pl.col("step_s")
+              * (pl.col("measured") / pl.col("measured_samples_per_s")))
+        .otherwise(pl.col("step_s")),
+        predicted_sync_s=pl.col("exposed_comm_s"),
+    ).with_columns(error=pl.col("predicted") / pl.col("measured") - 1)
+
+
+# -- errors --------------------------------------------------------------------------------------------
+def error_summary(rows: pl.DataFrame, by: Sequence[str]) -> pl.DataFrame:
+    """Per group of ``by``: ``rows``, ``mape``, ``median_ape``, ``max_ape``, ``bias`` (fractions) of the
+    ``error`` column; ``sync_rows`` and ``sync_mape`` where ``measured_sync_s`` is given."""
+    sync_err = pl.col("predicted_sync_s") / pl.col("measured_sync_s") - 1
+    has_sync = pl.col("measured_sync_s").is_not_null()
+    return rows.group_by(list(by), maintain_order=True).agg(
+        rows=pl.len(),
+        mape=pl.col("error").abs().mean(),
+        median_ape=pl.col("error").abs().median(),
+        max_ape=pl.col("error").abs().max(),
+        bias=pl.col("error").mean(),
+        sync_rows=has_sync.sum(),
+        sync_mape=sync_err.filter(has_sync).abs().mean(),
+    )
+
+
+def ratio_pairs(rows: pl.DataFrame, between: str) -> pl.DataFrame:
+    """Every pair of rows that differ only in ``between`` (``gpu``, ``batch`` or ``precision``; the
+    shared columns are :data:`RATIO_KINDS`), with the measured and predicted throughput ratio of the
+    faster row over the slower (measured ratio >= 1) and ``ratio_error = predicted_ratio /
+    measured_ratio - 1``. Throughput is ``batch_per_gpu * gpus / step`` (samples/s), so step-time
+    rows pair too.
+
+    Columns: the shared key, ``a``, ``b`` (the differing values, ``a`` the faster), ``measured_ratio``,
+    ``predicted_ratio``, ``ratio_error``, ``kind``.
+
+    Raises:
+        ValueError: an unknown ``between``.
+    """
+    if between not in RATIO_KINDS:
+        raise ValueError(f"between: expected one of {', '.join(RATIO_KINDS)}, got {between!r}")
+    key = list(RATIO_KINDS[between])
+    col = "batch_per_gpu" if between == "batch" else between
+    t = rows.select(
+        *key, pl.col(col).cast(pl.String).alias("value"), "line",
+        meas=pl.col("batch_per_gpu") * pl.col("gpus") / pl.col("measured_step_s"),
+        pred=pl.col("batch_per_gpu") * pl.col("gpus") / pl.col("step_s"),
+    )
+    pairs = t.join(t, on=key, suffix="_b", nulls_equal=True).filter(
+        (pl.col("value") != pl.col("value_b")) & (pl.col("meas") > pl.col("meas_b"))
+        | ((pl.col("meas") == pl.col("meas_b")) & (pl.col("value") < pl.col("value_b")))
+    )
+    return pairs.select(
+        *key,
+        a=pl.col("value"),
+        b=pl.col("value_b"),
+        measured_ratio=pl.col("meas") / pl.col("meas_b"),
+        predicted_ratio=pl.col("pred") / pl.col("pred_b"),
+    ).with_columns(ratio_error=pl.col("predicted_ratio") / pl.col("measured_ratio") - 1, kind=pl.lit(between))
+
+
+def ratio_summary(rows: pl.DataFrame) -> pl.DataFrame:
+    """Per ratio kind (``gpu``, ``batch``, ``precision``): ``pairs``, ``median_abs_error``, ``mape``,
+    ``bias`` of :func:`ratio_pairs` (kinds with no pair are left out)."""
+    parts = [ratio_pairs(rows, k) for k in RATIO_KINDS]
+    parts = [p.select("kind", "ratio_error") for p in parts if p.height]
+    if not parts:
+        return pl.DataFrame(schema={"kind": pl.String, "pairs": pl.UInt32, "median_abs_error": pl.Float64,
+                                    "mape": pl.Float64, "bias": pl.Float64})
+    return pl.concat(parts).group_by("kind", maintain_order=True).agg(
+        pairs=pl.len(),
+        median_abs_error=pl.col("ratio_error").abs().median(),
+        mape=pl.col("ratio_error").abs().mean(),
+        bias=pl.col("ratio_error").mean(),
+    )
+
+
+# -- the whole run -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MeasurementValidation:
+    """The result of :func:`validate_measurements`.
+
+    Attributes:
+        rows: one row per usable measurement: its columns, ``role`` (``fit`` or ``test``), ``fold``
+            (the group left out under cross-validation, else ``all``), the breakdown columns of the
+            model, ``predicted``, ``error``, ``eff_compute``, ``eff_memory``.
+        summary: :func:`error_summary` by ``source`` and ``role`` (and ``fold`` under cross-validation,
+            with an ``all`` fold over every test row).
+        ratios: :func:`ratio_summary` of the test rows.
+        fits: per fold, the :class:`FittedEfficiencies` used.
+        rejected: the table's rejected rows (``line``, ``reason``, ``detail``).
+        protocol: one sentence per fold: what was fitted on which rows and tested on which.
+    """
+
+    rows: pl.DataFrame
+    summary: pl.DataFrame
+    ratios: pl.DataFrame
+    fits: dict[str, FittedEfficiencies]
+    rejected: pl.DataFrame
+    protocol: list[str] = field(default_factory=list)
+
+
+CROSS_VALIDATE_ALIASES = {"testbed": "source"}
+"""``--cross-validate`` names that fall back to another column: ``testbed`` is the ``source`` column where
+the table has no ``testbed`` column. Any column name (``gpu``, ``model``, ...) is taken as it is."""
+
+
+def _fit_mask(rows: pl.DataFrame, fit_on: str | None) -> pl.Series:
+    if fit_on is None:
+        return pl.Series([True] * rows.height)
+    try:
+        expr = pl.sql_expr(fit_on)
+        mask = rows.select(expr.cast(pl.Boolean).fill_null(False).alias("m"))["m"]
+    except pl.exceptions.PolarsError as exc:
+        cols = ", ".join(c for c in rows.columns if not c.endswith(("_2", "_4")))
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"--fit-on {fit_on!r}: not a SQL condition over the table's columns ({first}); "
+                         f"columns: {cols}") from exc
+    return mask
+
+
+def validate_measurements(
+    table: MeasurementTable,
+    *,
+    fit_on: str | None = None,
+    cross_validate: str | None = None,
+    catalog: Catalog | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> MeasurementValidation:
+    """Predict every row of ``table``; fit on named rows, test on the rest; optionally leave one group
+    out at a time (module docstring).
+
+    Args:
+        table: from :func:`read_measurements`.
+        fit_on: a SQL condition (Polars ``sql_expr``) selecting the rows that fit the efficiencies, e.g.
+            ``"gpu = 'V100-SXM2-16GB' AND gpus = 1"``. None: no fit, catalog defaults (every row is a
+            test row) unless ``cross_validate`` is given, which then fits on every other group.
+        cross_validate: ``gpu``, ``model``, ``testbed`` (the ``testbed`` column, else ``source``) or a column: each
+            group in turn is the test set, the fit set being the ``fit_on`` rows (every row if None)
+            of the other groups.
+        catalog: hardware catalog (default: built-in).
+        progress: called with a short text before each profile and fold.
+
+    Raises:
+        ValueError: a ``fit_on`` that is not a condition over the columns, an unknown cross-validation
+            column, or a table with no usable row.
+    """
+    rows = table.rows
+    if rows.height == 0:
+        raise ValueError(f"{table.path}: no usable row ({table.rejected.height} rejected; see the rejected rows)")
+    jobs = measurement_jobs(rows, catalog, progress)
+    in_fit = _fit_mask(jobs, fit_on)
+    fits: dict[str, FittedEfficiencies] = {}
+    protocol: list[str] = []
+    if cross_validate is None:
+        if fit_on is None:
+            fit = FittedEfficiencies(None, None, 0, "catalog defaults (no --fit-on)")
+            role = pl.Series(["test"] * jobs.height)
+        else:
+            fit = fit_efficiencies(jobs.filter(in_fit), f"--fit-on {fit_on}")
+            role = pl.Series(["fit" if m else "test" for m in in_fit])
+        fits["all"] = fit
+        protocol.append(f"{fit.origin}; tested on {int((role == 'test').sum())} row(s)")
+        out = predict_jobs(jobs, fit).with_columns(role=role, fold=pl.lit("all"))
+        by = ["source", "role"]
+    else:
+        col = cross_validate if cross_validate in jobs.columns else CROSS_VALIDATE_ALIASES.get(cross_validate, "")
+        if col not in jobs.columns:
+            raise ValueError(f"--cross-validate {cross_validate}: no such column; expected gpu, model, testbed or a "
+                             f"column of the table ({', '.join(c for c in rows.columns)})")
+        groups = jobs[col].cast(pl.String).fill_null("(empty)")
+        parts = []
+        for g in groups.unique(maintain_order=True):
+            if progress is not None:
+                progress(f"fold {col} = {g}")
+            test = groups == g
+            fit_set = jobs.filter(in_fit & ~test)
+            fit = fit_efficiencies(fit_set, f"{col} != {g}" + (f" and {fit_on}" if fit_on else ""))
+            fits[g] = fit
+            protocol.append(f"{col} = {g}: {fit.origin}; tested on {int(test.sum())} row(s)")
+            parts.append(predict_jobs(jobs.filter(test), fit).with_columns(role=pl.lit("test"), fold=pl.lit(g)))
+        out = pl.concat(parts, how="vertical_relaxed").sort("job_id")
+        by = ["source", "fold"]
+    test_rows = out.filter(pl.col("role") == "test")
+    summary = error_summary(out, by)
+    if cross_validate is not None:
+        summary = pl.concat([summary, error_summary(test_rows.with_columns(fold=pl.lit("all")), by)],
+                            how="vertical_relaxed")
+    ratios = ratio_summary(test_rows)
+    return MeasurementValidation(rows=out, summary=summary, ratios=ratios, fits=fits, rejected=table.rejected,
+                                 protocol=protocol)
+
+
+def relative(x: float) -> str:
+    """A fraction as a percentage with one decimal (``0.123 -> '12.3 %'``); ``nan`` as ``-``."""
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f} %"

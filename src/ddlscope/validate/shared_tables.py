@@ -1,0 +1,186 @@
+"""The published tables of ``shared/data`` as measurement tables (:mod:`ddlscope.validate.measurements`):
+the Lambda PyTorch training benchmarks and NVIDIA DeepLearningExamples' ResNet-50 tables.
+
+**DeepLearningExamples ResNet-50 v1.5** (``dle_tables/*.csv``, throughput in images/s; :func:`dle_measurements`):
+DGX-1 16/32 GB -> ``dgx-1v`` with V100 SXM2 16/32 GB, DGX-2 -> ``dgx-2``, DGX A100 -> ``dgx-a100``
+(:data:`ddlscope.validate.published.DLE_SYSTEMS`); FP32 -> ``fp32``, TF32 -> ``tf32``, AMP -> ``fp16``;
+real ImageNet input (DALI decodes on the GPU; the decoded batch is the host-to-GPU copy charged);
+``source`` = the file, ``testbed`` = the system.
+
+**Lambda** source: lambdal/deeplearning-benchmark, ``pytorch/`` (see the folder's SOURCES.md): NVIDIA
+DeepLearningExamples PyTorch models run in NGC containers on one server of ``num_gpu`` GPUs,
+data-parallel; one row per system, one column per model holding the whole server's training
+throughput, and beside it the per-GPU batch size of each model (``pytorch-train-bs-*.csv``).
+
+Conversion (:func:`lambda_measurements`), each choice with its reason:
+
+- **Rows**: one measurement per (system, model, precision) with a throughput > 0 (a 0 means "not
+  measured", SOURCES.md); ``gpus = num_gpu``, one server.
+- **GPU**: ``name_gpu`` without its GPU count and vendor (``"Dell 2x H100 80GB SXM5"`` -> ``"H100 80GB
+  SXM5"``), resolved through the catalog's aliases; an unknown GPU is a rejected row naming it.
+  ``testbed`` is the system without its GPU count (``"Dell H100 80GB SXM5"``): the same testbed's
+  1 to 8 GPU rows.
+- **Precision**: ``fp16`` = automatic mixed precision -> ``fp16``. ``fp32`` -> ``tf32``: NGC's PyTorch
+  containers run FP32 training on TF32 tensor cores on Ampere and newer GPUs (cuDNN convolutions by
+  PyTorch's default ``torch.backends.cudnn.allow_tf32 = True``; matmuls through the containers'
+  ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1``; NVIDIA, "Accelerating AI Training with NVIDIA TF32 Tensor
+  Cores", 2021, and the NGC PyTorch release notes). On older GPUs the catalog's ``tf32`` peak is the
+  FP32 one, so the same label is right there too.
+- **Links** for multi-GPU rows (the data-parallel all-reduce): SXM systems on NVLink (V100 NVLink 2,
+  A100 NVLink 3, H100 NVLink 4), the others over PCIe (3.0 for V100 and Quadro RTX, 4.0 for Ampere
+  and Ada, 5.0 for "PCIe Gen5" and SXM5 H100 systems), on the :data:`~ddlscope.validate.measurements.DEFAULT_SERVER`
+  layout. The multi-GPU rows are about communication (issue "communication fidelity"); the compute
+  validation reads the one-GPU rows.
+- **Models**: :data:`LAMBDA_MODELS` maps each benchmark to a zoo model, its throughput unit, input
+  (``synthetic``: ResNet-50 runs on synthetic data, SOURCES.md) and sizes (BERT SQuAD fine-tuning:
+  sequence length 384, the DLE default). :data:`LEFT_OUT` gives, for each benchmark not converted,
+  why; its rows are counted as rejected with that reason.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import polars as pl
+
+from ddlscope.specs.catalog import Catalog
+from ddlscope.validate.measurements import MeasurementError, MeasurementTable, check_measurements
+
+LAMBDA_MODELS: dict[str, dict[str, str]] = {
+    "resnet50": {"model": "resnet50", "throughput_unit": "images/s", "input_data": "synthetic"},
+    "bert_base_squad": {"model": "bert_base_squad", "throughput_unit": "sequences/s", "seq_len": "384"},
+    "bert_large_squad": {"model": "bert_large_squad", "throughput_unit": "sequences/s", "seq_len": "384"},
+    "ssd": {"model": "ssd300", "throughput_unit": "images/s"},
+    "ncf": {"model": "ncf", "throughput_unit": "samples/s", "optimizer": "adam"},
+}
+"""Lambda benchmark column -> measurement-table fields (DLE defaults: BERT SQuAD at sequence 384; NCF
+trains with Adam; ResNet-50 on synthetic data)."""
+
+LEFT_OUT: dict[str, str] = {
+    "gnmt": "throughput in tokens/s, and tokens per sentence pair vary with the WMT16 batch: no fixed units_per_sample",
+    "transformerxlbase": "tokens/s of a recurrent-memory model not in the zoo",
+    "transformerxllarge": "tokens/s of a recurrent-memory model not in the zoo",
+    "tacotron2": "mel frames/s: frames per utterance vary with the LJSpeech batch",
+    "waveglow": "audio samples/s: samples per utterance vary with the LJSpeech batch",
+}
+"""Lambda benchmarks not converted, with why (their rows are rejected with this reason)."""
+
+_COUNT = re.compile(r"\s*\b\d+\s*x\s*", re.IGNORECASE)
+_VENDOR = re.compile(r"^(LambdaCloud|DellTexas|Dell|SMC|1CC|RAIDZ1)\s+")
+
+
+def _system_name(name_gpu: str) -> str:
+    """The system without its GPU count: ``"Dell 2x H100 80GB SXM5"`` -> ``"Dell H100 80GB SXM5"``."""
+    return re.sub(r"\s+", " ", _COUNT.sub(" ", name_gpu, count=1)).strip()
+
+
+def _gpu_name(name_gpu: str) -> str:
+    """The GPU of a Lambda system: its name without count and vendor (``"H100 80GB SXM5"``)."""
+    return _VENDOR.sub("", _system_name(name_gpu))
+
+
+def _links(gpu: str) -> tuple[str, str]:
+    """(pcie, nvlink) link names for a Lambda system name (module docstring, "Links")."""
+    g = gpu.upper()
+    if "H100" in g:
+        return "pcie5-x16", ("nvlink4" if "SXM" in g else "none")
+    if "V100" in g:
+        return "pcie3-x16", ("nvlink2" if "PCIE" not in g else "none")
+    if "A100" in g:
+        return "pcie4-x16", ("nvlink3" if "SXM" in g else "none")
+    if "RTX 8000" in g or ("RTX 6000" in g and "ADA" not in g):
+        return "pcie3-x16", "none"
+    return "pcie4-x16", "none"
+
+
+def lambda_measurements(data_dir: str | Path, catalog: Catalog | None = None) -> MeasurementTable:
+    """The Lambda tables of ``data_dir/lambda_benchmarks`` as one checked measurement table (module
+    docstring). ``line`` is the line of the throughput file; ``source`` is ``lambda <precision>``,
+    ``testbed`` the system without its GPU count.
+
+    Raises:
+        MeasurementError: a file missing, or a throughput file whose rows do not match its batch-size file.
+    """
+    folder = Path(data_dir, "lambda_benchmarks")
+    parts, left = [], []
+    for precision, label in (("fp32", "tf32"), ("fp16", "fp16")):
+        thr_path = folder / f"pytorch-train-throughput-{precision}.csv"
+        bs_path = folder / f"pytorch-train-bs-{precision}.csv"
+        for p in (thr_path, bs_path):
+            if not p.is_file():
+                raise MeasurementError(f"{p}: missing (see shared/data/lambda_benchmarks/SOURCES.md)")
+        thr = pl.read_csv(thr_path, infer_schema=False).with_row_index("line", offset=2)
+        bs = pl.read_csv(bs_path, infer_schema=False)
+        if thr["name_gpu"].to_list() != bs["name_gpu"].to_list():
+            raise MeasurementError(f"{thr_path} and {bs_path}: the systems (name_gpu) differ row by row")
+        for bench in (*LAMBDA_MODELS, *LEFT_OUT):
+            if bench not in thr.columns:
+                raise MeasurementError(f"{thr_path}: no column {bench}")
+            value = thr[bench].cast(pl.Float64, strict=False)
+            t = pl.DataFrame({
+                "line": thr["line"].cast(pl.Int64),
+                "name_gpu": thr["name_gpu"],
+                "gpus": thr["num_gpu"].cast(pl.Float64, strict=False).cast(pl.Int64).cast(pl.String),
+                "batch_per_gpu": bs[bench].cast(pl.Float64, strict=False).cast(pl.Int64, strict=False).cast(pl.String),
+                "throughput": thr[bench],
+                "value": value,
+            }).filter(pl.col("value") > 0)
+            if bench in LEFT_OUT:
+                left.append(t.select("line", source=pl.lit(f"lambda {precision}"), reason=pl.lit("left_out"),
+                                     detail=pl.lit(f"{bench} ({precision}): {LEFT_OUT[bench]}")))
+                continue
+            spec = LAMBDA_MODELS[bench]
+            gpu = [_gpu_name(n) for n in t["name_gpu"]]
+            links = [_links(g) for g in gpu]
+            t = t.with_columns(
+                gpu=pl.Series(gpu, dtype=pl.String),
+                testbed=pl.Series([_system_name(n) for n in t["name_gpu"]], dtype=pl.String),
+                pcie=pl.Series([x[0] for x in links], dtype=pl.String),
+                nvlink=pl.Series([x[1] for x in links], dtype=pl.String),
+                precision=pl.lit(label),
+                source=pl.lit(f"lambda {precision}"),
+                benchmark=pl.lit(bench),
+                **{k: pl.lit(v) for k, v in spec.items()},
+            ).drop("value")
+            parts.append(t)
+    raw = pl.concat(parts, how="diagonal_relaxed")
+    table = check_measurements(raw, folder, catalog)
+    rejected = pl.concat([table.rejected, *left]) if left else table.rejected
+    return MeasurementTable(rows=table.rows, rejected=rejected.sort("source", "line"), path=str(folder))
+
+
+def dle_measurements(data_dir: str | Path, catalog: Catalog | None = None) -> MeasurementTable:
+    """The DeepLearningExamples ResNet-50 tables of ``data_dir/dle_tables`` as one checked measurement
+    table (module docstring). ``line`` is the line of each file; ``source`` the file name.
+
+    Raises:
+        MeasurementError: no table, or a system or precision the mapping does not know (naming the file).
+    """
+    from ddlscope.validate.published import DLE_PRECISION, DLE_SYSTEMS
+
+    folder = Path(data_dir, "dle_tables")
+    files = sorted(folder.glob("*.csv"))
+    if not files:
+        raise MeasurementError(f"{folder}: no *.csv tables (see shared/data/dle_tables/SOURCES.md)")
+    parts = []
+    for path in files:
+        t = pl.read_csv(path, infer_schema=False).with_row_index("line", offset=2)
+        for col, known in (("system", DLE_SYSTEMS), ("precision", DLE_PRECISION)):
+            bad = sorted(set(t[col]) - set(known))
+            if bad:
+                raise MeasurementError(f"{path}: {col}: unknown {bad}; expected one of {sorted(known)}")
+        parts.append(t.select(
+            pl.col("line").cast(pl.Int64),
+            model=pl.lit("resnet50"),
+            gpu=pl.col("system").replace_strict({k: v[1] for k, v in DLE_SYSTEMS.items()}),
+            server=pl.col("system").replace_strict({k: v[0] for k, v in DLE_SYSTEMS.items()}),
+            gpus=pl.col("gpus"),
+            batch_per_gpu=pl.col("batch_per_gpu"),
+            precision=pl.col("precision").replace_strict(DLE_PRECISION),
+            throughput=pl.col("throughput_img_s"),
+            throughput_unit=pl.lit("images/s"),
+            source=pl.lit(path.name),
+            testbed=pl.col("system"),
+        ))
+    return check_measurements(pl.concat(parts), folder, catalog)

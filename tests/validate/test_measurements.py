@@ -1,0 +1,190 @@
+"""Measurement tables: reading with every rejected row counted, prediction, fitting on named rows,
+leave-one-group-out, ratio errors; the shared Lambda and DLE tables as measurement tables."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from ddlscope.cli.main import app
+from ddlscope.profile import profile_model
+from ddlscope.specs.catalog import builtin_catalog
+from ddlscope.validate.measurements import (
+    MeasurementError,
+    fit_efficiencies,
+    measurement_jobs,
+    predict_jobs,
+    ratio_pairs,
+    read_measurements,
+    validate_measurements,
+)
+from ddlscope.validate.shared_tables import LAMBDA_MODELS, LEFT_OUT, dle_measurements, lambda_measurements
+
+HEADER = "model,gpu,gpus,batch_per_gpu,precision,step_time_s,source\n"
+
+
+def _write(tmp_path, text: str, name: str = "m.csv"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_rejected_rows_name_line_and_reason(tmp_path):
+    path = _write(tmp_path, "# a comment line\n" + HEADER + "\n".join([
+        "resnet18_cifar,V100,1,32,fp32,0.05,a",      # line 3: good
+        "resnet18_cifar,V100,1,x,fp32,0.05,a",       # line 4: not an integer
+        "resnet18_cifar,V100,0,32,fp32,0.05,a",      # line 5: gpus < 1
+        "resnet18_cifar,V100,1,32,fp64,0.05,a",      # line 6: precision
+        "nosuch,V100,1,32,fp32,0.05,a",              # line 7: model
+        "resnet18_cifar,Z9000,1,32,fp32,0.05,a",     # line 8: GPU
+        "resnet18_cifar,V100,1,32,fp32,-1,a",        # line 9: not > 0
+        "resnet18_cifar,V100,1,32,fp32,,a",          # line 10: no measurement
+        ",V100,1,32,fp32,0.05,a",                    # line 11: empty model
+        "resnet18_cifar,V100,1,32,amp,inf,a",        # line 12: non-finite
+    ]) + "\n")
+    t = read_measurements(path)
+    assert t.rows_in == 10 and t.rows.height == 1
+    assert t.rows["line"].to_list() == [3]
+    # the alias resolves to the catalog name; the given spelling is kept
+    assert t.rows["gpu"][0] == builtin_catalog().gpu("V100").name and t.rows["gpu_given"][0] == "V100"
+    got = dict(zip(t.rejected["line"], t.rejected["reason"], strict=True))
+    assert got == {4: "not_an_integer", 5: "out_of_range", 6: "unknown_precision", 7: "unknown_model",
+                   8: "unknown_gpu", 9: "out_of_range", 10: "no_measurement", 11: "missing_value",
+                   12: "out_of_range"}
+    assert t.rejected.filter(pl.col("line") == 8)["detail"][0] == (
+        f"{path}:8: gpu = Z9000: not in the catalog (ddlscope catalog gpus)")
+
+
+def test_structural_errors_name_the_file(tmp_path):
+    with pytest.raises(MeasurementError, match=r"m.csv: missing column\(s\) gpus, precision"):
+        read_measurements(_write(tmp_path, "model,gpu,batch_per_gpu,step_time_s\nncf,V100,4,1\n"))
+    with pytest.raises(MeasurementError, match="neither throughput nor step_time_s"):
+        read_measurements(_write(tmp_path, "model,gpu,gpus,batch_per_gpu,precision\nncf,V100,1,4,fp32\n"))
+    with pytest.raises(MeasurementError, match="no data row"):
+        read_measurements(_write(tmp_path, HEADER))
+    with pytest.raises(MeasurementError, match="no such measurement table"):
+        read_measurements(tmp_path / "absent.csv")
+
+
+def test_throughput_units_become_step_time(tmp_path):
+    header = "model,gpu,gpus,batch_per_gpu,precision,throughput,throughput_unit,seq_len,units_per_sample\n"
+    path = _write(tmp_path, header +
+                  "resnet18_cifar,V100,2,64,fp32,1000,images/s,,\n"      # 2 x 64 / 1000 = 0.128 s
+                  "bert_base,V100,1,8,fp16,4096,tokens/s,128,\n"          # 4096 / 128 = 32 seq/s: 8 / 32 = 0.25 s
+                  "bert_base,V100,1,8,fp16,300,frames/s,128,10\n"          # 300 / 10 = 30 /s: 8 / 30 s
+                  "bert_base,V100,1,8,fp16,300,frames/s,128,\n"            # no units_per_sample
+                  "bert_base,V100,1,8,fp16,4096,tokens/s,,\n"              # tokens/s without seq_len
+                  "bert_base,V100,1,8,fp16,4096,,,\n")                      # no unit
+    t = read_measurements(path)
+    assert t.rows["measured_step_s"].to_list() == pytest.approx([0.128, 0.25, 8 / 30])
+    assert dict(zip(t.rejected["line"], t.rejected["reason"], strict=True)) == {
+        5: "no_units_per_sample", 6: "no_units_per_sample", 7: "no_unit"}
+
+
+def test_prediction_is_the_models_one_gpu_step(tmp_path):
+    """A one-GPU row's prediction is the roofline of the profiled workload at its batch: the
+    batch-2/batch-4 interpolation equals profiling at the row's batch (the totals are affine)."""
+    t = read_measurements(_write(tmp_path, HEADER + "resnet18_cifar,V100-SXM2-16GB,1,24,fp32,0.1,a\n"))
+    res = predict_jobs(measurement_jobs(t.rows), fit_efficiencies(measurement_jobs(t.rows).head(0)))
+    w = profile_model("resnet18_cifar", batch_size=24, embedding_gradients="dense").workload
+    gpu = builtin_catalog().gpu("V100-SXM2-16GB")
+    compute = w.compute_bound_flops / (gpu.peak_tflops.fp32 * 1e12 * 0.6)   # catalog default eff_compute 0.6
+    memory = max(w.memory_bound_bytes / (gpu.memory_bandwidth_gb_s * 1e9 * 0.7),  # eff_memory 0.7
+                 w.memory_bound_flops / (gpu.peak_tflops.fp32 * 1e12 * 0.6))
+    assert res["compute_bound_s"][0] == pytest.approx(compute, rel=1e-9)
+    assert res["memory_bound_s"][0] == pytest.approx(memory, rel=1e-9)
+    assert res["predicted"][0] == pytest.approx(res["step_s"][0])
+    assert res["error"][0] == pytest.approx(res["step_s"][0] / 0.1 - 1)
+
+
+def test_fit_on_recovers_the_efficiencies_that_made_the_rows(tmp_path):
+    """Rows whose step times the model itself made with eff_compute 0.45 and eff_memory 0.55: a fit
+    on two of them gives those efficiencies back, and the test rows then have zero error."""
+    rows = [f"resnet18_cifar,V100-SXM2-16GB,1,{b},fp32,1.0,a" for b in (8, 32)] + [
+        f"resnet18_cifar,A100-SXM4-80GB,1,{b},fp32,1.0,a" for b in (16, 64)]
+    t = read_measurements(_write(tmp_path, HEADER + "\n".join(rows) + "\n"))
+    base = predict_jobs(measurement_jobs(t.rows).with_columns(eff_compute=pl.lit(1.0), eff_memory=pl.lit(1.0)),
+                        fit_efficiencies(measurement_jobs(t.rows).head(0)))
+    true_step = base["data_io_s"] + base["compute_bound_s"] / 0.45 + base["memory_bound_s"] / 0.55
+    made = t.rows.with_columns(measured_step_s=true_step, measured=true_step)
+    table = type(t)(rows=made, rejected=t.rejected, path=t.path)
+    res = validate_measurements(table, fit_on="gpu = 'V100-SXM2-16GB'")
+    fit = res.fits["all"]
+    assert (fit.eff_compute, fit.eff_memory) == pytest.approx((0.45, 0.55), rel=1e-6)
+    assert res.rows["role"].to_list() == ["fit", "fit", "test", "test"]
+    assert res.rows["error"].abs().max() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_cross_validation_leaves_each_group_out(tmp_path):
+    rows = [f"resnet18_cifar,{g},1,{b},fp32,{s},t" for g, b, s in (
+        ("V100-SXM2-16GB", 16, 0.05), ("V100-SXM2-16GB", 32, 0.09), ("A100-SXM4-80GB", 32, 0.04),
+        ("T4", 32, 0.3))]
+    t = read_measurements(_write(tmp_path, HEADER + "\n".join(rows) + "\n"))
+    res = validate_measurements(t, cross_validate="gpu")
+    assert set(res.fits) == {"V100-SXM2-16GB", "A100-SXM4-80GB", "T4"}
+    # each fold fits on the one-GPU rows of the other GPUs: 4 - 2, 4 - 1, 4 - 1
+    assert {k: v.fitted_on for k, v in res.fits.items()} == {"V100-SXM2-16GB": 2, "A100-SXM4-80GB": 3, "T4": 3}
+    assert res.rows["fold"].to_list() == ["V100-SXM2-16GB", "V100-SXM2-16GB", "A100-SXM4-80GB", "T4"]
+    assert (res.rows["role"] == "test").all()
+    overall = res.summary.filter(pl.col("fold") == "all")
+    assert overall["rows"][0] == 4
+    assert overall["mape"][0] == pytest.approx(res.rows["error"].abs().mean())
+    with pytest.raises(ValueError, match="--cross-validate nosuch: no such column"):
+        validate_measurements(t, cross_validate="nosuch")
+    with pytest.raises(ValueError, match="--fit-on 'gpu ==== 1': not a SQL condition"):
+        validate_measurements(t, fit_on="gpu ==== 1")
+
+
+def test_ratio_pairs_by_hand():
+    rows = pl.DataFrame({
+        "model": ["m", "m", "m"], "precision": ["fp32"] * 3, "gpus": [1, 1, 1], "servers": [1, 1, 1],
+        "source": ["s"] * 3, "gpu": ["A", "B", "C"], "batch_per_gpu": [10, 20, 10], "line": [1, 2, 3],
+        # measured throughput 10/0.1 = 100, 20/0.1 = 200, 10/0.2 = 50; predicted 100, 400, 50
+        "measured_step_s": [0.1, 0.1, 0.2], "step_s": [0.1, 0.05, 0.2],
+    })
+    p = ratio_pairs(rows, "gpu").sort("a", "b")
+    # faster over slower: B/A = 2 (pred 4), A/C = 2 (pred 2), B/C = 4 (pred 8)
+    assert p.select("a", "b").rows() == [("A", "C"), ("B", "A"), ("B", "C")]
+    assert p["measured_ratio"].to_list() == pytest.approx([2.0, 2.0, 4.0])
+    assert p["ratio_error"].to_list() == pytest.approx([0.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="between: expected one of gpu, batch, precision"):
+        ratio_pairs(rows, "server")
+
+
+def test_dle_tables_as_measurements(shared_data):
+    t = dle_measurements(shared_data)
+    assert t.rows.height == 24 and t.rejected.height == 0
+    ngc1910 = "resnet50v1.5_pytorch_training_perf_ngc19.10.csv"
+    first = t.rows.filter((pl.col("source") == ngc1910) & (pl.col("line") == 2))
+    # DGX-1 16G, 1 GPU, batch 256, AMP, 893.09 images/s: 256 / 893.09 s per step
+    assert first.select("gpu", "server", "precision", "gpus").row(0) == ("V100-SXM2-16GB", "dgx-1v", "fp16", 1)
+    assert first["measured_step_s"][0] == pytest.approx(256 / 893.09)
+
+
+def test_lambda_tables_every_row_accounted_for(shared_data):
+    t = lambda_measurements(shared_data)
+    expected_in = 0
+    left_out = 0
+    for precision in ("fp32", "fp16"):
+        thr = pl.read_csv(shared_data / "lambda_benchmarks" / f"pytorch-train-throughput-{precision}.csv")
+        for bench in (*LAMBDA_MODELS, *LEFT_OUT):
+            n = int((thr[bench] > 0).sum())
+            expected_in += n
+            left_out += n if bench in LEFT_OUT else 0
+    assert t.rows_in == expected_in
+    assert int((t.rejected["reason"] == "left_out").sum()) == left_out
+    # no row of a converted benchmark is lost without a reason
+    assert t.rejected.filter(pl.col("reason") != "left_out")["detail"].str.contains(":").all()
+
+
+def test_cli_measurements_and_option_errors(tmp_path):
+    path = _write(tmp_path, HEADER + "resnet18_cifar,V100,1,32,fp32,0.05,a\nresnet18_cifar,T4,1,32,fp32,0.3,a\n")
+    runner = CliRunner()
+    ok = runner.invoke(app, ["validate", "--measurements", str(path), "--fit-on", "gpu = 'V100-SXM2-16GB'",
+                             "--format", "json"])
+    assert ok.exit_code == 0, ok.output
+    bad = runner.invoke(app, ["validate", "--fit-on", "gpus = 1"])
+    assert bad.exit_code == 2 and "--fit-on and --cross-validate go with --measurements" in bad.output
+    bad = runner.invoke(app, ["validate", "--measurements", str(tmp_path / "none.csv")])
+    assert bad.exit_code == 2 and "no such measurement table" in bad.output
