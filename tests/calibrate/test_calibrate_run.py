@@ -35,8 +35,14 @@ def test_tiny_calibration_builds_a_valid_cpu_system(tiny_calibration, tmp_path):
     assert s.pcie.bandwidth_gb_s == pytest.approx(ar["bandwidth_gb_s"])
     assert {f["collective"] for f in cal.fits} == {"all_reduce", "all_gather", "all_to_all"}
     mm = cal.table("matmul")
-    peak = s.gpu.peak_tflops.fp32 * 1e12
-    assert mm["efficiency"].max() <= 1.0 + 1e-9 and (mm["flop_per_s"] / peak - mm["efficiency"]).abs().max() < 1e-9
+    # each row is scored against its own precision's peak (a CPU with AVX512_BF16 has a BF16 peak of
+    # twice its FP32 one, device.py), and that peak is the one the System carries for the precision
+    assert set(mm["precision"]) <= {"fp32", "bf16"} and "fp32" in set(mm["precision"])
+    for prec, rows in mm.group_by("precision"):
+        system_peak = getattr(s.gpu.peak_tflops, prec[0]) * 1e12
+        assert rows["peak_flop_per_s"].to_list() == pytest.approx([system_peak] * rows.height, rel=1e-12)
+        assert (rows["flop_per_s"] / system_peak - rows["efficiency"]).abs().max() < 1e-9
+    assert mm["efficiency"].max() <= 1.0 + 1e-9
     assert s.gpu.memory_bandwidth_gb_s >= cal.table("stream")["bandwidth_gb_s"].max() - 1e-9
     assert 0 < s.efficiency.compute <= 1 and 0 < s.efficiency.memory <= 1
     assert {t for t, _, _ in steps} >= {"matmul", "stream", "element-wise", "gloo collectives x 2"}
