@@ -58,8 +58,9 @@ def test_calibrate_cli_applies_nccl_tests_to_a_catalog_server(tmp_path):
     res = runner.invoke(app, ["calibrate", "--no-bench", "--system", "dgx-a100", "--nccl-tests", f"{log}:nvlink",
                               "-o", str(out), "--format", "json"])
     assert res.exit_code == 0, res.output
-    payload = json.loads(res.output)
+    payload = json.loads(res.stdout)
     (fit,) = payload["fits"]
+    assert "using table 0 (line 14): all_reduce on 8 ranks, 16 sizes" in res.stderr
     assert fit["collective"] == "all_reduce" and fit["ranks"] == 8 and fit["slot"] == "nvlink"
     res = runner.invoke(app, ["predict", "--system-file", str(out), "-a", "allreduce_local", "-w", "8",
                               "--format", "json"])
@@ -84,11 +85,20 @@ def test_calibrate_cli_table_says_not_measured_instead_of_none(tmp_path):
 
 
 def test_calibrate_cli_errors_name_the_line(tmp_path):
+    lines = ALL_REDUCE_8X_A100.splitlines()
+    row = next(i for i, x in enumerate(lines) if x.strip().startswith("134217728")) + 1
     bad = tmp_path / "x.txt"
+    # a row that cannot be read is left out, counted and named; the rest of the table is used
     bad.write_text(ALL_REDUCE_8X_A100.replace("   134217728      33554432", "   134217728      zz"))
+    res = runner.invoke(app, ["calibrate", "--no-bench", "--system", "dgx-a100", "--nccl-tests", str(bad),
+                              "-o", str(tmp_path / "x.toml")])
+    assert res.exit_code == 0, res.output
+    assert f"x.txt:{row}: 1 row(s) not read: column 'count' is not a number" in " ".join(res.stderr.split())
+    # a file with no usable table is refused, naming the file and line
+    bad.write_text("\n".join(lines[: next(i for i, x in enumerate(lines) if "(B)" in x) + 1]))
     res = runner.invoke(app, ["calibrate", "--no-bench", "--system", "dgx-a100", "--nccl-tests", str(bad)])
     assert res.exit_code == 2
-    assert "x.txt:" in res.output and "expected" in res.output
+    assert "x.txt:14: a table header without any readable data row" in " ".join(res.output.split())
     res = runner.invoke(app, ["calibrate", "--no-bench"])
     assert res.exit_code == 2 and "nothing to do" in res.output
 
