@@ -194,3 +194,20 @@ def test_mixed_rank_counts_are_separate_tables_or_refused():
     # sizes go on growing but busbw/algbw jumps from 1.75 to 1.875: refused, naming both lines
     with pytest.raises(NcclTestsError, match=r"mix.txt:2: busbw/algbw varies from 1\.7\d\d \(line \d+\) to 1\.8\d\d"):
         parse_nccl_tests(_two_runs_under_one_header(restart=False), source="mix.txt")
+
+
+def test_cli_warns_about_a_degenerate_fit_and_keeps_the_warning_in_the_profile(tmp_path):
+    from ddlscope.calibrate.profile_file import load_calibration
+
+    log = tmp_path / "runs.log"
+    log.write_text(S.FAILED_ALLTOALL_THEN_SENDRECV)
+    out = tmp_path / "p.toml"
+    # table 0 is the all-to-all run that died after 3 sizes (1-16 KB, busbw at most 0.28 GB/s)
+    res = runner.invoke(app, ["calibrate", "--no-bench", "--system", "dgx-a100", "--nccl-tests", f"{log}:pcie:0",
+                              "-o", str(out)], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    err = " ".join(res.stderr.split())
+    assert "using table 0 (line 12): all_to_all on 4 ranks, 3 sizes" in err and "not used: send_recv (table 1)" in err
+    assert "ends at line 17 without its footer" in err and "above every measured point (at most 0.275 GB/s)" in err
+    (fit,) = load_calibration(out).fits
+    assert any("above every measured point" in w for w in fit["warnings"])

@@ -263,7 +263,7 @@ def fit_alpha_beta(
         (module docstring).
 
     Raises:
-        ValueError: fewer than 2 ranks, bad timings (see :func:`fit_line_relative`), or timings
+        ValueError: fewer than 2 ranks, bad timings (see :func:`fit_line_weighted_log`), or timings
             that do not grow with size (no bandwidth term to fit).
     """
     if ranks < 2:
