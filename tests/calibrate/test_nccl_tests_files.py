@@ -211,3 +211,14 @@ def test_cli_warns_about_a_degenerate_fit_and_keeps_the_warning_in_the_profile(t
     assert "ends at line 17 without its footer" in err and "above every measured point (at most 0.275 GB/s)" in err
     (fit,) = load_calibration(out).fits
     assert any("above every measured point" in w for w in fit["warnings"])
+
+
+def test_nccl_tests_item_syntax():
+    from ddlscope.cli.calibrate import split_nccl_item
+
+    assert split_nccl_item("a.txt", "pcie") == ("a.txt", "pcie", None)
+    assert split_nccl_item("a.txt:nic", "pcie") == ("a.txt", "nic", None)
+    assert split_nccl_item("a.txt:nvlink:all_gather", "pcie") == ("a.txt", "nvlink", "all_gather")
+    assert split_nccl_item("a.txt::3", "pcie") == ("a.txt", "pcie", "3")
+    assert split_nccl_item("/runs/12:00/a.txt:nvlink", "pcie") == ("/runs/12:00/a.txt", "nvlink", None)
+    assert split_nccl_item("C:/runs/a.txt", "pcie") == ("C:/runs/a.txt", "pcie", None)

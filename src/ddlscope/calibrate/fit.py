@@ -195,17 +195,6 @@ def fit_line_weighted_log(x: Sequence[float] | np.ndarray, t: Sequence[float] | 
     return a, b
 
 
-def fit_line_relative(x: Sequence[float] | np.ndarray, t: Sequence[float] | np.ndarray) -> tuple[float, float]:
-    """``t = a + b x`` with every point weighted alike in log space (:func:`fit_line_weighted_log`
-    with ``w = 1``): the relative-error fit for timings that follow one line (gloo's). Returns
-    ``(a, b)``.
-
-    Raises:
-        ValueError: see :func:`fit_line_weighted_log`.
-    """
-    return fit_line_weighted_log(x, t, np.ones(len(np.asarray(t))))
-
-
 def _fit_warnings(c: str, s: np.ndarray, n: np.ndarray, t: np.ndarray, a: float, b: float) -> tuple[dict, list[str]]:
     """The checks of the module docstring: figures and warning sentences."""
     order = np.argsort(s, kind="stable")
