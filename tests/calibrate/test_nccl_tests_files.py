@@ -222,3 +222,13 @@ def test_nccl_tests_item_syntax():
     assert split_nccl_item("a.txt::3", "pcie") == ("a.txt", "pcie", "3")
     assert split_nccl_item("/runs/12:00/a.txt:nvlink", "pcie") == ("/runs/12:00/a.txt", "nvlink", None)
     assert split_nccl_item("C:/runs/a.txt", "pcie") == ("C:/runs/a.txt", "pcie", None)
+
+
+def test_a_single_size_two_column_table_is_read_but_not_fitted():
+    # an old 4-column print of one 16 GB all_gather over 2 hosts: busbw/algbw = 22.16 / 44.32 = 0.5 = (p-1)/p -> p = 2
+    text = ("#       size      time   algbw   busbw\n#        (B)      (us)  (GB/s)  (GB/s)\n"
+            " 17179869184   387603   44.32   22.16\n# Avg bus bandwidth    : 21.9736\n")
+    (t,) = parse_nccl_tests(text).tables
+    assert (t.collective, t.ranks, t.rows["count"].to_list()) == ("all_gather", 2, [None, ])
+    with pytest.raises(ValueError, match=r"has 1 size\(s\): alpha and beta need a sweep of sizes"):
+        t.fit()

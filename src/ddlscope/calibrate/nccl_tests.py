@@ -150,6 +150,9 @@ class NcclTestsTable:
             raise ValueError(f"placement: expected out_of_place or in_place, got {placement!r}")
         r = self.rows.filter((pl.col("placement") == placement) & (pl.col("size_bytes") >= min_size_bytes)
                              & (pl.col("time_us") > 0))
+        if r["size_bytes"].n_unique() < 2:
+            raise ValueError(f"table {self.index} (line {self.header_line}) has {r['size_bytes'].n_unique()} size(s): "
+                             "alpha and beta need a sweep of sizes (nccl-tests -b 8 -e 8G -f 2)")
         return fit_alpha_beta(r["size_bytes"].to_numpy(), r["time_us"].to_numpy() * 1e-6,
                               collective=self.collective, ranks=self.ranks)
 
