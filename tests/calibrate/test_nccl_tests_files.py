@@ -229,6 +229,19 @@ def test_a_single_size_two_column_table_is_read_but_not_fitted():
     text = ("#       size      time   algbw   busbw\n#        (B)      (us)  (GB/s)  (GB/s)\n"
             " 17179869184   387603   44.32   22.16\n# Avg bus bandwidth    : 21.9736\n")
     (t,) = parse_nccl_tests(text).tables
-    assert (t.collective, t.ranks, t.rows["count"].to_list()) == ("all_gather", 2, [None, ])
+    assert (t.collective, t.ranks, t.rows["count"].to_list()) == ("all_gather", 2, [None])
     with pytest.raises(ValueError, match=r"has 1 size\(s\): alpha and beta need a sweep of sizes"):
         t.fit()
+
+
+def test_per_rank_sizes_in_an_all_reduce_table_are_refused():
+    # every algbw is 2 x size / time (the time column doubled): the old per-rank convention, which
+    # all-reduce never had -> refused as misaligned columns, not read as 2 ranks
+    sizes = S.SWEEP[18:26]
+    t = S.protocol_times_us(np.array(sizes), 1.75, S.A100_NVLINK_PROTOCOLS, seed=7)
+    rows = S.nccl_table("all_reduce", 8, sizes, t)
+    doubled = "\n".join(
+        " ".join(f"{float(x) * 2:.2f}" if i in (5, 9) else x for i, x in enumerate(line.split()))
+        for line in rows.splitlines())
+    with pytest.raises(NcclTestsError, match="old per-rank sizes of all-gather/reduce-scatter, in a all_reduce table"):
+        parse_nccl_tests(S.HEADER_NEW + doubled)

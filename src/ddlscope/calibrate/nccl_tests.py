@@ -574,6 +574,9 @@ def _interpret(t: dict, source: str, hint: str | None, ranks_given: int | None,
             coll, coll_src = "all_reduce", "busbw/algbw and redop"
         else:
             coll, coll_src = "reduce_scatter", "busbw/algbw and redop"
+    if per_rank_p and coll not in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (f"algbw = {per_rank_p} x size / time, the old per-rank sizes of all-gather/reduce-scatter, "
+                f"in a {coll} table: columns misaligned?")
     if p is None:
         if coll == "send_recv":
             p, p_src = 2, "send/receive (pairs)"
