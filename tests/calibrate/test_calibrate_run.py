@@ -35,8 +35,14 @@ def test_tiny_calibration_builds_a_valid_cpu_system(tiny_calibration, tmp_path):
     assert s.pcie.bandwidth_gb_s == pytest.approx(ar["bandwidth_gb_s"])
     assert {f["collective"] for f in cal.fits} == {"all_reduce", "all_gather", "all_to_all"}
     mm = cal.table("matmul")
-    peak = s.gpu.peak_tflops.fp32 * 1e12
-    assert mm["efficiency"].max() <= 1.0 + 1e-9 and (mm["flop_per_s"] / peak - mm["efficiency"]).abs().max() < 1e-9
+    # each row is scored against its own precision's peak (a CPU with AVX512_BF16 has a BF16 peak of
+    # twice its FP32 one, device.py), and that peak is the one the System carries for the precision
+    assert set(mm["precision"]) <= {"fp32", "bf16"} and "fp32" in set(mm["precision"])
+    for prec, rows in mm.group_by("precision"):
+        system_peak = getattr(s.gpu.peak_tflops, prec[0]) * 1e12
+        assert rows["peak_flop_per_s"].to_list() == pytest.approx([system_peak] * rows.height, rel=1e-12)
+        assert (rows["flop_per_s"] / system_peak - rows["efficiency"]).abs().max() < 1e-9
+    assert mm["efficiency"].max() <= 1.0 + 1e-9
     assert s.gpu.memory_bandwidth_gb_s >= cal.table("stream")["bandwidth_gb_s"].max() - 1e-9
     assert 0 < s.efficiency.compute <= 1 and 0 < s.efficiency.memory <= 1
     assert {t for t, _, _ in steps} >= {"matmul", "stream", "element-wise", "gloo collectives x 2"}
@@ -52,8 +58,9 @@ def test_calibrate_cli_applies_nccl_tests_to_a_catalog_server(tmp_path):
     res = runner.invoke(app, ["calibrate", "--no-bench", "--system", "dgx-a100", "--nccl-tests", f"{log}:nvlink",
                               "-o", str(out), "--format", "json"])
     assert res.exit_code == 0, res.output
-    payload = json.loads(res.output)
+    payload = json.loads(res.stdout)
     (fit,) = payload["fits"]
+    assert "using table 0 (line 14): all_reduce on 8 ranks, 16 sizes" in res.stderr
     assert fit["collective"] == "all_reduce" and fit["ranks"] == 8 and fit["slot"] == "nvlink"
     res = runner.invoke(app, ["predict", "--system-file", str(out), "-a", "allreduce_local", "-w", "8",
                               "--format", "json"])
@@ -78,11 +85,20 @@ def test_calibrate_cli_table_says_not_measured_instead_of_none(tmp_path):
 
 
 def test_calibrate_cli_errors_name_the_line(tmp_path):
+    lines = ALL_REDUCE_8X_A100.splitlines()
+    row = next(i for i, x in enumerate(lines) if x.strip().startswith("134217728")) + 1
     bad = tmp_path / "x.txt"
+    # a row that cannot be read is left out, counted and named; the rest of the table is used
     bad.write_text(ALL_REDUCE_8X_A100.replace("   134217728      33554432", "   134217728      zz"))
+    res = runner.invoke(app, ["calibrate", "--no-bench", "--system", "dgx-a100", "--nccl-tests", str(bad),
+                              "-o", str(tmp_path / "x.toml")])
+    assert res.exit_code == 0, res.output
+    assert f"x.txt:{row}: 1 row(s) not read: column 'count' is not a number" in " ".join(res.stderr.split())
+    # a file with no usable table is refused, naming the file and line
+    bad.write_text("\n".join(lines[: next(i for i, x in enumerate(lines) if "(B)" in x) + 1]))
     res = runner.invoke(app, ["calibrate", "--no-bench", "--system", "dgx-a100", "--nccl-tests", str(bad)])
     assert res.exit_code == 2
-    assert "x.txt:" in res.output and "expected" in res.output
+    assert "x.txt:14: a table header without any readable data row" in " ".join(res.output.split())
     res = runner.invoke(app, ["calibrate", "--no-bench"])
     assert res.exit_code == 2 and "nothing to do" in res.output
 

@@ -191,7 +191,10 @@ def run_calibration(
         base = catalog.server(base_server)
         entries["system"] = {"server": base.name, "name": f"{base.name} (calibrated)"}
     for table, slot, origin in nccl_tables:
-        f = table.fit()
+        try:
+            f = table.fit()
+        except ValueError as exc:
+            raise ValueError(f"{origin}: {exc}") from None
         fits.append({**f.as_dict(), "origin": origin, "slot": slot})
         _apply_link(entries, catalog, f, slot, origin)
     catalog.add({k: v for k, v in entries.items() if k in ("gpu", "link", "server")}, origin="calibration")

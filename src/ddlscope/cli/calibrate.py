@@ -44,20 +44,38 @@ class StageProgress:
         self.bar.update(self.tasks[stage], completed=done, total=total)
 
 
+def split_nccl_item(item: str, default_slot: str) -> tuple[str, str, str | None]:
+    """``FILE[:SLOT[:WHICH]]`` -> ``(file, slot, which)``: SLOT ``nvlink``, ``pcie`` or ``nic`` (empty:
+    ``default_slot``); WHICH a collective name or a table number (None: the all-reduce table, or the
+    only table). A path with colons of its own is kept whole when no SLOT follows it."""
+    parts = item.split(":")
+    if len(parts) >= 3 and parts[-2] in ("nvlink", "pcie", "nic", ""):
+        return ":".join(parts[:-2]), parts[-2] or default_slot, parts[-1] or None
+    if len(parts) >= 2 and parts[-1] in ("nvlink", "pcie", "nic"):
+        return ":".join(parts[:-1]), parts[-1], None
+    return item, default_slot, None
+
+
 def _nccl_inputs(items: list[str], collective: str | None, ranks: int | None, default_slot: str) -> list[tuple]:
     from ddlscope.calibrate.nccl_tests import read_nccl_tests
 
     out = []
     for item in items:
-        path, sep, slot = item.rpartition(":")
-        if not sep or slot not in ("nvlink", "pcie", "nic"):
-            path, slot = item, default_slot
+        path, slot, which = split_nccl_item(item, default_slot)
         parsed = read_nccl_tests(path, collective=collective, ranks=ranks)
-        for i, table in enumerate(parsed.tables):
-            if not table.complete:
-                err_console.print(f"[yellow]warning:[/yellow] {escape(path)}: table {i} (line {table.header_line}) "
-                                  "has no 'Avg bus bandwidth' footer: the output may be cut short")
-            out.append((table, slot, f"{path} table {i}"))
+        table, note = parsed.select(which)
+        warn = "[yellow]warning:[/yellow]"
+        err_console.print(f"{escape(note)} -> {slot}")
+        for r in parsed.rejected_tables:
+            err_console.print(f"{warn} {escape(path)}:{r.header_line}: table {r.index} not used: {escape(r.reason)}")
+        for n in parsed.notes:
+            err_console.print(f"{warn} {escape(n)}")
+        for n in table.notes:
+            err_console.print(f"{warn} {escape(path)}: table {table.index}: {escape(n)}")
+        if not table.complete:
+            err_console.print(f"{warn} {escape(path)}: table {table.index} (line {table.header_line}) "
+                              "has no 'Avg bus bandwidth' footer: the output may be cut short")
+        out.append((table, slot, f"{path} table {table.index} ({table.collective}, line {table.header_line})"))
     return out
 
 
@@ -113,8 +131,9 @@ def register(app: typer.Typer) -> None:
         nic: Annotated[str, typer.Option(
             "--nic", help="NIC of a CPU host's profile (catalog link; assumed)")] = "eth-10g",
         nccl_tests: Annotated[list[str] | None, typer.Option(
-            "--nccl-tests", help="nccl-tests output file, optionally FILE:SLOT with SLOT nvlink, pcie or nic "
-            "(repeatable); each table's fit becomes that link")] = None,
+            "--nccl-tests", help="nccl-tests output file, FILE[:SLOT[:WHICH]] with SLOT nvlink, pcie or nic and "
+            "WHICH the collective (default all_reduce) or table number to use from a file of several tables "
+            "(repeatable); that table's fit becomes the link")] = None,
         collective: Annotated[str | None, typer.Option(
             "--collective", help="collective of the nccl-tests files when they do not say")] = None,
         ranks: Annotated[int | None, typer.Option(
@@ -154,6 +173,9 @@ def register(app: typer.Typer) -> None:
         with StageProgress(quiet=fmt != "table") as view:
             cal = run_calibration(plan, catalog=cat, base_server=system, nic=nic, nccl_tables=tables,
                                   progress=view.update)
+        for f in cal.fits:
+            for w in f.get("warnings") or ():
+                err_console.print(f"[yellow]warning:[/yellow] {escape(str(f.get('origin', '')))}: {escape(w)}")
         load = cal.meta.get("load_average_1m")
         write_calibration(cal, out, header=(
             f"ddlscope calibrate on {cal.meta.get('host')} at {cal.meta.get('created')}"
