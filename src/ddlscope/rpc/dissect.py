@@ -75,7 +75,10 @@ class Dissection:
         time_unit: the unit the log's timestamps were read as (``--time-unit``), None when not
             known (an in-memory table).
         warnings: what looks wrong with the input (an implausible median latency: check the time
-            unit), filled by :func:`findings`.
+            unit; RPCs set aside as implausible; one RPC carrying most of the mean), filled by
+            :func:`findings`.
+        implausible: the RPCs set aside by :func:`split_implausible` (``rpcs``, ``bound_us``,
+            ``max_us``, ``first_at``, ``longest_stage``); empty when none was.
     """
 
     rpcs: pl.DataFrame
@@ -100,6 +103,7 @@ class Dissection:
     summary: dict[str, Any] = field(default_factory=dict)
     time_unit: str | None = None
     warnings: list[str] = field(default_factory=list)
+    implausible: dict[str, Any] = field(default_factory=dict)
 
     def rejected_counts(self) -> pl.DataFrame:
         """Rejected rows per reason (:func:`~ddlscope.rpc.validate.rejected_counts`)."""
@@ -186,6 +190,61 @@ def _profiles(rpcs: pl.DataFrame) -> pl.DataFrame:
     return pl.concat(parts, how="diagonal_relaxed")
 
 
+MAX_PLAUSIBLE_LATENCY_US: float = 60e6
+"""An RPC slower than this (1 min) is set aside as implausible when most RPCs of the log are not
+(:func:`split_implausible`). The same upper bound as :data:`PLAUSIBLE_MEDIAN_LATENCY_US`, ours and
+not from a source: a training step's RPCs do not take minutes, so one RPC of 31 years or an hour
+among thousands of milliseconds is a clock or logging error (a timestamp taken on another clock,
+a field never set), and its duration would otherwise take over every mean and fit."""
+
+
+def split_implausible(frame: pl.DataFrame, bound_us: float = MAX_PLAUSIBLE_LATENCY_US,
+                      ) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]]:
+    """Set aside the RPCs whose latency (``client_done_ns - client_issue_ns``) exceeds ``bound_us``,
+    when they are a minority of the log.
+
+    When most RPCs exceed the bound, nothing is set aside: the whole log is then off (timestamps
+    read in the wrong unit), which the time-unit warning of :func:`findings` says.
+
+    Args:
+        frame: checked rows of an RPC table (:attr:`RpcLog.frame <ddlscope.rpc.readers.RpcLog.frame>`).
+        bound_us: the largest plausible latency, µs.
+
+    Returns:
+        ``(kept, set_aside, info)``: the other rows; the set-aside rows as rejected rows
+        (:data:`~ddlscope.rpc.validate.REJECTED_SCHEMA`, reason ``implausible_latency``, the detail
+        giving the latency and the longest stage); and ``info`` (``rpcs``, ``bound_us``,
+        ``max_us``, ``first_at`` = ``file:line`` of the slowest, ``longest_stage`` of the slowest),
+        empty when none was set aside.
+    """
+    if frame.height == 0:
+        return frame, empty_rejected(), {}
+    latency = pl.col("client_done_ns") - pl.col("client_issue_ns")
+    over = latency > int(bound_us * 1e3)
+    n_over = frame.select(over.sum()).item()
+    if not n_over or 2 * n_over > frame.height:
+        return frame, empty_rejected(), {}
+    bad = decompose(frame.filter(over), check=False)
+    if "log_line" not in bad.columns:
+        bad = bad.with_row_index("log_line", offset=1).with_columns(pl.col("log_line").cast(pl.Int64))
+    if "log_file" not in bad.columns:
+        bad = bad.with_columns(pl.lit("<memory>").alias("log_file"))
+    stage_ns = bad.select(f"{st}_ns" for st in STAGES).to_numpy()
+    longest = [STAGES[i] for i in stage_ns.argmax(axis=1)]
+    lat_us = (bad.get_column(LATENCY_COLUMN).to_numpy() / 1e3).tolist()
+    details = [f"latency {_us(x)} > {_us(bound_us)} (longest stage {st}, {_us(v / 1e3)})"
+               for x, st, v in zip(lat_us, longest, stage_ns.max(axis=1).tolist(), strict=True)]
+    set_aside = pl.DataFrame({
+        "log_file": bad.get_column("log_file").cast(pl.String), "log_line": bad.get_column("log_line").cast(pl.Int64),
+        "reason": ["implausible_latency"] * bad.height, "detail": details,
+    })
+    worst = max(range(bad.height), key=lat_us.__getitem__)
+    info = {"rpcs": bad.height, "bound_us": bound_us, "max_us": lat_us[worst],
+            "first_at": f"{set_aside['log_file'][worst]}:{set_aside['log_line'][worst]}",
+            "longest_stage": longest[worst]}
+    return frame.filter(~over), set_aside, info
+
+
 def dissect(
     source: RpcLog | pl.DataFrame | str | Path | Sequence[str | Path],
     *,
@@ -223,7 +282,9 @@ def dissect(
         time_unit = mapping.time_unit if mapping is not None else "ns"
     if log.frame.height == 0:
         raise ValueError(no_rows_message(log))
-    rpcs, notes = annotate(log.frame, threads=threads)
+    frame, set_aside, implausible = split_implausible(log.frame)
+    rejected = pl.concat([log.rejected, set_aside], how="vertical_relaxed") if set_aside.height else log.rejected
+    rpcs, notes = annotate(frame, threads=threads)
     zero = rpcs.select((pl.col(LATENCY_COLUMN) == 0).sum()).item()
     if 0 < zero < rpcs.height:
         notes.append(f"{_rpcs(zero)} ({_pct(zero / rpcs.height)}) have latency 0 (client_done_ns = "
@@ -247,10 +308,11 @@ def dissect(
         tail=tail_attribution(flagged, levels),
         tail_servers=tail_servers(flagged, levels),
         tail_contributors=tail_contributors(flagged, levels),
-        rejected=log.rejected,
+        rejected=rejected,
         files=list(log.files),
         notes=[*log.notes, *notes],
         time_unit=time_unit,
+        implausible=implausible,
     )
     d.findings, d.summary = findings(d, levels)
     return d
@@ -264,13 +326,15 @@ def _finite(x: float | None) -> bool:
 
 def _us(x: float | None) -> str:
     """A duration in µs in the largest unit that keeps it at or above 1: ``476 µs``, ``2.19 ms``,
-    ``1.5 s``, ``2.25 min``, ``37.5 h`` (3 significant digits; ``-`` when unknown)."""
+    ``1.5 s``, ``2.25 min``, ``37.5 h`` (hours up to 10 days), ``12.5 days``, ``31 years`` (a year of
+    365.25 days; 3 significant digits; ``-`` when unknown)."""
     if not _finite(x):
         return "-"
     sign = "-" if x < 0 else ""
     a = abs(x)
-    for unit, size_us in (("h", 3_600e6), ("min", 60e6), ("s", 1e6), ("ms", 1e3)):
-        if a >= size_us:
+    for unit, size_us, least in (("years", 365.25 * 86_400e6, 1), ("days", 86_400e6, 10), ("h", 3_600e6, 1),
+                                 ("min", 60e6, 1), ("s", 1e6, 1), ("ms", 1e3, 1)):
+        if a >= least * size_us:
             return f"{sign}{a / size_us:.3g} {unit}"
     return f"{sign}{a:.3g} µs"
 
@@ -290,6 +354,45 @@ def time_unit_warning(p50_us: float | None, time_unit: str | None) -> str | None
     read_as = f" (the timestamps were read as {time_unit})" if time_unit else ""
     return (f"the median RPC latency is {_us(p50_us)}, implausible for an RPC (expected {_us(low)} to {_us(high)}): "
             f"check --time-unit{read_as}")
+
+
+MOST_OF_THE_MEAN = 0.5
+"""One RPC whose latency is more than this share of the sum of all latencies "carries most of the
+mean": the mean and the stage shares then describe that RPC rather than the log (a warning)."""
+
+
+def _largest_share(r: pl.DataFrame, column: str = LATENCY_COLUMN) -> tuple[float | None, str | None]:
+    """The largest single value of ``column`` as a share of its sum, and the ``file:line`` of that
+    RPC (``(None, None)`` when the sum is 0)."""
+    if r.height == 0:
+        return None, None
+    values = r.get_column(column)
+    total = values.cast(pl.Float64).sum()
+    if not total:
+        return None, None
+    i = int(values.arg_max())
+    row = r.row(i, named=True)
+    return float(values[i]) / total, f"{row.get('log_file', '<memory>')}:{row.get('log_line', i + 1)}"
+
+
+def _implausible_warning(info: dict[str, Any], r: pl.DataFrame) -> str | None:
+    """The warning on RPCs set aside by :func:`split_implausible` (None when none was)."""
+    if not info:
+        return None
+    n = info["rpcs"]
+    which = "its" if n == 1 else "the slowest's"
+    return (f"{_rpcs(n)} with a latency above {_us(info['bound_us'])} ({'' if n == 1 else 'up to '}"
+            f"{_us(info['max_us'])}, at {info['first_at']}; {which} longest stage {info['longest_stage']}) "
+            f"{'is' if n == 1 else 'are'} implausible for an RPC and left out of every share, percentile and fit "
+            f"(rejected as implausible_latency; {_rpcs(r.height)} analysed)")
+
+
+def _one_rpc_warning(share: float | None, at: str | None, r: pl.DataFrame) -> str | None:
+    """The warning when one RPC carries more than :data:`MOST_OF_THE_MEAN` of the total latency."""
+    if share is None or share <= MOST_OF_THE_MEAN or r.height < 2:
+        return None
+    return (f"one RPC (at {at}) carries {_pct(share)} of the total latency of the {_rpcs(r.height)}: the mean and "
+            "the stage shares describe that RPC more than the log; read the percentiles")
 
 
 def _pct(x: float | None) -> str:
@@ -471,7 +574,10 @@ def findings(d: Dissection, levels: Sequence[float] = TAIL_LEVELS) -> tuple[list
         out.append(f"{d.rejected.height:,} input row(s) rejected and not analysed: "
                    + ", ".join(f"{k} {v:,}" for k, v in s["rejected_by_reason"].items()) + ".")
     d.notes.extend(n for n in notes if n not in d.notes)
-    d.warnings = [w for w in (time_unit_warning(lat["p50_us"], d.time_unit),) if w]
+    s["implausible_latency"] = {"rpcs": 0, "bound_us": MAX_PLAUSIBLE_LATENCY_US, **d.implausible}
+    s["largest_rpc_share_of_latency"], largest_at = _largest_share(r)
+    d.warnings = [w for w in (time_unit_warning(lat["p50_us"], d.time_unit), _implausible_warning(d.implausible, r),
+                              _one_rpc_warning(s["largest_rpc_share_of_latency"], largest_at, r)) if w]
     s["warnings"] = d.warnings
     s["notes"] = d.notes
     s["findings"] = out
@@ -491,7 +597,10 @@ def _body_findings(d: Dissection, levels: Sequence[float], s: dict[str, Any], ov
             continue
         best = max(STAGES, key=lambda st: row[f"{st}_share"] or 0)
         per_op.append(f"{row['op']} {best} {_pct(row[f'{best}_share'])}")
-    out.append(f"Dominant stage: {top} takes {_pct(shares[top])} of the mean RPC time; "
+    one, at = _largest_share(r, f"{top}_ns")
+    alone = (f" (one RPC, at {at}, carries {_pct(one)} of it)" if one is not None and one > MOST_OF_THE_MEAN
+             and r.height > 1 else "")
+    out.append(f"Dominant stage: {top} takes {_pct(shares[top])} of the mean RPC time{alone}; "
                f"second {means.row(1)[0]} ({_pct(shares[means.row(1)[0]])}). Largest stage per op: "
                + "; ".join(per_op) + ".")
     # tail

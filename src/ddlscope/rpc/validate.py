@@ -53,6 +53,8 @@ REJECT_REASONS: dict[str, str] = {
     "negative_network": "negative network stage: the server residence (send_end - recv_start) is longer than the "
     "client's round trip (recv_end - send_end)",
     "duplicate_rpc": "the same (worker_id, rpc_id) as an earlier row; the first is kept",
+    "implausible_latency": "latency above 1 min while most RPCs of the log are below it (a clock or logging "
+    "error); set aside by the dissection (ddlscope.rpc.dissect.split_implausible), not by the reader",
 }
 """Why a row is rejected, in the order the checks apply (a row gets the first that fails)."""
 
