@@ -188,8 +188,14 @@ def concurrency_figure(d: Dissection, measure: str = "server_other_conn") -> Fig
             w = p.get_column("rpcs").to_numpy()
             xm = float(np.average(x, weights=w))
             ym = float(np.average(p.get_column("latency_mean_us").to_numpy(), weights=w))
+            effect = d.summary.get("concurrency_effect", {})
+            kind = effect.get(counted[:-1], {})
+            r2 = effect.get("r2")
+            strength = (f" (R² {100 * r2:.2g}%{'' if kind.get('measurable') else ', no measurable effect'})"
+                        if measure == "server_other_conn" and r2 is not None else "")
             ax.plot(x, ym + slope * (x - xm), "--", color="#333", lw=1,
-                    label=f"linear fit: {'+' if slope >= 0 else '-'}{_duration(abs(slope))} per {counted[:-1]}")
+                    label=f"linear fit: {'+' if slope >= 0 else '-'}{_duration(abs(slope))} per {counted[:-1]}"
+                    f"{strength}")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel(f"other {counted} in flight {where}")
         ax.set_title(f"Latency vs {counted} in flight")

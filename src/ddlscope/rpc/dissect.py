@@ -472,17 +472,87 @@ def _tail_sentence(level: float, t: pl.DataFrame, srv: dict[str, Any] | None, se
     return text + ".", entry
 
 
-def _slope_text(kind: str, b: float, stages: pl.DataFrame, key: str, first: bool) -> str:
+def _slope_text(kind: str, b: float, stages: pl.DataFrame, key: str, first: bool,
+                ci: tuple[float, float] | None = None) -> str:
     """``each other write ... adds 98.5 µs ...`` or, for a negative slope, ``... is associated
-    with 186 µs less latency``, with the stage that moves most in the same direction."""
+    with 186 µs less latency``, with the stage that moves most in the same direction; ``ci`` (the
+    95 % interval, µs) follows the value."""
     where = "in flight at the same server on another connection " if first else ""
+    interval = f" (95% interval {_us(ci[0])} to {_us(ci[1])})" if ci else ""
     if b >= 0:
         st = stages.sort(key, descending=True, nulls_last=True).row(0, named=True)
-        adds = f"adds {_us(b)} to an RPC's latency" if first else _us(b)
+        adds = f"adds {_us(b)}{interval} to an RPC's latency" if first else f"{_us(b)}{interval}"
         return f"each other {kind} {where}{adds} (most in {st['stage']}, {_us(st[key])})"
     st = stages.sort(key, descending=False, nulls_last=True).row(0, named=True)
-    return (f"each other {kind} {where}is associated with {_us(-b)} less latency (most in {st['stage']}; "
+    return (f"each other {kind} {where}is associated with {_us(-b)}{interval} less latency (most in {st['stage']}; "
             "a correlation, not a saving)")
+
+
+MIN_CONCURRENCY_R2 = 0.05
+"""A concurrency fit whose two counts explain less than this share of the within-op latency
+variance (partial R²) states no per-RPC effect: "no measurable effect". Our threshold, not from a
+source: below 5 % the line is a slope through noise (a 0.3 % fit of a ps-train log quoted "546 µs
+per write" while its slowest 1 % had fewer writes in flight than the rest)."""
+CI_Z = 1.96
+"""A slope is quoted only when its 95 % confidence interval, ``slope ± 1.96 × standard error``
+(normal approximation), excludes 0. The classical standard errors assume independent,
+homoscedastic errors, which queueing latencies are not: the interval is a lower bound on the
+uncertainty, so this is a necessary condition, not a sufficient one."""
+
+
+def concurrency_sentence(lat: dict[str, Any], stages: pl.DataFrame, tail_in_flight: dict[str, tuple[float, float]],
+                         tail: str) -> tuple[str | None, dict[str, Any]]:
+    """The concurrency finding from the latency row of the ``server_other_conn`` fit.
+
+    A per-RPC effect is stated only when the fit explains at least :data:`MIN_CONCURRENCY_R2` of
+    the within-op variance and the slope's 95 % interval (:data:`CI_Z`) excludes 0; otherwise the
+    sentence says "no measurable effect". The strength (R², n) is always in the sentence. A positive
+    effect of writes (or reads) while the tail ``tail`` has *fewer* of them in flight than the rest
+    (``tail_in_flight[kind] = (tail mean, rest mean)``) is said to not explain the tail.
+
+    Args:
+        lat: the fit's ``latency`` row (:func:`~ddlscope.rpc.concurrency.concurrency_fit`).
+        stages: the same measure's rows of the stages (for the stage that moves most).
+        tail_in_flight: mean counts in flight in the tail and in the rest, per ``write``/``read``.
+        tail: the tail's label (``slowest 1%``).
+
+    Returns:
+        ``(sentence or None when no slope is known, summary entry)``: the entry has ``r2``, ``rpcs``,
+        ``min_r2``, and per kind (``write``, ``read``) ``us_per``, ``ci95_us`` and ``measurable``.
+    """
+    r2, n = lat["partial_r2"], lat["rpcs"]
+    effect: dict[str, Any] = {"r2": r2, "rpcs": n, "min_r2": MIN_CONCURRENCY_R2}
+    known = [(kind, f"us_per_{kind}") for kind in ("write", "read") if _finite(lat[f"us_per_{kind}"])]
+    if not known:
+        return None, effect
+    strength = f"R² {_pct(r2)} of the latency variance within an op, n = {_rpcs(n)}"
+    where = "in flight at the same server on other connections"
+    for kind, key in known:
+        b, se = lat[key], lat[f"{key}_se"]
+        ci = (b - CI_Z * se, b + CI_Z * se) if _finite(se) else None
+        measurable = bool(_finite(r2) and r2 >= MIN_CONCURRENCY_R2 and ci is not None and (ci[0] > 0 or ci[1] < 0))
+        effect[kind] = {"us_per": b, "ci95_us": list(ci) if ci else None, "measurable": measurable}
+    if not any(effect[k]["measurable"] for k, _ in known):
+        why = (f"R² below {_pct(MIN_CONCURRENCY_R2)}" if not (_finite(r2) and r2 >= MIN_CONCURRENCY_R2)
+               else "every slope's 95% interval includes 0")
+        return (f"Concurrency: no measurable effect of the reads and writes {where} on an RPC's latency: the two "
+                f"counts explain {_pct(r2)} of the latency variance within an op ({why}; linear fit, op as fixed "
+                f"effect, n = {_rpcs(n)})."), effect
+    parts: list[str] = []
+    for kind, key in known:
+        e = effect[kind]
+        if not e["measurable"]:
+            parts.append(f"no measurable effect of each other {kind} ({_us(e['us_per'])} per {kind}, 95% interval "
+                         f"{_us(e['ci95_us'][0])} to {_us(e['ci95_us'][1])})" if e["ci95_us"] else
+                         f"no measurable effect of each other {kind}")
+            continue
+        text = _slope_text(kind, e["us_per"], stages, key, not parts, tuple(e["ci95_us"]))
+        if e["us_per"] > 0 and kind in tail_in_flight and tail_in_flight[kind][0] < tail_in_flight[kind][1]:
+            t_mean, r_mean = tail_in_flight[kind]
+            text += (f", but the {tail} have fewer {kind}s in flight ({t_mean:.3g}) than the rest ({r_mean:.3g}), "
+                     f"so {kind}s in flight do not explain the tail")
+        parts.append(text)
+    return f"Concurrency ({strength}; linear fit, op as fixed effect): " + "; ".join(parts) + ".", effect
 
 
 def _size_findings(d: Dissection, overall: pl.DataFrame) -> tuple[list[str], list[str]]:
@@ -623,25 +693,25 @@ def _body_findings(d: Dissection, levels: Sequence[float], s: dict[str, Any], ov
                                          "partial_r2": row["partial_r2"]} for row in fit.iter_rows(named=True)}
     oc = d.concurrency_fit.filter(pl.col("measure") == "server_other_conn")
     lat_oc = oc.filter(pl.col("stage") == "latency").row(0, named=True)
+    tc = d.tail_contributors
+    first = tail_label(levels[0])
+    tail_in_flight: dict[str, tuple[float, float]] = {}  # kind -> (tail mean, rest mean)
+    if not s["tail"].get(first, {}).get("no_tail"):
+        for kind in ("write", "read"):
+            row = tc.filter(pl.col("metric") == f"server_other_conn in flight: {kind}s")
+            if row.height and all(_finite(v) for v in (row[first][0], row["rest"][0])):
+                tail_in_flight[kind] = (row[first][0], row["rest"][0])
     if r.height < MIN_FIT_RPCS:
         notes.append(f"concurrency fit not quoted: {_rpcs(r.height)}, fewer than {MIN_FIT_RPCS}")
     else:
-        stages_oc = oc.filter(pl.col("stage") != "latency")
-        known = [(kind, key) for kind, key in (("write", "us_per_write"), ("read", "us_per_read"))
-                 if _finite(lat_oc[key])]
-        parts = [_slope_text(kind, lat_oc[key], stages_oc, key, i == 0) for i, (kind, key) in enumerate(known)]
-        if parts:
-            out.append("Concurrency: " + ", ".join(parts) + f"; the two counts explain {_pct(lat_oc['partial_r2'])} "
-                       "of the latency variance within an op (linear fit, op as fixed effect).")
-    tc = d.tail_contributors
-    first = tail_label(levels[0])
-    w_row = tc.filter(pl.col("metric") == "server_other_conn in flight: writes")
-    r_row = tc.filter(pl.col("metric") == "server_other_conn in flight: reads")
-    if w_row.height and r_row.height and not s["tail"].get(first, {}).get("no_tail"):
-        w, rr = w_row.row(0, named=True), r_row.row(0, named=True)
-        if all(_finite(v) for v in (w[first], rr[first], w["rest"], rr["rest"])):
-            out.append(f"The {first} start with {w[first]:.3g} writes and {rr[first]:.3g} reads in flight at their "
-                       f"server on other connections, against {w['rest']:.3g} and {rr['rest']:.3g} for the rest.")
+        text, effect = concurrency_sentence(lat_oc, oc.filter(pl.col("stage") != "latency"), tail_in_flight, first)
+        s["concurrency_effect"] = effect
+        if text:
+            out.append(text)
+    if len(tail_in_flight) == 2:
+        (wt, wr), (rt, rr) = tail_in_flight["write"], tail_in_flight["read"]
+        out.append(f"The {first} start with {wt:.3g} writes and {rt:.3g} reads in flight at their "
+                   f"server on other connections, against {wr:.3g} and {rr:.3g} for the rest.")
     # connections
     ct = d.connection_totals
     if ct["setup_rpcs"]:
