@@ -19,9 +19,9 @@ import polars as pl
 
 from ddlscope.rpc.concurrency import add_concurrency, concurrency_fit, concurrency_profile, in_flight_columns
 from ddlscope.rpc.connections import add_connection_events, connection_summary, connections_per_server
-from ddlscope.rpc.decompose import decompose, stage_percentiles, stage_summary
+from ddlscope.rpc.decompose import decompose, stage_percentiles, stage_summary, substage_split
 from ddlscope.rpc.readers import RpcLog, read_rpc_log
-from ddlscope.rpc.schema import LATENCY_COLUMN, STAGES
+from ddlscope.rpc.schema import LATENCY_COLUMN, SUBSTAGES, stages_of
 from ddlscope.rpc.size_phase import add_iteration_phase, add_message_bytes, phase_profile, size_fits, size_profile
 from ddlscope.rpc.tail import (
     TAIL_LEVELS,
@@ -150,6 +150,7 @@ def annotate(frame: pl.DataFrame, threads: int = 2) -> tuple[pl.DataFrame, list[
     """
     notes: list[str] = []
     rpcs = decompose(frame)
+    notes.extend(substage_split(rpcs)[1])
     rpcs = add_concurrency(rpcs, threads=threads)
     rpcs, inferred = add_connection_events(rpcs)
     if inferred:
@@ -182,7 +183,7 @@ def _profiles(rpcs: pl.DataFrame) -> pl.DataFrame:
     parts = []
     for m, counted in PROFILES:
         rc, wc = in_flight_columns(m)
-        f = rpcs.select(LATENCY_COLUMN, *(f"{s}_ns" for s in STAGES), rc, wc,
+        f = rpcs.select(LATENCY_COLUMN, *(f"{s}_ns" for s in stages_of(rpcs)), rc, wc,
                         (pl.col(rc) + pl.col(wc)).alias("__total"))
         for col in ({"reads": rc, "writes": wc, "total": "__total"}[counted],):
             p = concurrency_profile(f, col)
@@ -229,8 +230,9 @@ def split_implausible(frame: pl.DataFrame, bound_us: float = MAX_PLAUSIBLE_LATEN
         bad = bad.with_row_index("log_line", offset=1).with_columns(pl.col("log_line").cast(pl.Int64))
     if "log_file" not in bad.columns:
         bad = bad.with_columns(pl.lit("<memory>").alias("log_file"))
-    stage_ns = bad.select(f"{st}_ns" for st in STAGES).to_numpy()
-    longest = [STAGES[i] for i in stage_ns.argmax(axis=1)]
+    stages = stages_of(bad)
+    stage_ns = bad.select(f"{st}_ns" for st in stages).to_numpy()
+    longest = [stages[i] for i in stage_ns.argmax(axis=1)]
     lat_us = (bad.get_column(LATENCY_COLUMN).to_numpy() / 1e3).tolist()
     details = [f"latency {_us(x)} > {_us(bound_us)} (longest stage {st}, {_us(v / 1e3)})"
                for x, st, v in zip(lat_us, longest, stage_ns.max(axis=1).tolist(), strict=True)]
@@ -393,6 +395,28 @@ def _one_rpc_warning(share: float | None, at: str | None, r: pl.DataFrame) -> st
         return None
     return (f"one RPC (at {at}) carries {_pct(share)} of the total latency of the {_rpcs(r.height)}: the mean and "
             "the stage shares describe that RPC more than the log; read the percentiles")
+
+
+STAGE_GLOSS: dict[str, str] = {
+    "server_sync_wait": "the wait at the server for the sync barrier, i.e. the other workers' pushes of the previous "
+    "iteration, and for table locks",
+    "server_thread_wait": "waiting for a free server thread",
+}
+"""What the finer server stages of :data:`~ddlscope.rpc.schema.SUBSTAGES` mean, said at their first
+mention in the findings."""
+
+
+def _gloss_first_mention(lines: list[str]) -> list[str]:
+    """The findings with each :data:`STAGE_GLOSS` stage explained in parentheses where first named."""
+    out = list(lines)
+    for stage, gloss in STAGE_GLOSS.items():
+        for i, line in enumerate(out):
+            pos = line.find(stage)
+            if pos >= 0:
+                end = pos + len(stage)
+                out[i] = f"{line[:end]} ({gloss}){line[end:]}"
+                break
+    return out
 
 
 def _pct(x: float | None) -> str:
@@ -634,12 +658,17 @@ def findings(d: Dissection, levels: Sequence[float] = TAIL_LEVELS) -> tuple[list
     means = overall.filter(pl.col("stage") != "latency").select("stage", "mean_us").sort("mean_us", descending=True)
     shares = {st: (m / lat["mean_us"] if lat["mean_us"] else None) for st, m in means.iter_rows()}
     s["mean_stage_share"] = shares
+    stages = stages_of(r)
+    s["stages"] = list(stages)
+    s["stage_parts"] = {st: [p for p, _, _ in parts] for st, parts in SUBSTAGES.items()
+                        if all(p in stages for p, _, _ in parts)}
     s["dominant_stage"] = None if all_zero else means.row(0)[0]
     s["tail"], s["concurrency"], s["phase"], s["network_fit"] = {}, {}, {}, {}
     s["connections_management"] = d.connection_totals
     notes: list[str] = []
     if not all_zero:
         out.extend(_body_findings(d, levels, s, overall, means, shares, notes))
+    out = _gloss_first_mention(out)
     if d.rejected.height:
         out.append(f"{d.rejected.height:,} input row(s) rejected and not analysed: "
                    + ", ".join(f"{k} {v:,}" for k, v in s["rejected_by_reason"].items()) + ".")
@@ -665,7 +694,7 @@ def _body_findings(d: Dissection, levels: Sequence[float], s: dict[str, Any], ov
         if not row["latency_mean_us"]:
             per_op.append(f"{row['op']} all stages 0")
             continue
-        best = max(STAGES, key=lambda st: row[f"{st}_share"] or 0)
+        best = max(stages_of(r), key=lambda st: row[f"{st}_share"] or 0)
         per_op.append(f"{row['op']} {best} {_pct(row[f'{best}_share'])}")
     one, at = _largest_share(r, f"{top}_ns")
     alone = (f" (one RPC, at {at}, carries {_pct(one)} of it)" if one is not None and one > MOST_OF_THE_MEAN
