@@ -9,7 +9,10 @@ exporter one document): ``resourceSpans[].resource.attributes``, ``resourceSpans
 ``events`` (``timeUnixNano``, ``name``, ``attributes``).
 
 Join: a server span belongs to the client span whose ``spanId`` is its ``parentSpanId`` within the
-same ``traceId`` (the gRPC client/server instrumentations propagate context this way). Unmatched
+same ``traceId`` (the gRPC client/server instrumentations propagate context this way). Ids are
+compared normalised (:func:`_norm_id`: hex in any case, leading zeros or not, or base64), and trace
+ids by their low 64 bits, so a 64-bit trace id on one side (Zipkin/B3 style, or zero-padded) meets
+the 128-bit one on the other (a note counts such joins). Unmatched
 client or server spans, and second server spans under one client span, are rejected rows.
 
 Timestamps (each on its span's host clock). Events named ``ddlscope.*`` give exact stage bounds;
@@ -88,17 +91,39 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _norm_id(value: Any) -> str:
-    """Hex id, lower case (OTLP/JSON uses hex; protobuf's JSON mapping base64, accepted too)."""
-    if not value:
+TRACE_ID_BYTES = 16
+"""A W3C / OpenTelemetry trace id: 16 bytes (32 hex digits)."""
+SPAN_ID_BYTES = 8
+"""A span id: 8 bytes (16 hex digits)."""
+
+
+def _norm_id(value: Any, size: int = SPAN_ID_BYTES) -> str:
+    """An id as lower-case hex zero-padded to ``size`` bytes, whichever way it is written: hex in
+    either case and with or without leading zeros (OTLP/JSON; Zipkin and B3 also write 64-bit
+    trace ids as 16 hex digits), or base64 of the 8 or 16 id bytes (protobuf's JSON mapping of
+    ``bytes``, with or without padding). Anything else is returned as given (it then only matches
+    itself)."""
+    if value is None or value == "" or isinstance(value, bool):
         return ""
-    s = str(value)
-    if len(s) in (16, 32) and _HEX_ID.fullmatch(s):
-        return s.lower()
+    s = str(value).strip()
+    if _HEX_ID.fullmatch(s) and len(s) <= 2 * size:
+        return s.lower().rjust(2 * size, "0")
+    if _HEX_ID.fullmatch(s) and len(s) <= 32 and int(s, 16) < 1 << (8 * size):  # zero-padded beyond its size
+        return f"{int(s, 16):0{2 * size}x}"
     try:
-        return base64.b64decode(s, validate=True).hex()
+        raw = base64.b64decode(s + "=" * (-len(s) % 4), validate=True)
     except (binascii.Error, ValueError):
         return s
+    if len(raw) in (SPAN_ID_BYTES, TRACE_ID_BYTES) and int.from_bytes(raw, "big") < 1 << (8 * size):
+        return f"{int.from_bytes(raw, 'big'):0{2 * size}x}"
+    return s
+
+
+def _trace_key(trace: str) -> str:
+    """The join key of a normalised trace id: its low 64 bits (the last 16 hex digits), so that a
+    64-bit (or zero-padded) trace id on one side meets the 128-bit id on the other, as
+    OpenTelemetry's Zipkin/B3 interoperability does (the high 64 bits are zero there)."""
+    return trace[-16:] if len(trace) == 2 * TRACE_ID_BYTES and _HEX_ID.fullmatch(trace) else trace
 
 
 def _any_value(v: Any) -> Any:
@@ -189,7 +214,8 @@ def _spans(docs: list[tuple[dict, int | None]], span_line: dict[str, int]) -> tu
                     events = [(_to_int(e.get("timeUnixNano", e.get("time_unix_nano"))), e.get("name", ""),
                                _attrs(e.get("attributes"))) for e in sp.get("events", []) or []]
                     out.append({
-                        "kind": kind, "trace": _norm_id(sp.get("traceId", sp.get("trace_id"))), "span": sid,
+                        "kind": kind, "trace": _norm_id(sp.get("traceId", sp.get("trace_id")), TRACE_ID_BYTES),
+                        "span": sid,
                         "parent": _norm_id(sp.get("parentSpanId", sp.get("parent_span_id"))),
                         "name": sp.get("name", ""),
                         "start": _to_int(start := sp.get("startTimeUnixNano", sp.get("start_time_unix_nano"))),
@@ -276,13 +302,14 @@ def _read_otlp_raw(path: Path, mapping: ColumnMapping) -> tuple[pl.DataFrame, pl
     servers: dict[tuple[str, str], list[dict]] = {}
     for s in spans:
         if s["kind"] == SPAN_KIND_SERVER:
-            servers.setdefault((s["trace"], s["parent"]), []).append(s)
+            servers.setdefault((_trace_key(s["trace"]), s["parent"]), []).append(s)
     rejected: list[tuple[int, str, str]] = [(ln, "unparseable_line", d) for ln, d in bad_lines]
     matched_keys = set()
     rows: list[dict[str, Any]] = []
     fallback_counts: dict[str, int] = {}
+    low_64 = 0
     for c in clients:
-        key = (c["trace"], c["span"])
+        key = (_trace_key(c["trace"]), c["span"])
         cands = sorted(servers.get(key, []), key=lambda s: (s["start"] is None, s["start"] or 0))
         if not cands:
             rejected.append((c["line"], "unmatched_client_span", f"traceId={c['trace']} spanId={c['span']} "
@@ -290,6 +317,7 @@ def _read_otlp_raw(path: Path, mapping: ColumnMapping) -> tuple[pl.DataFrame, pl
             continue
         matched_keys.add(key)
         s = cands[0]
+        low_64 += s["trace"] != c["trace"]
         for extra in cands[1:]:
             rejected.append((extra["line"], "duplicate_server_span",
                              f"traceId={extra['trace']} spanId={extra['span']} parentSpanId={extra['parent']}"))
@@ -335,12 +363,15 @@ def _read_otlp_raw(path: Path, mapping: ColumnMapping) -> tuple[pl.DataFrame, pl
         if (trace, parent) not in matched_keys:
             for s in group:
                 rejected.append((s["line"], "unmatched_server_span",
-                                 f"traceId={trace} spanId={s['span']} parentSpanId={parent or '(none)'}"))
+                                 f"traceId={s['trace']} spanId={s['span']} parentSpanId={parent or '(none)'}"))
     notes = _defaults(rows, mapping)
     for row in rows:
         row.pop("_server_attrs")
         row.pop("_client_events")
     notes += [f"{n} of {len(rows)} RPCs: {k} (no ddlscope.* event)" for k, n in sorted(fallback_counts.items())]
+    if low_64:
+        notes.append(f"{low_64} server span(s) joined to their client span by the low 64 bits of the trace id (the "
+                     "two sides write it with different widths, e.g. 64 and 128 bits)")
     if other:
         notes.append(f"{other} span(s) neither CLIENT nor SERVER ignored")
     raw = _frame(rows).with_columns(pl.lit(str(path)).alias("log_file"), pl.col("log_line").cast(pl.Int64))
