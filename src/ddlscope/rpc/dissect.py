@@ -53,7 +53,8 @@ class Dissection:
     """Everything :func:`dissect` found; every table is a Polars DataFrame.
 
     Attributes:
-        rpcs: one row per RPC: the input columns, ``<stage>_ns``, ``latency_ns``, the in-flight
+        rpcs: one row per RPC (those :func:`split_implausible` set aside are in ``rejected``): the
+            input columns, ``<stage>_ns`` (with the parts of split stages), ``latency_ns``, the in-flight
             counts (:mod:`~ddlscope.rpc.concurrency`), ``connection_event``, ``connect_ns``,
             ``connect_in_queue_ns``, ``message_bytes``, ``iteration_phase`` and
             ``iteration_phase_bin``.
@@ -627,8 +628,11 @@ def findings(d: Dissection, levels: Sequence[float] = TAIL_LEVELS) -> tuple[list
         top stage, its dominant and excess share, top server), ``concurrency``
         (latency slopes per measure), ``connections_management`` (totals), ``phase`` (per
         pulls/pushes: mean phase, busiest quarter and its share),
-        ``network_fit`` (per op alpha and effective bandwidth), ``warnings`` (see
-        :func:`time_unit_warning`), ``notes``.
+        ``network_fit`` (per op alpha and effective bandwidth), ``stages`` (the stages analysed,
+        :func:`~ddlscope.rpc.schema.stages_of`), ``stage_parts`` (the stages split into parts),
+        ``concurrency_effect`` (:func:`concurrency_sentence`), ``implausible_latency`` (the RPCs
+        set aside by :func:`split_implausible`), ``largest_rpc_share_of_latency``, ``warnings``
+        (time unit, RPCs set aside, one RPC carrying most of the mean), ``notes``.
     """
     r = d.rpcs
     out: list[str] = []
