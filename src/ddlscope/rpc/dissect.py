@@ -361,7 +361,8 @@ def time_unit_warning(p50_us: float | None, time_unit: str | None) -> str | None
 
 MOST_OF_THE_MEAN = 0.5
 """One RPC whose latency is more than this share of the sum of all latencies "carries most of the
-mean": the mean and the stage shares then describe that RPC rather than the log (a warning)."""
+mean": the mean and the stage shares then describe that RPC rather than the log (a warning, from
+:data:`MIN_FIT_RPCS` RPCs on: in a handful of RPCs one of them always weighs much)."""
 
 
 def _largest_share(r: pl.DataFrame, column: str = LATENCY_COLUMN) -> tuple[float | None, str | None]:
@@ -392,7 +393,7 @@ def _implausible_warning(info: dict[str, Any], r: pl.DataFrame) -> str | None:
 
 def _one_rpc_warning(share: float | None, at: str | None, r: pl.DataFrame) -> str | None:
     """The warning when one RPC carries more than :data:`MOST_OF_THE_MEAN` of the total latency."""
-    if share is None or share <= MOST_OF_THE_MEAN or r.height < 2:
+    if share is None or share <= MOST_OF_THE_MEAN or r.height < MIN_FIT_RPCS:
         return None
     return (f"one RPC (at {at}) carries {_pct(share)} of the total latency of the {_rpcs(r.height)}: the mean and "
             "the stage shares describe that RPC more than the log; read the percentiles")
@@ -702,7 +703,7 @@ def _body_findings(d: Dissection, levels: Sequence[float], s: dict[str, Any], ov
         per_op.append(f"{row['op']} {best} {_pct(row[f'{best}_share'])}")
     one, at = _largest_share(r, f"{top}_ns")
     alone = (f" (one RPC, at {at}, carries {_pct(one)} of it)" if one is not None and one > MOST_OF_THE_MEAN
-             and r.height > 1 else "")
+             and r.height >= MIN_FIT_RPCS else "")
     out.append(f"Dominant stage: {top} takes {_pct(shares[top])} of the mean RPC time{alone}; "
                f"second {means.row(1)[0]} ({_pct(shares[means.row(1)[0]])}). Largest stage per op: "
                + "; ".join(per_op) + ".")
