@@ -159,3 +159,48 @@ def test_the_reader_restores_the_garbage_collector(tmp_path):
         assert not gc.isenabled()  # a caller's own pause is left as it was
     finally:
         gc.enable()
+
+
+def _with_ids(doc: dict, ids: dict[str, dict[str, str]]) -> dict:
+    """``doc`` with the fields of the spans named by their spanId replaced (``ids[spanId]``)."""
+    for rs in doc["resourceSpans"]:
+        for ss in rs["scopeSpans"]:
+            for sp in ss["spans"]:
+                sp.update(ids.get(sp["spanId"], {}))
+    return doc
+
+
+def test_trace_ids_of_other_widths_cases_and_encodings_are_joined(tmp_path):
+    import base64
+
+    doc = json.loads((DATA / "grpc_ps_ddlscope.otlp.json").read_text())
+    b64 = base64.b64encode(bytes.fromhex("5b8efff798038103d269b633813fc60c")).decode()   # 24 chars, "==" padded
+    parent_b64 = base64.b64encode(bytes.fromhex("eee19b7ec3c1b174")).decode().rstrip("=")  # 11 chars, unpadded
+    doc = _with_ids(doc, {
+        # RPC 1001: the server span carries the low 64 bits of its client's 128-bit trace id, in upper case
+        "53995c3f42cd8ad8": {"traceId": "A3CE929D0E0E4736"},
+        # RPC 1002: the server span's trace id in base64, its parent span id in unpadded base64
+        "2a1c3c8e4b7f0d11": {"traceId": b64, "parentSpanId": parent_b64},
+    })
+    path = tmp_path / "ids.json"
+    path.write_text(json.dumps(doc))
+    log = read_rpc_log(path)
+    assert sorted(log.frame.get_column("rpc_id").to_list()) == [1001, 1002]
+    assert log.frame.sort("rpc_id").get_column("trace_id").to_list() == [
+        "4bf92f3577b34da6a3ce929d0e0e4736", "5b8efff798038103d269b633813fc60c"]
+    assert f"{path}: 1 server span(s) joined to their client span by the low 64 bits of the trace id (the two " \
+           "sides write it with different widths, e.g. 64 and 128 bits)" in log.notes
+    reasons = sorted(log.rejected.get_column("reason").to_list())
+    assert reasons == ["duplicate_server_span", "unmatched_client_span", "unmatched_server_span"]  # as unmodified
+
+
+def test_a_64_bit_client_trace_id_meets_its_zero_padded_server_form(tmp_path):
+    doc = _with_ids(json.loads((DATA / "grpc_ps_ddlscope.otlp.json").read_text()), {
+        "eee19b7ec3c1b174": {"traceId": "d269b633813fc60c"},                       # client: 64-bit
+        "2a1c3c8e4b7f0d11": {"traceId": "0000000000000000d269b633813fc60c"},       # server: zero-padded
+    })
+    path = tmp_path / "ids64.json"
+    path.write_text(json.dumps(doc))
+    log = read_rpc_log(path)
+    assert sorted(log.frame.get_column("rpc_id").to_list()) == [1001, 1002]
+    assert not any("low 64 bits" in n for n in log.notes)   # both normalise to the same 128-bit form

@@ -3,12 +3,15 @@ bytes and installs computed by hand (arithmetic in the comments)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
+from typer.testing import CliRunner
 
+from ddlscope.cli.main import app
 from ddlscope.skew.offload import (
     SpaceSaving,
     SwitchLayout,
@@ -17,6 +20,8 @@ from ddlscope.skew.offload import (
     simulate_offload,
 )
 from ddlscope.skew.streams import emulate_training, read_text_tokens, read_update_table
+
+runner = CliRunner(env={"COLUMNS": "200"})
 
 # entry = 2 values x 4 B + 8 B key + 8 B metadata = 24 B; a row message = 2 x 4 B + 8 B key = 16 B
 LAYOUT = SwitchLayout(embedding_dim=2)
@@ -172,3 +177,73 @@ def test_bad_arguments(push_trace) -> None:
         simulate_offload(push_trace, LAYOUT, [100], ("lru",))
     with pytest.raises(ValueError, match=r"warmup_iterations: expected 1\.\.3"):
         simulate_offload(push_trace, LAYOUT, [100], warmup_iterations=4)
+
+
+# -- the embedding dimension of an RPC log ------------------------------------------------------------
+
+def _ps_log(tmp_path: Path, dim: int = 32, run_json: dict | None = None) -> Path:
+    """A ps-train-style log: per iteration a pull_sparse of n keys (response = 60 B framing + n x dim x 4 B,
+    pstrain.wire: 36 B header + 8 B array header + 2 x 8 B shape) and a push_sparse of the same keys."""
+    client = {"client_issue_ns": 0, "client_send_start_ns": 10, "client_send_end_ns": 30, "client_recv_end_ns": 200,
+              "client_done_ns": 210}
+    server = {"server_recv_start_ns": 1000, "server_recv_end_ns": 1020, "server_proc_start_ns": 1050,
+              "server_proc_end_ns": 1100, "server_send_end_ns": 1120}
+    rows = []
+    for it, keys in enumerate([[1, 2, 3], [1, 4], [1, 2, 5, 6], [2, 7]]):
+        n = len(keys)
+        common = {"worker_id": 0, "server_id": 0, "connection_id": 0, "iteration": it, "num_keys": n, "keys": keys,
+                  **client, **server}
+        rows.append({**common, "rpc_id": 2 * it, "op": "pull_sparse", "request_bytes": 60 + 8 * n,
+                     "response_bytes": 60 + n * dim * 4})
+        rows.append({**common, "rpc_id": 2 * it + 1, "op": "push_sparse", "request_bytes": 120 + n * (8 + dim * 4),
+                     "response_bytes": 36})
+    log = tmp_path / "rpcs.parquet"
+    pl.DataFrame(rows).write_parquet(log)
+    if run_json is not None:
+        (tmp_path / "run.json").write_text(json.dumps(run_json))
+    return log
+
+
+def test_the_dimension_is_read_from_pull_response_sizes(tmp_path: Path) -> None:
+    from ddlscope.skew.offload import choose_embedding_dim, embedding_dim_from_sizes
+
+    frame = pl.read_parquet(_ps_log(tmp_path, dim=32))
+    dim, detail = embedding_dim_from_sizes(frame)
+    # slope of response bytes on keys: 32 x 4 = 128 B per key
+    assert dim == 32
+    assert detail == "pull_sparse responses grow by 128 B per key over 4 RPCs (R² 1.0000): 32 values of 4 B"
+    assert choose_embedding_dim(None, tmp_path / "rpcs.parquet", frame).source == "message sizes"
+    assert choose_embedding_dim(8, tmp_path / "rpcs.parquet", frame).dim == 8   # --dim overrides
+
+
+def test_the_dimension_comes_from_run_json_first(tmp_path: Path) -> None:
+    from ddlscope.skew.offload import choose_embedding_dim
+
+    log = _ps_log(tmp_path, dim=16, run_json={"model": {"tables": [{"table_id": 0, "dim": 32},
+                                                                   {"table_id": 1, "dim": 32}]}})
+    chosen = choose_embedding_dim(None, log, pl.read_parquet(log))
+    assert (chosen.dim, chosen.source) == (32, "run.json")
+    assert chosen.detail == f"embedding dimension 32 from {tmp_path / 'run.json'}: model.tables dim 32"
+
+
+def test_offload_of_a_ps_train_log_uses_its_dimension_not_64(tmp_path: Path) -> None:
+    log = _ps_log(tmp_path, dim=32)
+    res = runner.invoke(app, ["rpc", "offload", str(log), "-b", "64KiB", "-p", "static", "--warmup-iterations", "1",
+                              "-f", "json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    # entry = 32 x 4 + 8 + 8 = 144 B (with the assumed 64: 272 B)
+    assert summary["entry_bytes"] == 144 and summary["embedding_dim"] == 32
+    assert summary["embedding_dim_source"] == "message sizes"
+    assert "note: embedding dimension 32: pull_sparse responses grow by 128 B per key" in " ".join(res.output.split())
+
+
+def test_offload_warns_when_the_dimension_must_be_assumed(tmp_path: Path) -> None:
+    log = _ps_log(tmp_path, dim=32)
+    pl.read_parquet(log).filter(pl.col("op") == "push_sparse").write_parquet(log)   # no pull responses
+    res = runner.invoke(app, ["rpc", "offload", str(log), "-b", "64KiB", "-p", "static", "--warmup-iterations", "1",
+                              "-f", "json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["entry_bytes"] == 272   # 64 x 4 + 8 + 8
+    assert ("warning: embedding dimension not known (no " in " ".join(res.output.split())
+            and "assuming 64; give --dim" in " ".join(res.output.split()))

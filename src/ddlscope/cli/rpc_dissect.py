@@ -49,10 +49,12 @@ def register(rpc_app: typer.Typer) -> None:
 
         Decomposes every RPC into client queue, client send, network, server receive, server queue,
         server processing, server send and client completion (single-clock differences, so clock
-        skew between hosts cancels); reports p50/p90/p99/p99.9 per op, server, connection and
-        iteration phase; attributes the slowest 1% and 0.1% to stages and servers; and measures the
-        contributors: concurrent reads/writes in flight, connection set-ups and reconnects, message
-        size and iteration phase. Rows that fail a check are counted by reason with file:line.
+        skew between hosts cancels; with ps-train's server_dispatch_ns/server_handler_start_ns the
+        server receive and queue split further, naming the sync wait); reports p50/p90/p99/p99.9
+        per op, server, connection and iteration phase; attributes the slowest 1% and 0.1% to
+        stages and servers; and measures the contributors: concurrent reads/writes in flight,
+        connection set-ups and reconnects, message size and iteration phase. Rows that fail a
+        check are counted by reason with file:line.
         """
         from ddlscope.report.outdir import check_report_dir, clear_previous_report
         from ddlscope.rpc.validate import ColumnMapping

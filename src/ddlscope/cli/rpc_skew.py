@@ -205,8 +205,9 @@ def register(rpc_app: typer.Typer) -> None:
         policy: Annotated[list[str] | None, typer.Option("--policy", "-p", help=f"hot-set policy, repeatable: "
                                                                              f"{', '.join(POLICIES)} (default all)")
                           ] = None,
-        dim: Annotated[int, typer.Option("--dim", help="embedding dimension (values per row)")
-                       ] = DEFAULT_EMBEDDING_DIM,
+        dim: Annotated[int | None, typer.Option("--dim", help="embedding dimension (values per row); default: "
+                                                 "from the log's ps-train run.json or its pull response sizes, "
+                                                 f"else {DEFAULT_EMBEDDING_DIM} (with a warning)")] = None,
         value_bytes: Annotated[int, typer.Option("--value-bytes", help="bytes per value in the switch (32-bit "
                                                                        "integer registers)")] = DEFAULT_VALUE_BYTES,
         key_bytes: Annotated[int, typer.Option("--key-bytes", help="per-entry key bytes")] = DEFAULT_KEY_BYTES,
@@ -246,7 +247,8 @@ def register(rpc_app: typer.Typer) -> None:
         unknown = [p for p in policies if p not in POLICIES]
         if unknown:
             raise ValueError(f"--policy: expected some of {', '.join(POLICIES)}, got {', '.join(unknown)}")
-        for name, value, least in (("--dim", dim, 1), ("--value-bytes", value_bytes, 1), ("--key-bytes", key_bytes, 0),
+        for name, value, least in (("--dim", dim or 1, 1), ("--value-bytes", value_bytes, 1),
+                                   ("--key-bytes", key_bytes, 0),
                                    ("--metadata-bytes", metadata_bytes, 0), ("--wire-value-bytes", wire_value_bytes, 1),
                                    ("--refresh-iterations", refresh, 1), ("--workers", workers, 1),
                                    ("--batch-events", batch_events, 1)):
@@ -256,17 +258,26 @@ def register(rpc_app: typer.Typer) -> None:
             raise ValueError(f"--warmup-iterations: expected >= 1, got {warmup}")
         if not ss_counters >= 1:
             raise ValueError(f"--ss-counters: expected >= 1 counter per switch entry, got {ss_counters}")
-        from ddlscope.skew.offload import SwitchLayout, budgets_for, prepare_trace, simulate_offload
+        from ddlscope.skew.offload import (
+            SwitchLayout,
+            budgets_for,
+            choose_embedding_dim,
+            prepare_trace,
+            simulate_offload,
+        )
 
-        layout = SwitchLayout(dim, value_bytes, key_bytes, metadata_bytes, wire_value_bytes)
         budgets = [parse_bytes(b) for b in budget] if budget else None
-        for text, b in zip(budget or [], budgets or [], strict=True):
-            if b < layout.entry_bytes:
-                raise ValueError(
-                    f"--budget {text}: holds no switch entry; an entry takes {layout.entry_bytes} B ({dim} x "
-                    f"{value_bytes} B values + {key_bytes} B key + {metadata_bytes} B metadata): give at least "
-                    f"{layout.entry_bytes}B")
 
+        def check_budgets(layout: SwitchLayout) -> None:
+            for text, b in zip(budget or [], budgets or [], strict=True):
+                if b < layout.entry_bytes:
+                    raise ValueError(
+                        f"--budget {text}: holds no switch entry; an entry takes {layout.entry_bytes} B "
+                        f"({layout.embedding_dim} x {value_bytes} B values + {key_bytes} B key + {metadata_bytes} B "
+                        f"metadata): give at least {layout.entry_bytes}B")
+
+        if dim is not None:  # known before the source is read
+            check_budgets(SwitchLayout(dim, value_bytes, key_bytes, metadata_bytes, wire_value_bytes))
 
         from ddlscope.report.console import emit
         from ddlscope.rpc import decompose
@@ -285,6 +296,15 @@ def register(rpc_app: typer.Typer) -> None:
         if (hint := replay_hint(stream, workers, batch_events)) is not None:
             raise ValueError(f"{stream.source}: the offload simulation needs at least 2 iterations (warm-up + "
                              f"evaluation): {hint}")
+        chosen = choose_embedding_dim(dim, source if resolved == "rpc_log" else None,
+                                      log_read.log.frame if log_read is not None and log_read.log is not None else None,
+                                      wire_value_bytes)
+        if chosen.assumed:
+            err_console.print(f"[yellow]warning:[/yellow] {chosen.detail}")
+        elif chosen.source != "option":
+            err_console.print(f"note: {chosen.detail}")
+        layout = SwitchLayout(chosen.dim, value_bytes, key_bytes, metadata_bytes, wire_value_bytes)
+        check_budgets(layout)
         trained = emulate_training(stream, workers=workers, batch_events=batch_events)
         trace = prepare_trace(trained)
         budgets = budgets or budgets_for(stream.num_keys, layout)
@@ -310,10 +330,13 @@ def register(rpc_app: typer.Typer) -> None:
             emit(res.table.select(cols), "table",
                  title=f"Switch offload what-if: {stream.source} ({trace.num_keys:,} keys, "
                        f"{res.evaluation_iterations} evaluated iterations)",
-                 extra={"notes": " | ".join([*trained.notes[len(stream.notes):], *res.notes])})
+                 extra={"embedding dimension": f"{chosen.dim} ({chosen.source})",
+                        "notes": " | ".join([*trained.notes[len(stream.notes):], *res.notes])})
         else:
-            emit(res.table, fmt, extra=None if fmt == "csv" else {k: v for k, v in res.summary().items()
-                                                                   if k != "curve"})
+            emit(res.table, fmt, extra=None if fmt == "csv" else {
+                **{k: v for k, v in res.summary().items() if k != "curve"},
+                "embedding_dim": chosen.dim, "embedding_dim_source": chosen.source,
+                "embedding_dim_detail": chosen.detail})
         if report is not None:
             path = _write_report(report, overwrite, "offload_report", res, stream.source)
             err_console.print(f"report: {path}")

@@ -12,7 +12,7 @@ from matplotlib.ticker import MaxNLocator
 from ddlscope.report.figures import new_figure, no_data
 from ddlscope.report.html import HtmlReport
 from ddlscope.rpc.dissect import Dissection
-from ddlscope.rpc.schema import LATENCY_COLUMN, OPS, STAGES
+from ddlscope.rpc.schema import ALL_STAGES, LATENCY_COLUMN, OPS, stages_of
 from ddlscope.rpc.tail import tail_label
 from ddlscope.rpc.validate import REJECT_REASONS
 
@@ -21,19 +21,24 @@ STAGE_COLORS: dict[str, str] = {
     "client_send": "#c5b0d5",
     "network": "#d62728",
     "server_receive": "#aec7e8",
+    "server_thread_wait": "#c7d9ee",
+    "server_read": "#aec7e8",
     "server_queue": "#ff7f0e",
+    "server_decode": "#ffbb78",
+    "server_sync_wait": "#e6550d",
     "server_processing": "#1f77b4",
     "server_send": "#17becf",
     "client_completion": "#8c8c8c",
 }
-"""One colour per RPC stage, the same in every figure (network as in the step-time figures)."""
+"""One colour per RPC stage, the same in every figure (network as in the step-time figures); the
+parts of a split stage in shades of its colour (the sync wait the darkest)."""
 
 OP_COLORS: dict[str, str] = {
     "pull_sparse": "#1f77b4", "pull_dense": "#6baed6", "push_sparse": "#d62728", "push_dense": "#fc9272",
 }
 """One colour per op: pulls blue, pushes red, dense lighter."""
 
-STAGE_LABELS: dict[str, str] = {s: s.replace("_", " ") for s in STAGES}
+STAGE_LABELS: dict[str, str] = {s: s.replace("_", " ") for s in ALL_STAGES}
 
 MIN_BIN_RPCS = 20
 """Bins with fewer RPCs get no p99 point in the profile figures (a p99 of a handful is noise)."""
@@ -53,19 +58,20 @@ def stage_breakdown_figure(d: Dissection) -> Figure:
     """Mean time per stage, stacked, per op: all RPCs (left) and the op's slowest 1 % (right)."""
     fig, axes = new_figure(10.0, 3.6, ncols=2)
     ops = _ops(d.rpcs)
+    stages = stages_of(d.rpcs)
     tail = d.tail.filter(pl.col("tail") == tail_label(0.99))
     panels = [
-        ("all RPCs", {row["op"]: [row[f"{s}_mean_us"] for s in STAGES]
+        ("all RPCs", {row["op"]: [row[f"{s}_mean_us"] for s in stages]
                       for row in d.stage_summary.iter_rows(named=True)}),
         ("slowest 1% of each op", {
             op: [tail.filter((pl.col("scope") == op) & (pl.col("stage") == s)).get_column("mean_tail_us").sum()
-                 for s in STAGES] for op in ops}),
+                 for s in stages] for op in ops}),
     ]
     for ax, (title, data) in zip(axes, panels, strict=True):
         y = np.arange(len(ops))
         left = np.zeros(len(ops))
-        for i, s in enumerate(STAGES):
-            vals = np.array([data.get(op, [0.0] * len(STAGES))[i] for op in ops], dtype=float)
+        for i, s in enumerate(stages):
+            vals = np.array([data.get(op, [0.0] * len(stages))[i] for op in ops], dtype=float)
             ax.barh(y, vals, left=left, color=STAGE_COLORS[s], label=STAGE_LABELS[s], height=0.6)
             left += vals
         ax.set_yticks(y, ops)
@@ -124,20 +130,21 @@ def tail_stages_figure(d: Dissection) -> Figure:
             ax.set_title(title)
         return fig
     t = t.filter(pl.col("tail").is_in(tails))
-    y = np.arange(len(STAGES))
+    stages = stages_of(d.rpcs)
+    y = np.arange(len(stages))
     h = 0.8 / max(len(tails), 1)
     shades = ["#444444", "#bbbbbb", "#888888"]
     for ax, col, title in ((axes[0], "dominant_share", "longest stage: share of the tail RPCs"),
                            (axes[1], "excess_share", "share of the tail's excess latency")):
         for j, tl in enumerate(tails):
             vals = [t.filter((pl.col("tail") == tl) & (pl.col("stage") == s)).get_column(col).fill_null(0.0).sum()
-                    for s in STAGES]
+                    for s in stages]
             ax.barh(y + (j - (len(tails) - 1) / 2) * h, vals, height=h, color=shades[j % 3], label=tl)
         ax.set_title(title)
         ax.set_xlabel("share")
         ax.axvline(0, color="#333", lw=0.8)
         ax.grid(axis="y", visible=False)
-    axes[0].set_yticks(y, [STAGE_LABELS[s] for s in STAGES])
+    axes[0].set_yticks(y, [STAGE_LABELS[s] for s in stages])
     axes[0].invert_yaxis()
     axes[0].legend(frameon=False, loc="lower right")
     return fig
@@ -188,8 +195,14 @@ def concurrency_figure(d: Dissection, measure: str = "server_other_conn") -> Fig
             w = p.get_column("rpcs").to_numpy()
             xm = float(np.average(x, weights=w))
             ym = float(np.average(p.get_column("latency_mean_us").to_numpy(), weights=w))
+            effect = d.summary.get("concurrency_effect", {})
+            kind = effect.get(counted[:-1], {})
+            r2 = effect.get("r2")
+            strength = (f" (R² {100 * r2:.2g}%{'' if kind.get('measurable') else ', no measurable effect'})"
+                        if measure == "server_other_conn" and r2 is not None else "")
             ax.plot(x, ym + slope * (x - xm), "--", color="#333", lw=1,
-                    label=f"linear fit: {'+' if slope >= 0 else '-'}{_duration(abs(slope))} per {counted[:-1]}")
+                    label=f"linear fit: {'+' if slope >= 0 else '-'}{_duration(abs(slope))} per {counted[:-1]}"
+                    f"{strength}")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel(f"other {counted} in flight {where}")
         ax.set_title(f"Latency vs {counted} in flight")
@@ -206,7 +219,7 @@ def concurrency_stages_figure(d: Dissection, measure: str = "server") -> Figure:
               zip(p.get_column("in_flight_lo").to_list(), p.get_column("in_flight_hi").to_list(), strict=True)]
     x = np.arange(p.height)
     bottom = np.zeros(p.height)
-    for s in STAGES:
+    for s in stages_of(d.rpcs):
         vals = p.get_column(f"{s}_mean_us").to_numpy()
         ax.bar(x, vals, bottom=bottom, color=STAGE_COLORS[s], label=STAGE_LABELS[s], width=0.8)
         bottom += vals

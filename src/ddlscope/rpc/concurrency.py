@@ -35,7 +35,7 @@ import numpy as np
 import polars as pl
 
 from ddlscope.rpc.decompose import ns_to_us, percentiles_us
-from ddlscope.rpc.schema import LATENCY_COLUMN, READ_OPS, STAGES, stage_column
+from ddlscope.rpc.schema import LATENCY_COLUMN, READ_OPS, stage_column, stages_of
 
 CONCURRENCY_MEASURES: tuple[str, ...] = ("server", "server_other_conn", "connection", "worker")
 """The in-flight measures; each gives ``<measure>_in_flight_reads`` and ``..._writes``."""
@@ -274,8 +274,9 @@ def concurrency_fit(frame: pl.DataFrame, measures: tuple[str, ...] = CONCURRENCY
         ``partial_r2``: the share of the within-op variance of the stage the two counts explain.
         Slopes are null where the counts do not vary.
     """
-    targets = [*STAGES, "latency"]
-    ycols = [stage_column(s) for s in STAGES] + [LATENCY_COLUMN]
+    stages = stages_of(frame)
+    targets = [*stages, "latency"]
+    ycols = [stage_column(s) for s in stages] + [LATENCY_COLUMN]
     rows = []
     for m in measures:
         rc, wc = in_flight_columns(m)
@@ -361,7 +362,8 @@ def concurrency_profile(frame: pl.DataFrame, column: str, max_bins: int = 24) ->
         .agg(pl.len().cast(pl.Int64).alias("rpcs"), ns_to_us(LATENCY_COLUMN).mean().alias("latency_mean_us"),
              *percentiles_us(LATENCY_COLUMN),
              pl.col(column).max().alias("__max"),
-             *(pl.col(stage_column(s)).cast(pl.Float64).mean().truediv(1e3).alias(f"{s}_mean_us") for s in STAGES))
+             *(pl.col(stage_column(s)).cast(pl.Float64).mean().truediv(1e3).alias(f"{s}_mean_us")
+               for s in stages_of(frame)))
         .sort("__bin")
         .with_columns((pl.col("__bin") * width).cast(pl.Int64).alias("in_flight_lo"),
                       pl.when(pl.col("__bin") == last).then(pl.col("__max"))

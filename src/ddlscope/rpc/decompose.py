@@ -21,8 +21,9 @@ from ddlscope.rpc.schema import (
     SERVER_TIMESTAMPS,
     STAGE_BOUNDS,
     STAGE_COLUMNS,
-    STAGES,
+    SUBSTAGES,
     stage_column,
+    stages_of,
 )
 
 QUANTILES: tuple[float, ...] = (0.5, 0.9, 0.99, 0.999)
@@ -71,6 +72,33 @@ def stage_expressions() -> dict[str, pl.Expr]:
     return {c: exprs[c] for c in (*STAGE_COLUMNS, LATENCY_COLUMN)}
 
 
+def substage_split(frame: pl.DataFrame) -> tuple[dict[str, pl.Expr], list[str]]:
+    """The ``<part>_ns`` expressions of the :data:`~ddlscope.rpc.schema.SUBSTAGES` a table can be
+    split into, and notes on the splits it cannot make.
+
+    A stage is split when the table has every boundary column of its parts (e.g.
+    ``server_handler_start_ns`` for ``server_queue``) and every part is non-null and non-negative
+    in every row (the optional timestamps lie inside their stage); otherwise it stays whole and a
+    note says how many rows prevent the split.
+    """
+    exprs: dict[str, pl.Expr] = {}
+    notes: list[str] = []
+    for stage, parts in SUBSTAGES.items():
+        cols = {c for _, a, b in parts for c in (a, b)}
+        if not cols <= set(frame.columns):
+            continue
+        these = {f"{part}_ns": pl.col(b).cast(pl.Int64) - pl.col(a).cast(pl.Int64) for part, a, b in parts}
+        bad = frame.select(pl.any_horizontal([e.is_null() | (e < 0) for e in these.values()]).sum()).item() \
+            if frame.height else 0
+        if bad:
+            extra = ", ".join(sorted(cols - set(CLIENT_TIMESTAMPS) - set(SERVER_TIMESTAMPS)))
+            notes.append(f"{stage} not split into {', '.join(p for p, _, _ in parts)}: {bad:,} RPC(s) have {extra} "
+                         f"missing or outside the stage")
+            continue
+        exprs.update(these)
+    return exprs, notes
+
+
 def decompose(frame: pl.DataFrame, check: bool = True) -> pl.DataFrame:
     """Add each RPC's stage durations and latency.
 
@@ -84,7 +112,9 @@ def decompose(frame: pl.DataFrame, check: bool = True) -> pl.DataFrame:
     Returns:
         ``frame`` plus ``<stage>_ns`` for each of :data:`~ddlscope.rpc.schema.STAGES` (int64 ns)
         and ``latency_ns = client_done_ns - client_issue_ns``; the stages sum to ``latency_ns``
-        exactly for every row.
+        exactly for every row. Where the log has the optional server timestamps, also the parts
+        of :data:`~ddlscope.rpc.schema.SUBSTAGES` (:func:`substage_split`); each stage's parts sum
+        to it, and :func:`~ddlscope.rpc.schema.stages_of` lists the finest stages.
 
     Raises:
         ValueError: a timestamp column is missing, or (with ``check``) some stage is negative or
@@ -94,6 +124,9 @@ def decompose(frame: pl.DataFrame, check: bool = True) -> pl.DataFrame:
     if missing:
         raise ValueError(f"decompose: missing timestamp column(s) {', '.join(missing)}")
     out = frame.with_columns(**stage_expressions())
+    parts, _ = substage_split(out)
+    if parts:
+        out = out.with_columns(**parts)
     if check and out.height:
         bad = pl.any_horizontal([(pl.col(c) < 0) | pl.col(c).is_null() for c in STAGE_COLUMNS])
         n_bad = out.select(bad.sum()).item()
@@ -161,7 +194,7 @@ def stage_percentiles(
     frame: pl.DataFrame,
     by: str | Sequence[str] | None = None,
     quantiles: Sequence[float] = QUANTILES,
-    stages: Sequence[str] = STAGES,
+    stages: Sequence[str] | None = None,
     threads: int = 2,
 ) -> pl.DataFrame:
     """Percentiles of every stage and of the whole latency, per group.
@@ -170,7 +203,8 @@ def stage_percentiles(
         frame: a decomposed table (:func:`decompose`).
         by: grouping column(s) (e.g. ``"op"``, ``["server_id"]``); None for the whole log.
         quantiles: the quantiles, in (0, 1).
-        stages: the stages to include (``latency`` is always added last, as stage ``"latency"``).
+        stages: the stages to include (``latency`` is always added last, as stage ``"latency"``);
+            default :func:`~ddlscope.rpc.schema.stages_of` the frame.
         threads: columns sorted in parallel (NumPy releases the GIL while sorting).
 
     Returns:
@@ -184,6 +218,7 @@ def stage_percentiles(
         ValueError: a column is missing (the frame was not decomposed).
     """
     keys = [by] if isinstance(by, str) else list(by or [])
+    stages = stages_of(frame) if stages is None else stages
     cols = [stage_column(s) for s in stages] + [LATENCY_COLUMN]
     names = [*stages, "latency"]
     missing = [c for c in (*keys, *cols) if c not in frame.columns]
@@ -228,12 +263,13 @@ def stage_summary(frame: pl.DataFrame, by: str | Sequence[str] | None = "op") ->
 
     Returns:
         One row per group: the ``by`` columns, ``rpcs``, ``latency_mean_us``, and for each stage
-        ``<stage>_mean_us`` and ``<stage>_share`` (mean stage / mean latency; the shares sum to 1).
+        ``<stage>_mean_us`` and ``<stage>_share`` (mean stage / mean latency; the shares sum to 1)
+        for each stage of :func:`~ddlscope.rpc.schema.stages_of` the frame.
     """
     keys = [by] if isinstance(by, str) else list(by or [])
     lat = pl.col(LATENCY_COLUMN).cast(pl.Float64).mean() / 1e3
     aggs = [pl.len().cast(pl.Int64).alias("rpcs"), lat.alias("latency_mean_us")]
-    for s in STAGES:
+    for s in stages_of(frame):
         m = pl.col(stage_column(s)).cast(pl.Float64).mean() / 1e3
         aggs += [m.alias(f"{s}_mean_us"), (m / lat).alias(f"{s}_share")]
     return frame.group_by(keys, maintain_order=True).agg(aggs).sort(keys) if keys else frame.select(aggs)

@@ -19,9 +19,9 @@ import polars as pl
 
 from ddlscope.rpc.concurrency import add_concurrency, concurrency_fit, concurrency_profile, in_flight_columns
 from ddlscope.rpc.connections import add_connection_events, connection_summary, connections_per_server
-from ddlscope.rpc.decompose import decompose, stage_percentiles, stage_summary
+from ddlscope.rpc.decompose import decompose, stage_percentiles, stage_summary, substage_split
 from ddlscope.rpc.readers import RpcLog, read_rpc_log
-from ddlscope.rpc.schema import LATENCY_COLUMN, STAGES
+from ddlscope.rpc.schema import LATENCY_COLUMN, SUBSTAGES, stages_of
 from ddlscope.rpc.size_phase import add_iteration_phase, add_message_bytes, phase_profile, size_fits, size_profile
 from ddlscope.rpc.tail import (
     TAIL_LEVELS,
@@ -53,7 +53,8 @@ class Dissection:
     """Everything :func:`dissect` found; every table is a Polars DataFrame.
 
     Attributes:
-        rpcs: one row per RPC: the input columns, ``<stage>_ns``, ``latency_ns``, the in-flight
+        rpcs: one row per RPC (those :func:`split_implausible` set aside are in ``rejected``): the
+            input columns, ``<stage>_ns`` (with the parts of split stages), ``latency_ns``, the in-flight
             counts (:mod:`~ddlscope.rpc.concurrency`), ``connection_event``, ``connect_ns``,
             ``connect_in_queue_ns``, ``message_bytes``, ``iteration_phase`` and
             ``iteration_phase_bin``.
@@ -75,7 +76,10 @@ class Dissection:
         time_unit: the unit the log's timestamps were read as (``--time-unit``), None when not
             known (an in-memory table).
         warnings: what looks wrong with the input (an implausible median latency: check the time
-            unit), filled by :func:`findings`.
+            unit; RPCs set aside as implausible; one RPC carrying most of the mean), filled by
+            :func:`findings`.
+        implausible: the RPCs set aside by :func:`split_implausible` (``rpcs``, ``bound_us``,
+            ``max_us``, ``first_at``, ``longest_stage``); empty when none was.
     """
 
     rpcs: pl.DataFrame
@@ -100,6 +104,7 @@ class Dissection:
     summary: dict[str, Any] = field(default_factory=dict)
     time_unit: str | None = None
     warnings: list[str] = field(default_factory=list)
+    implausible: dict[str, Any] = field(default_factory=dict)
 
     def rejected_counts(self) -> pl.DataFrame:
         """Rejected rows per reason (:func:`~ddlscope.rpc.validate.rejected_counts`)."""
@@ -146,6 +151,7 @@ def annotate(frame: pl.DataFrame, threads: int = 2) -> tuple[pl.DataFrame, list[
     """
     notes: list[str] = []
     rpcs = decompose(frame)
+    notes.extend(substage_split(rpcs)[1])
     rpcs = add_concurrency(rpcs, threads=threads)
     rpcs, inferred = add_connection_events(rpcs)
     if inferred:
@@ -178,12 +184,68 @@ def _profiles(rpcs: pl.DataFrame) -> pl.DataFrame:
     parts = []
     for m, counted in PROFILES:
         rc, wc = in_flight_columns(m)
-        f = rpcs.select(LATENCY_COLUMN, *(f"{s}_ns" for s in STAGES), rc, wc,
+        f = rpcs.select(LATENCY_COLUMN, *(f"{s}_ns" for s in stages_of(rpcs)), rc, wc,
                         (pl.col(rc) + pl.col(wc)).alias("__total"))
         for col in ({"reads": rc, "writes": wc, "total": "__total"}[counted],):
             p = concurrency_profile(f, col)
             parts.append(p.select(pl.lit(m).alias("measure"), pl.lit(counted).alias("counted"), pl.all()))
     return pl.concat(parts, how="diagonal_relaxed")
+
+
+MAX_PLAUSIBLE_LATENCY_US: float = 60e6
+"""An RPC slower than this (1 min) is set aside as implausible when most RPCs of the log are not
+(:func:`split_implausible`). The same upper bound as :data:`PLAUSIBLE_MEDIAN_LATENCY_US`, ours and
+not from a source: a training step's RPCs do not take minutes, so one RPC of 31 years or an hour
+among thousands of milliseconds is a clock or logging error (a timestamp taken on another clock,
+a field never set), and its duration would otherwise take over every mean and fit."""
+
+
+def split_implausible(frame: pl.DataFrame, bound_us: float = MAX_PLAUSIBLE_LATENCY_US,
+                      ) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]]:
+    """Set aside the RPCs whose latency (``client_done_ns - client_issue_ns``) exceeds ``bound_us``,
+    when they are a minority of the log.
+
+    When most RPCs exceed the bound, nothing is set aside: the whole log is then off (timestamps
+    read in the wrong unit), which the time-unit warning of :func:`findings` says.
+
+    Args:
+        frame: checked rows of an RPC table (:attr:`RpcLog.frame <ddlscope.rpc.readers.RpcLog.frame>`).
+        bound_us: the largest plausible latency, µs.
+
+    Returns:
+        ``(kept, set_aside, info)``: the other rows; the set-aside rows as rejected rows
+        (:data:`~ddlscope.rpc.validate.REJECTED_SCHEMA`, reason ``implausible_latency``, the detail
+        giving the latency and the longest stage); and ``info`` (``rpcs``, ``bound_us``,
+        ``max_us``, ``first_at`` = ``file:line`` of the slowest, ``longest_stage`` of the slowest),
+        empty when none was set aside.
+    """
+    if frame.height == 0:
+        return frame, empty_rejected(), {}
+    latency = pl.col("client_done_ns") - pl.col("client_issue_ns")
+    over = latency > int(bound_us * 1e3)
+    n_over = frame.select(over.sum()).item()
+    if not n_over or 2 * n_over > frame.height:
+        return frame, empty_rejected(), {}
+    bad = decompose(frame.filter(over), check=False)
+    if "log_line" not in bad.columns:
+        bad = bad.with_row_index("log_line", offset=1).with_columns(pl.col("log_line").cast(pl.Int64))
+    if "log_file" not in bad.columns:
+        bad = bad.with_columns(pl.lit("<memory>").alias("log_file"))
+    stages = stages_of(bad)
+    stage_ns = bad.select(f"{st}_ns" for st in stages).to_numpy()
+    longest = [stages[i] for i in stage_ns.argmax(axis=1)]
+    lat_us = (bad.get_column(LATENCY_COLUMN).to_numpy() / 1e3).tolist()
+    details = [f"latency {_us(x)} > {_us(bound_us)} (longest stage {st}, {_us(v / 1e3)})"
+               for x, st, v in zip(lat_us, longest, stage_ns.max(axis=1).tolist(), strict=True)]
+    set_aside = pl.DataFrame({
+        "log_file": bad.get_column("log_file").cast(pl.String), "log_line": bad.get_column("log_line").cast(pl.Int64),
+        "reason": ["implausible_latency"] * bad.height, "detail": details,
+    })
+    worst = max(range(bad.height), key=lat_us.__getitem__)
+    info = {"rpcs": bad.height, "bound_us": bound_us, "max_us": lat_us[worst],
+            "first_at": f"{set_aside['log_file'][worst]}:{set_aside['log_line'][worst]}",
+            "longest_stage": longest[worst]}
+    return frame.filter(~over), set_aside, info
 
 
 def dissect(
@@ -223,7 +285,9 @@ def dissect(
         time_unit = mapping.time_unit if mapping is not None else "ns"
     if log.frame.height == 0:
         raise ValueError(no_rows_message(log))
-    rpcs, notes = annotate(log.frame, threads=threads)
+    frame, set_aside, implausible = split_implausible(log.frame)
+    rejected = pl.concat([log.rejected, set_aside], how="vertical_relaxed") if set_aside.height else log.rejected
+    rpcs, notes = annotate(frame, threads=threads)
     zero = rpcs.select((pl.col(LATENCY_COLUMN) == 0).sum()).item()
     if 0 < zero < rpcs.height:
         notes.append(f"{_rpcs(zero)} ({_pct(zero / rpcs.height)}) have latency 0 (client_done_ns = "
@@ -247,10 +311,11 @@ def dissect(
         tail=tail_attribution(flagged, levels),
         tail_servers=tail_servers(flagged, levels),
         tail_contributors=tail_contributors(flagged, levels),
-        rejected=log.rejected,
+        rejected=rejected,
         files=list(log.files),
         notes=[*log.notes, *notes],
         time_unit=time_unit,
+        implausible=implausible,
     )
     d.findings, d.summary = findings(d, levels)
     return d
@@ -264,13 +329,15 @@ def _finite(x: float | None) -> bool:
 
 def _us(x: float | None) -> str:
     """A duration in µs in the largest unit that keeps it at or above 1: ``476 µs``, ``2.19 ms``,
-    ``1.5 s``, ``2.25 min``, ``37.5 h`` (3 significant digits; ``-`` when unknown)."""
+    ``1.5 s``, ``2.25 min``, ``37.5 h`` (hours up to 10 days), ``12.5 days``, ``31 years`` (a year of
+    365.25 days; 3 significant digits; ``-`` when unknown)."""
     if not _finite(x):
         return "-"
     sign = "-" if x < 0 else ""
     a = abs(x)
-    for unit, size_us in (("h", 3_600e6), ("min", 60e6), ("s", 1e6), ("ms", 1e3)):
-        if a >= size_us:
+    for unit, size_us, least in (("years", 365.25 * 86_400e6, 1), ("days", 86_400e6, 10), ("h", 3_600e6, 1),
+                                 ("min", 60e6, 1), ("s", 1e6, 1), ("ms", 1e3, 1)):
+        if a >= least * size_us:
             return f"{sign}{a / size_us:.3g} {unit}"
     return f"{sign}{a:.3g} µs"
 
@@ -290,6 +357,68 @@ def time_unit_warning(p50_us: float | None, time_unit: str | None) -> str | None
     read_as = f" (the timestamps were read as {time_unit})" if time_unit else ""
     return (f"the median RPC latency is {_us(p50_us)}, implausible for an RPC (expected {_us(low)} to {_us(high)}): "
             f"check --time-unit{read_as}")
+
+
+MOST_OF_THE_MEAN = 0.5
+"""One RPC whose latency is more than this share of the sum of all latencies "carries most of the
+mean": the mean and the stage shares then describe that RPC rather than the log (a warning, from
+:data:`MIN_FIT_RPCS` RPCs on: in a handful of RPCs one of them always weighs much)."""
+
+
+def _largest_share(r: pl.DataFrame, column: str = LATENCY_COLUMN) -> tuple[float | None, str | None]:
+    """The largest single value of ``column`` as a share of its sum, and the ``file:line`` of that
+    RPC (``(None, None)`` when the sum is 0)."""
+    if r.height == 0:
+        return None, None
+    values = r.get_column(column)
+    total = values.cast(pl.Float64).sum()
+    if not total:
+        return None, None
+    i = int(values.arg_max())
+    row = r.row(i, named=True)
+    return float(values[i]) / total, f"{row.get('log_file', '<memory>')}:{row.get('log_line', i + 1)}"
+
+
+def _implausible_warning(info: dict[str, Any], r: pl.DataFrame) -> str | None:
+    """The warning on RPCs set aside by :func:`split_implausible` (None when none was)."""
+    if not info:
+        return None
+    n = info["rpcs"]
+    which = "its" if n == 1 else "the slowest's"
+    return (f"{_rpcs(n)} with a latency above {_us(info['bound_us'])} ({'' if n == 1 else 'up to '}"
+            f"{_us(info['max_us'])}, at {info['first_at']}; {which} longest stage {info['longest_stage']}) "
+            f"{'is' if n == 1 else 'are'} implausible for an RPC and left out of every share, percentile and fit "
+            f"(rejected as implausible_latency; {_rpcs(r.height)} analysed)")
+
+
+def _one_rpc_warning(share: float | None, at: str | None, r: pl.DataFrame) -> str | None:
+    """The warning when one RPC carries more than :data:`MOST_OF_THE_MEAN` of the total latency."""
+    if share is None or share <= MOST_OF_THE_MEAN or r.height < MIN_FIT_RPCS:
+        return None
+    return (f"one RPC (at {at}) carries {_pct(share)} of the total latency of the {_rpcs(r.height)}: the mean and "
+            "the stage shares describe that RPC more than the log; read the percentiles")
+
+
+STAGE_GLOSS: dict[str, str] = {
+    "server_sync_wait": "the wait at the server for the sync barrier, i.e. the other workers' pushes of the previous "
+    "iteration, and for table locks",
+    "server_thread_wait": "waiting for a free server thread",
+}
+"""What the finer server stages of :data:`~ddlscope.rpc.schema.SUBSTAGES` mean, said at their first
+mention in the findings."""
+
+
+def _gloss_first_mention(lines: list[str]) -> list[str]:
+    """The findings with each :data:`STAGE_GLOSS` stage explained in parentheses where first named."""
+    out = list(lines)
+    for stage, gloss in STAGE_GLOSS.items():
+        for i, line in enumerate(out):
+            pos = line.find(stage)
+            if pos >= 0:
+                end = pos + len(stage)
+                out[i] = f"{line[:end]} ({gloss}){line[end:]}"
+                break
+    return out
 
 
 def _pct(x: float | None) -> str:
@@ -369,17 +498,87 @@ def _tail_sentence(level: float, t: pl.DataFrame, srv: dict[str, Any] | None, se
     return text + ".", entry
 
 
-def _slope_text(kind: str, b: float, stages: pl.DataFrame, key: str, first: bool) -> str:
+def _slope_text(kind: str, b: float, stages: pl.DataFrame, key: str, first: bool,
+                ci: tuple[float, float] | None = None) -> str:
     """``each other write ... adds 98.5 µs ...`` or, for a negative slope, ``... is associated
-    with 186 µs less latency``, with the stage that moves most in the same direction."""
+    with 186 µs less latency``, with the stage that moves most in the same direction; ``ci`` (the
+    95 % interval, µs) follows the value."""
     where = "in flight at the same server on another connection " if first else ""
+    interval = f" (95% interval {_us(ci[0])} to {_us(ci[1])})" if ci else ""
     if b >= 0:
         st = stages.sort(key, descending=True, nulls_last=True).row(0, named=True)
-        adds = f"adds {_us(b)} to an RPC's latency" if first else _us(b)
+        adds = f"adds {_us(b)}{interval} to an RPC's latency" if first else f"{_us(b)}{interval}"
         return f"each other {kind} {where}{adds} (most in {st['stage']}, {_us(st[key])})"
     st = stages.sort(key, descending=False, nulls_last=True).row(0, named=True)
-    return (f"each other {kind} {where}is associated with {_us(-b)} less latency (most in {st['stage']}; "
+    return (f"each other {kind} {where}is associated with {_us(-b)}{interval} less latency (most in {st['stage']}; "
             "a correlation, not a saving)")
+
+
+MIN_CONCURRENCY_R2 = 0.05
+"""A concurrency fit whose two counts explain less than this share of the within-op latency
+variance (partial R²) states no per-RPC effect: "no measurable effect". Our threshold, not from a
+source: below 5 % the line is a slope through noise (a 0.3 % fit of a ps-train log quoted "546 µs
+per write" while its slowest 1 % had fewer writes in flight than the rest)."""
+CI_Z = 1.96
+"""A slope is quoted only when its 95 % confidence interval, ``slope ± 1.96 × standard error``
+(normal approximation), excludes 0. The classical standard errors assume independent,
+homoscedastic errors, which queueing latencies are not: the interval is a lower bound on the
+uncertainty, so this is a necessary condition, not a sufficient one."""
+
+
+def concurrency_sentence(lat: dict[str, Any], stages: pl.DataFrame, tail_in_flight: dict[str, tuple[float, float]],
+                         tail: str) -> tuple[str | None, dict[str, Any]]:
+    """The concurrency finding from the latency row of the ``server_other_conn`` fit.
+
+    A per-RPC effect is stated only when the fit explains at least :data:`MIN_CONCURRENCY_R2` of
+    the within-op variance and the slope's 95 % interval (:data:`CI_Z`) excludes 0; otherwise the
+    sentence says "no measurable effect". The strength (R², n) is always in the sentence. A positive
+    effect of writes (or reads) while the tail ``tail`` has *fewer* of them in flight than the rest
+    (``tail_in_flight[kind] = (tail mean, rest mean)``) is said to not explain the tail.
+
+    Args:
+        lat: the fit's ``latency`` row (:func:`~ddlscope.rpc.concurrency.concurrency_fit`).
+        stages: the same measure's rows of the stages (for the stage that moves most).
+        tail_in_flight: mean counts in flight in the tail and in the rest, per ``write``/``read``.
+        tail: the tail's label (``slowest 1%``).
+
+    Returns:
+        ``(sentence or None when no slope is known, summary entry)``: the entry has ``r2``, ``rpcs``,
+        ``min_r2``, and per kind (``write``, ``read``) ``us_per``, ``ci95_us`` and ``measurable``.
+    """
+    r2, n = lat["partial_r2"], lat["rpcs"]
+    effect: dict[str, Any] = {"r2": r2, "rpcs": n, "min_r2": MIN_CONCURRENCY_R2}
+    known = [(kind, f"us_per_{kind}") for kind in ("write", "read") if _finite(lat[f"us_per_{kind}"])]
+    if not known:
+        return None, effect
+    strength = f"R² {_pct(r2)} of the latency variance within an op, n = {_rpcs(n)}"
+    where = "in flight at the same server on other connections"
+    for kind, key in known:
+        b, se = lat[key], lat[f"{key}_se"]
+        ci = (b - CI_Z * se, b + CI_Z * se) if _finite(se) else None
+        measurable = bool(_finite(r2) and r2 >= MIN_CONCURRENCY_R2 and ci is not None and (ci[0] > 0 or ci[1] < 0))
+        effect[kind] = {"us_per": b, "ci95_us": list(ci) if ci else None, "measurable": measurable}
+    if not any(effect[k]["measurable"] for k, _ in known):
+        why = (f"R² below {_pct(MIN_CONCURRENCY_R2)}" if not (_finite(r2) and r2 >= MIN_CONCURRENCY_R2)
+               else "every slope's 95% interval includes 0")
+        return (f"Concurrency: no measurable effect of the reads and writes {where} on an RPC's latency: the two "
+                f"counts explain {_pct(r2)} of the latency variance within an op ({why}; linear fit, op as fixed "
+                f"effect, n = {_rpcs(n)})."), effect
+    parts: list[str] = []
+    for kind, key in known:
+        e = effect[kind]
+        if not e["measurable"]:
+            parts.append(f"no measurable effect of each other {kind} ({_us(e['us_per'])} per {kind}, 95% interval "
+                         f"{_us(e['ci95_us'][0])} to {_us(e['ci95_us'][1])})" if e["ci95_us"] else
+                         f"no measurable effect of each other {kind}")
+            continue
+        text = _slope_text(kind, e["us_per"], stages, key, not parts, tuple(e["ci95_us"]))
+        if e["us_per"] > 0 and kind in tail_in_flight and tail_in_flight[kind][0] < tail_in_flight[kind][1]:
+            t_mean, r_mean = tail_in_flight[kind]
+            text += (f", but the {tail} have fewer {kind}s in flight ({t_mean:.3g}) than the rest ({r_mean:.3g}), "
+                     f"so {kind}s in flight do not explain the tail")
+        parts.append(text)
+    return f"Concurrency ({strength}; linear fit, op as fixed effect): " + "; ".join(parts) + ".", effect
 
 
 def _size_findings(d: Dissection, overall: pl.DataFrame) -> tuple[list[str], list[str]]:
@@ -430,8 +629,11 @@ def findings(d: Dissection, levels: Sequence[float] = TAIL_LEVELS) -> tuple[list
         top stage, its dominant and excess share, top server), ``concurrency``
         (latency slopes per measure), ``connections_management`` (totals), ``phase`` (per
         pulls/pushes: mean phase, busiest quarter and its share),
-        ``network_fit`` (per op alpha and effective bandwidth), ``warnings`` (see
-        :func:`time_unit_warning`), ``notes``.
+        ``network_fit`` (per op alpha and effective bandwidth), ``stages`` (the stages analysed,
+        :func:`~ddlscope.rpc.schema.stages_of`), ``stage_parts`` (the stages split into parts),
+        ``concurrency_effect`` (:func:`concurrency_sentence`), ``implausible_latency`` (the RPCs
+        set aside by :func:`split_implausible`), ``largest_rpc_share_of_latency``, ``warnings``
+        (time unit, RPCs set aside, one RPC carrying most of the mean), ``notes``.
     """
     r = d.rpcs
     out: list[str] = []
@@ -461,17 +663,25 @@ def findings(d: Dissection, levels: Sequence[float] = TAIL_LEVELS) -> tuple[list
     means = overall.filter(pl.col("stage") != "latency").select("stage", "mean_us").sort("mean_us", descending=True)
     shares = {st: (m / lat["mean_us"] if lat["mean_us"] else None) for st, m in means.iter_rows()}
     s["mean_stage_share"] = shares
+    stages = stages_of(r)
+    s["stages"] = list(stages)
+    s["stage_parts"] = {st: [p for p, _, _ in parts] for st, parts in SUBSTAGES.items()
+                        if all(p in stages for p, _, _ in parts)}
     s["dominant_stage"] = None if all_zero else means.row(0)[0]
     s["tail"], s["concurrency"], s["phase"], s["network_fit"] = {}, {}, {}, {}
     s["connections_management"] = d.connection_totals
     notes: list[str] = []
     if not all_zero:
         out.extend(_body_findings(d, levels, s, overall, means, shares, notes))
+    out = _gloss_first_mention(out)
     if d.rejected.height:
         out.append(f"{d.rejected.height:,} input row(s) rejected and not analysed: "
                    + ", ".join(f"{k} {v:,}" for k, v in s["rejected_by_reason"].items()) + ".")
     d.notes.extend(n for n in notes if n not in d.notes)
-    d.warnings = [w for w in (time_unit_warning(lat["p50_us"], d.time_unit),) if w]
+    s["implausible_latency"] = {"rpcs": 0, "bound_us": MAX_PLAUSIBLE_LATENCY_US, **d.implausible}
+    s["largest_rpc_share_of_latency"], largest_at = _largest_share(r)
+    d.warnings = [w for w in (time_unit_warning(lat["p50_us"], d.time_unit), _implausible_warning(d.implausible, r),
+                              _one_rpc_warning(s["largest_rpc_share_of_latency"], largest_at, r)) if w]
     s["warnings"] = d.warnings
     s["notes"] = d.notes
     s["findings"] = out
@@ -489,9 +699,12 @@ def _body_findings(d: Dissection, levels: Sequence[float], s: dict[str, Any], ov
         if not row["latency_mean_us"]:
             per_op.append(f"{row['op']} all stages 0")
             continue
-        best = max(STAGES, key=lambda st: row[f"{st}_share"] or 0)
+        best = max(stages_of(r), key=lambda st: row[f"{st}_share"] or 0)
         per_op.append(f"{row['op']} {best} {_pct(row[f'{best}_share'])}")
-    out.append(f"Dominant stage: {top} takes {_pct(shares[top])} of the mean RPC time; "
+    one, at = _largest_share(r, f"{top}_ns")
+    alone = (f" (one RPC, at {at}, carries {_pct(one)} of it)" if one is not None and one > MOST_OF_THE_MEAN
+             and r.height >= MIN_FIT_RPCS else "")
+    out.append(f"Dominant stage: {top} takes {_pct(shares[top])} of the mean RPC time{alone}; "
                f"second {means.row(1)[0]} ({_pct(shares[means.row(1)[0]])}). Largest stage per op: "
                + "; ".join(per_op) + ".")
     # tail
@@ -514,25 +727,25 @@ def _body_findings(d: Dissection, levels: Sequence[float], s: dict[str, Any], ov
                                          "partial_r2": row["partial_r2"]} for row in fit.iter_rows(named=True)}
     oc = d.concurrency_fit.filter(pl.col("measure") == "server_other_conn")
     lat_oc = oc.filter(pl.col("stage") == "latency").row(0, named=True)
+    tc = d.tail_contributors
+    first = tail_label(levels[0])
+    tail_in_flight: dict[str, tuple[float, float]] = {}  # kind -> (tail mean, rest mean)
+    if not s["tail"].get(first, {}).get("no_tail"):
+        for kind in ("write", "read"):
+            row = tc.filter(pl.col("metric") == f"server_other_conn in flight: {kind}s")
+            if row.height and all(_finite(v) for v in (row[first][0], row["rest"][0])):
+                tail_in_flight[kind] = (row[first][0], row["rest"][0])
     if r.height < MIN_FIT_RPCS:
         notes.append(f"concurrency fit not quoted: {_rpcs(r.height)}, fewer than {MIN_FIT_RPCS}")
     else:
-        stages_oc = oc.filter(pl.col("stage") != "latency")
-        known = [(kind, key) for kind, key in (("write", "us_per_write"), ("read", "us_per_read"))
-                 if _finite(lat_oc[key])]
-        parts = [_slope_text(kind, lat_oc[key], stages_oc, key, i == 0) for i, (kind, key) in enumerate(known)]
-        if parts:
-            out.append("Concurrency: " + ", ".join(parts) + f"; the two counts explain {_pct(lat_oc['partial_r2'])} "
-                       "of the latency variance within an op (linear fit, op as fixed effect).")
-    tc = d.tail_contributors
-    first = tail_label(levels[0])
-    w_row = tc.filter(pl.col("metric") == "server_other_conn in flight: writes")
-    r_row = tc.filter(pl.col("metric") == "server_other_conn in flight: reads")
-    if w_row.height and r_row.height and not s["tail"].get(first, {}).get("no_tail"):
-        w, rr = w_row.row(0, named=True), r_row.row(0, named=True)
-        if all(_finite(v) for v in (w[first], rr[first], w["rest"], rr["rest"])):
-            out.append(f"The {first} start with {w[first]:.3g} writes and {rr[first]:.3g} reads in flight at their "
-                       f"server on other connections, against {w['rest']:.3g} and {rr['rest']:.3g} for the rest.")
+        text, effect = concurrency_sentence(lat_oc, oc.filter(pl.col("stage") != "latency"), tail_in_flight, first)
+        s["concurrency_effect"] = effect
+        if text:
+            out.append(text)
+    if len(tail_in_flight) == 2:
+        (wt, wr), (rt, rr) = tail_in_flight["write"], tail_in_flight["read"]
+        out.append(f"The {first} start with {wt:.3g} writes and {rt:.3g} reads in flight at their "
+                   f"server on other connections, against {wr:.3g} and {rr:.3g} for the rest.")
     # connections
     ct = d.connection_totals
     if ct["setup_rpcs"]:

@@ -9,7 +9,10 @@ exporter one document): ``resourceSpans[].resource.attributes``, ``resourceSpans
 ``events`` (``timeUnixNano``, ``name``, ``attributes``).
 
 Join: a server span belongs to the client span whose ``spanId`` is its ``parentSpanId`` within the
-same ``traceId`` (the gRPC client/server instrumentations propagate context this way). Unmatched
+same ``traceId`` (the gRPC client/server instrumentations propagate context this way). Ids are
+compared normalised (:func:`_norm_id`: hex in any case, leading zeros or not, or base64), and trace
+ids by their low 64 bits, so a 64-bit trace id on one side (Zipkin/B3 style, or zero-padded) meets
+the 128-bit one on the other (a note counts such joins). Unmatched
 client or server spans, and second server spans under one client span, are rejected rows.
 
 Timestamps (each on its span's host clock). Events named ``ddlscope.*`` give exact stage bounds;
@@ -88,17 +91,39 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _norm_id(value: Any) -> str:
-    """Hex id, lower case (OTLP/JSON uses hex; protobuf's JSON mapping base64, accepted too)."""
-    if not value:
+TRACE_ID_BYTES = 16
+"""A W3C / OpenTelemetry trace id: 16 bytes (32 hex digits)."""
+SPAN_ID_BYTES = 8
+"""A span id: 8 bytes (16 hex digits)."""
+
+
+def _norm_id(value: Any, size: int = SPAN_ID_BYTES) -> str:
+    """An id as lower-case hex zero-padded to ``size`` bytes, whichever way it is written: hex in
+    either case and with or without leading zeros (OTLP/JSON; Zipkin and B3 also write 64-bit
+    trace ids as 16 hex digits), or base64 of the 8 or 16 id bytes (protobuf's JSON mapping of
+    ``bytes``, with or without padding). Anything else is returned as given (it then only matches
+    itself)."""
+    if value is None or value == "" or isinstance(value, bool):
         return ""
-    s = str(value)
-    if len(s) in (16, 32) and _HEX_ID.fullmatch(s):
-        return s.lower()
+    s = str(value).strip()
+    if _HEX_ID.fullmatch(s) and len(s) <= 2 * size:
+        return s.lower().rjust(2 * size, "0")
+    if _HEX_ID.fullmatch(s) and len(s) <= 32 and int(s, 16) < 1 << (8 * size):  # zero-padded beyond its size
+        return f"{int(s, 16):0{2 * size}x}"
     try:
-        return base64.b64decode(s, validate=True).hex()
+        raw = base64.b64decode(s + "=" * (-len(s) % 4), validate=True)
     except (binascii.Error, ValueError):
         return s
+    if len(raw) in (SPAN_ID_BYTES, TRACE_ID_BYTES) and int.from_bytes(raw, "big") < 1 << (8 * size):
+        return f"{int.from_bytes(raw, 'big'):0{2 * size}x}"
+    return s
+
+
+def _trace_key(trace: str) -> str:
+    """The join key of a normalised trace id: its low 64 bits (the last 16 hex digits), so that a
+    64-bit (or zero-padded) trace id on one side meets the 128-bit id on the other, as
+    OpenTelemetry's Zipkin/B3 interoperability does (the high 64 bits are zero there)."""
+    return trace[-16:] if len(trace) == 2 * TRACE_ID_BYTES and _HEX_ID.fullmatch(trace) else trace
 
 
 def _any_value(v: Any) -> Any:
@@ -108,22 +133,48 @@ def _any_value(v: Any) -> Any:
     if "stringValue" in v:
         return v["stringValue"]
     if "intValue" in v:
-        return int(v["intValue"])
+        return _int_or_raw(v["intValue"])
     if "doubleValue" in v:
-        return float(v["doubleValue"])
+        try:
+            return float(v["doubleValue"])
+        except (TypeError, ValueError):
+            return v["doubleValue"]  # kept as given: a schema column then rejects it as a bad value
     if "boolValue" in v:
         return bool(v["boolValue"])
     if "arrayValue" in v:
-        return [_any_value(x) for x in (v["arrayValue"] or {}).get("values", [])]
+        arr = v["arrayValue"]
+        return [_any_value(x) for x in _as_list(arr.get("values") if isinstance(arr, dict) else None)]
     if "kvlistValue" in v:
-        return json.dumps({kv["key"]: _any_value(kv.get("value")) for kv in (v["kvlistValue"] or {}).get("values", [])})
+        kvs = v["kvlistValue"]
+        return json.dumps({str(kv["key"]): _any_value(kv.get("value"))
+                           for kv in _as_list(kvs.get("values") if isinstance(kvs, dict) else None)
+                           if isinstance(kv, dict) and "key" in kv}, default=str)
     if "bytesValue" in v:
         return v["bytesValue"]
     return None
 
 
+def _int_or_raw(v: Any) -> Any:
+    """An OTLP ``intValue`` (a decimal string or a number) as an int; a value that is not an
+    integer (``"nan"``, ``1e400``) is kept as given, so that a schema column rejects it as a bad
+    value rather than the whole file failing."""
+    try:
+        return int(v)
+    except (TypeError, ValueError, OverflowError):
+        return v
+
+
+def _as_list(x: Any) -> list:
+    """An OTLP repeated field as a list: a list as it is, nothing (``null``, missing, empty, 0) as
+    ``[]``, any other single value as a one-element list (a span written without its array)."""
+    if isinstance(x, list):
+        return x
+    return [x] if x else []
+
+
 def _attrs(items: Any) -> dict[str, Any]:
-    return {kv["key"]: _any_value(kv.get("value")) for kv in items or [] if isinstance(kv, dict) and "key" in kv}
+    return {str(kv["key"]): _any_value(kv.get("value")) for kv in _as_list(items)
+            if isinstance(kv, dict) and "key" in kv}
 
 
 def _kind(value: Any) -> int | None:
@@ -140,7 +191,13 @@ def _strip(key: str) -> str:
 
 def _documents(path: Path) -> tuple[list[tuple[dict, int | None]], list[tuple[int, str]], dict[str, int]]:
     """(documents with their line for JSON lines, unparseable lines, span id -> line)."""
-    text = path.read_text()
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ValueError(f"{path}: not UTF-8 text at line {line} (byte {exc.start}): OTLP JSON is UTF-8; the file is "
+                         "damaged or not a JSON export") from None
     lines = text.splitlines()
     span_line: dict[str, int] = {}
     for i, ln in enumerate(lines, start=1):
@@ -173,23 +230,41 @@ def _documents(path: Path) -> tuple[list[tuple[dict, int | None]], list[tuple[in
     return docs, bad, span_line
 
 
-def _spans(docs: list[tuple[dict, int | None]], span_line: dict[str, int]) -> tuple[list[dict], int]:
+def _spans(docs: list[tuple[dict, int | None]], span_line: dict[str, int],
+           ) -> tuple[list[dict], int, list[tuple[int, str, str]]]:
+    """(CLIENT and SERVER spans, count of other spans, malformed elements as rejected rows)."""
     out, other = [], 0
+    malformed: list[tuple[int, str, str]] = []
     for doc, doc_line in docs:
-        for rs in doc.get("resourceSpans", doc.get("resource_spans", [])) or []:
-            res = _attrs((rs.get("resource") or {}).get("attributes"))
-            scopes = rs.get("scopeSpans", rs.get("scope_spans", rs.get("instrumentationLibrarySpans", []))) or []
-            for ss in scopes:
-                for sp in ss.get("spans", []) or []:
+        line = doc_line if doc_line is not None else 1
+        for i, rs in enumerate(_as_list(doc.get("resourceSpans", doc.get("resource_spans")))):
+            if not isinstance(rs, dict):
+                malformed.append((line, "malformed_span", f"resourceSpans[{i}]: expected an object, got "
+                                  f"{type(rs).__name__}"))
+                continue
+            resource = rs.get("resource")
+            res = _attrs(resource.get("attributes") if isinstance(resource, dict) else None)
+            scopes = _as_list(rs.get("scopeSpans", rs.get("scope_spans", rs.get("instrumentationLibrarySpans"))))
+            for j, ss in enumerate(scopes):
+                if not isinstance(ss, dict):
+                    malformed.append((line, "malformed_span", f"resourceSpans[{i}].scopeSpans[{j}]: expected an "
+                                      f"object, got {type(ss).__name__}"))
+                    continue
+                for k, sp in enumerate(_as_list(ss.get("spans"))):
+                    if not isinstance(sp, dict):
+                        malformed.append((line, "malformed_span", f"resourceSpans[{i}].scopeSpans[{j}].spans[{k}]: "
+                                          f"expected an object, got {type(sp).__name__}"))
+                        continue
                     kind = _kind(sp.get("kind"))
                     if kind not in (SPAN_KIND_CLIENT, SPAN_KIND_SERVER):
                         other += 1
                         continue
                     sid = _norm_id(sp.get("spanId", sp.get("span_id")))
-                    events = [(_to_int(e.get("timeUnixNano", e.get("time_unix_nano"))), e.get("name", ""),
-                               _attrs(e.get("attributes"))) for e in sp.get("events", []) or []]
+                    events = [(_to_int(e.get("timeUnixNano", e.get("time_unix_nano"))), str(e.get("name", "")),
+                               _attrs(e.get("attributes"))) for e in _as_list(sp.get("events")) if isinstance(e, dict)]
                     out.append({
-                        "kind": kind, "trace": _norm_id(sp.get("traceId", sp.get("trace_id"))), "span": sid,
+                        "kind": kind, "trace": _norm_id(sp.get("traceId", sp.get("trace_id")), TRACE_ID_BYTES),
+                        "span": sid,
                         "parent": _norm_id(sp.get("parentSpanId", sp.get("parent_span_id"))),
                         "name": sp.get("name", ""),
                         "start": _to_int(start := sp.get("startTimeUnixNano", sp.get("start_time_unix_nano"))),
@@ -199,7 +274,7 @@ def _spans(docs: list[tuple[dict, int | None]], span_line: dict[str, int]) -> tu
                         "events": sorted((e for e in events if e[0] is not None), key=lambda e: e[0]),
                         "line": doc_line if doc_line is not None else span_line.get(sid, 1),
                     })
-    return out, other
+    return out, other, malformed
 
 
 def _raw_time(v: Any) -> Any:
@@ -211,9 +286,11 @@ def _raw_time(v: Any) -> Any:
 def _to_int(v: Any) -> int | None:
     if v is None or v == "":
         return None
+    if isinstance(v, bool):
+        return None
     try:
         return int(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
 
 
@@ -267,22 +344,31 @@ def read_otlp_raw(path: Path, mapping: ColumnMapping | None = None,
 def _read_otlp_raw(path: Path, mapping: ColumnMapping) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
     """:func:`read_otlp_raw`'s work (with the collector paused)."""
     docs, bad_lines, span_line = _documents(path)
-    spans, other = _spans(docs, span_line)
-    if not spans and docs:
+    spans, other, malformed = _spans(docs, span_line)
+    if not spans and docs and not malformed:
         raise ValueError(f"{path}: no spans in the file" + (
             f" ({other:,} span(s) of kinds other than CLIENT and SERVER)" if other else "")
             + (f"; {len(bad_lines):,} line(s) not JSON, the first at line {bad_lines[0][0]}" if bad_lines else ""))
-    clients = [s for s in spans if s["kind"] == SPAN_KIND_CLIENT]
+    rejected: list[tuple[int, str, str]] = [(ln, "unparseable_line", d) for ln, d in bad_lines] + malformed
+    clients: list[dict] = []
+    client_keys: set[tuple[str, str]] = set()
+    for c in (s for s in spans if s["kind"] == SPAN_KIND_CLIENT):
+        key = (_trace_key(c["trace"]), c["span"])
+        if key in client_keys:  # the same client span twice (e.g. a concatenation of exports)
+            rejected.append((c["line"], "duplicate_client_span", f"traceId={c['trace']} spanId={c['span']}"))
+            continue
+        client_keys.add(key)
+        clients.append(c)
     servers: dict[tuple[str, str], list[dict]] = {}
     for s in spans:
         if s["kind"] == SPAN_KIND_SERVER:
-            servers.setdefault((s["trace"], s["parent"]), []).append(s)
-    rejected: list[tuple[int, str, str]] = [(ln, "unparseable_line", d) for ln, d in bad_lines]
+            servers.setdefault((_trace_key(s["trace"]), s["parent"]), []).append(s)
     matched_keys = set()
     rows: list[dict[str, Any]] = []
     fallback_counts: dict[str, int] = {}
+    low_64 = 0
     for c in clients:
-        key = (c["trace"], c["span"])
+        key = (_trace_key(c["trace"]), c["span"])
         cands = sorted(servers.get(key, []), key=lambda s: (s["start"] is None, s["start"] or 0))
         if not cands:
             rejected.append((c["line"], "unmatched_client_span", f"traceId={c['trace']} spanId={c['span']} "
@@ -290,6 +376,7 @@ def _read_otlp_raw(path: Path, mapping: ColumnMapping) -> tuple[pl.DataFrame, pl
             continue
         matched_keys.add(key)
         s = cands[0]
+        low_64 += s["trace"] != c["trace"]
         for extra in cands[1:]:
             rejected.append((extra["line"], "duplicate_server_span",
                              f"traceId={extra['trace']} spanId={extra['span']} parentSpanId={extra['parent']}"))
@@ -335,12 +422,15 @@ def _read_otlp_raw(path: Path, mapping: ColumnMapping) -> tuple[pl.DataFrame, pl
         if (trace, parent) not in matched_keys:
             for s in group:
                 rejected.append((s["line"], "unmatched_server_span",
-                                 f"traceId={trace} spanId={s['span']} parentSpanId={parent or '(none)'}"))
+                                 f"traceId={s['trace']} spanId={s['span']} parentSpanId={parent or '(none)'}"))
     notes = _defaults(rows, mapping)
     for row in rows:
         row.pop("_server_attrs")
         row.pop("_client_events")
     notes += [f"{n} of {len(rows)} RPCs: {k} (no ddlscope.* event)" for k, n in sorted(fallback_counts.items())]
+    if low_64:
+        notes.append(f"{low_64} server span(s) joined to their client span by the low 64 bits of the trace id (the "
+                     "two sides write it with different widths, e.g. 64 and 128 bits)")
     if other:
         notes.append(f"{other} span(s) neither CLIENT nor SERVER ignored")
     raw = _frame(rows).with_columns(pl.lit(str(path)).alias("log_file"), pl.col("log_line").cast(pl.Int64))

@@ -107,6 +107,36 @@ STAGE_BOUNDS: dict[str, tuple[str, str]] = {
 ``network`` is not here: it is ``(client_recv_end - client_send_end) - (server_send_end -
 server_recv_start)``, two durations each on one clock."""
 
+SUBSTAGES: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "server_receive": (("server_thread_wait", "server_recv_start_ns", "server_dispatch_ns"),
+                       ("server_read", "server_dispatch_ns", "server_recv_end_ns")),
+    "server_queue": (("server_decode", "server_recv_end_ns", "server_handler_start_ns"),
+                     ("server_sync_wait", "server_handler_start_ns", "server_proc_start_ns")),
+}
+"""Finer server stages, as ``stage -> ((part, start column, end column), ...)``, used when a log
+has the optional server timestamps ``server_dispatch_ns`` (a server thread picked the request up)
+and ``server_handler_start_ns`` (the method started, after decoding), as ``ddlscope ps-train``
+writes them (docs/pstrain.md, "Timestamps"). The parts add up to their stage exactly:
+
+====================  ==============================================  ===============================
+part                  definition                                      in ps-train (gRPC Python)
+====================  ==============================================  ===============================
+server_thread_wait    server_dispatch - server_recv_start             waiting for a free pool thread
+server_read           server_recv_end - server_dispatch               the request body arriving
+server_decode         server_handler_start - server_recv_end          decoding the request
+server_sync_wait      server_proc_start - server_handler_start        the sync barrier (a pull or push
+                                                                      of iteration t waits until every
+                                                                      worker pushed t - 1) and table
+                                                                      locks; locks only in async mode
+====================  ==============================================  ===============================
+"""
+
+SUBSTAGE_COLUMNS: tuple[str, ...] = ("server_dispatch_ns", "server_handler_start_ns")
+"""The optional server timestamps that split :data:`SUBSTAGES` (server clock, ns)."""
+
+ALL_STAGES: tuple[str, ...] = (*STAGES, *(part for parts in SUBSTAGES.values() for part, _, _ in parts))
+"""Every stage name: :data:`STAGES` and the parts of :data:`SUBSTAGES`."""
+
 LATENCY_COLUMN = "latency_ns"
 """The client-observed latency ``client_done_ns - client_issue_ns`` (ns), added by the decomposition."""
 
@@ -115,11 +145,23 @@ def stage_column(stage: str) -> str:
     """The column holding ``stage``'s duration in the decomposed table: ``<stage>_ns`` (int64 ns).
 
     Raises:
-        ValueError: ``stage`` is not one of :data:`STAGES`.
+        ValueError: ``stage`` is not one of :data:`ALL_STAGES`.
     """
-    if stage not in STAGES:
-        raise ValueError(f"stage: expected one of {', '.join(STAGES)}, got {stage!r}")
+    if stage not in ALL_STAGES:
+        raise ValueError(f"stage: expected one of {', '.join(ALL_STAGES)}, got {stage!r}")
     return f"{stage}_ns"
+
+
+def stages_of(frame: pl.DataFrame) -> tuple[str, ...]:
+    """The stages a decomposed table resolves, in time order: :data:`STAGES` with each stage of
+    :data:`SUBSTAGES` replaced by its parts where ``frame`` has every part's ``<part>_ns`` column
+    (added by :func:`~ddlscope.rpc.decompose.decompose` when the log has the timestamps). The
+    stages of the result add up to the latency exactly."""
+    out: list[str] = []
+    for stage in STAGES:
+        parts = [part for part, _, _ in SUBSTAGES.get(stage, ())]
+        out.extend(parts if parts and all(f"{p}_ns" in frame.columns for p in parts) else [stage])
+    return tuple(out)
 
 
 STAGE_COLUMNS: tuple[str, ...] = tuple(f"{s}_ns" for s in STAGES)

@@ -18,7 +18,7 @@ import polars as pl
 
 from ddlscope.rpc.concurrency import dense_codes
 from ddlscope.rpc.decompose import ns_to_us, percentiles_us
-from ddlscope.rpc.schema import LATENCY_COLUMN, STAGES, stage_column
+from ddlscope.rpc.schema import LATENCY_COLUMN, stage_column, stages_of
 
 PHASE_BINS: tuple[str, ...] = ("0-25%", "25-50%", "50-75%", "75-100%")
 """Labels of ``iteration_phase_bin``: the quarter of the iteration in which the RPC was issued."""
@@ -53,7 +53,7 @@ def size_profile(frame: pl.DataFrame) -> pl.DataFrame:
     return (
         frame.group_by("op", k)
         .agg(pl.len().cast(pl.Int64).alias("rpcs"), *percentiles_us(LATENCY_COLUMN),
-             *(ns_to_us(stage_column(s)).mean().alias(f"{s}_mean_us") for s in STAGES))
+             *(ns_to_us(stage_column(s)).mean().alias(f"{s}_mean_us") for s in stages_of(frame)))
         .sort("op", "__k")
         .with_columns(pl.when(pl.col("__k") >= 0).then(pl.lit(2, pl.Int64).pow(pl.col("__k"))).otherwise(0)
                       .alias("size_lo_bytes"),

@@ -19,7 +19,7 @@ import numpy as np
 import polars as pl
 
 from ddlscope.rpc.concurrency import CONCURRENCY_MEASURES, in_flight_columns
-from ddlscope.rpc.schema import LATENCY_COLUMN, STAGE_COLUMNS, STAGES
+from ddlscope.rpc.schema import LATENCY_COLUMN, stages_of
 
 TAIL_LEVELS: tuple[float, ...] = (0.99, 0.999)
 """The tails reported: the slowest 1 % and 0.1 %."""
@@ -63,11 +63,13 @@ def tail_flags(frame: pl.DataFrame, levels: Sequence[float], by_op: bool = False
     return frame.with_columns(new) if new else frame
 
 
-def dominant_stage(frame: pl.DataFrame) -> np.ndarray:
-    """Index into :data:`~ddlscope.rpc.schema.STAGES` of each row's longest stage (first on ties)."""
+def dominant_stage(frame: pl.DataFrame, stages: Sequence[str] | None = None) -> np.ndarray:
+    """Index into ``stages`` (default :func:`~ddlscope.rpc.schema.stages_of` the frame) of each
+    row's longest stage (first on ties)."""
+    stages = stages_of(frame) if stages is None else stages
     if frame.height == 0:
         return np.zeros(0, np.int64)
-    return np.argmax(frame.select(STAGE_COLUMNS).to_numpy(), axis=1)
+    return np.argmax(frame.select(f"{s}_ns" for s in stages).to_numpy(), axis=1)
 
 
 def tail_attribution(frame: pl.DataFrame, levels: Sequence[float] = TAIL_LEVELS, by_op: bool = True,
@@ -86,10 +88,12 @@ def tail_attribution(frame: pl.DataFrame, levels: Sequence[float] = TAIL_LEVELS,
     """
     rows: list[dict] = []
     scopes = ["all"] + (["op"] if by_op else [])
+    stages = stages_of(frame)
+    stage_columns = [f"{s}_ns" for s in stages]
     flagged_all = tail_flags(frame, levels, by_op=by_op)
     for li, level in enumerate(levels):
         for kind in scopes:
-            flagged = flagged_all.select(LATENCY_COLUMN, *STAGE_COLUMNS, "op",
+            flagged = flagged_all.select(LATENCY_COLUMN, *stage_columns, "op",
                                          pl.col(f"__tail_{kind}_{li}").alias("__t"))
             groups = [("all", flagged)] if kind == "all" else [
                 (str(k[0]), g) for k, g in flagged.group_by("op", maintain_order=True)]
@@ -98,13 +102,13 @@ def tail_attribution(frame: pl.DataFrame, levels: Sequence[float] = TAIL_LEVELS,
                 rest = g.filter(~pl.col("__t"))
                 if tail.height == 0:
                     continue
-                dom = np.bincount(dominant_stage(tail), minlength=len(STAGES)) / tail.height
-                mt = tail.select(pl.col(c).cast(pl.Float64).mean() for c in (*STAGE_COLUMNS, LATENCY_COLUMN)).row(0)
-                mr = (rest.select(pl.col(c).cast(pl.Float64).mean() for c in (*STAGE_COLUMNS, LATENCY_COLUMN)).row(0)
-                      if rest.height else (math.nan,) * (len(STAGES) + 1))
+                dom = np.bincount(dominant_stage(tail, stages), minlength=len(stages)) / tail.height
+                mt = tail.select(pl.col(c).cast(pl.Float64).mean() for c in (*stage_columns, LATENCY_COLUMN)).row(0)
+                mr = (rest.select(pl.col(c).cast(pl.Float64).mean() for c in (*stage_columns, LATENCY_COLUMN)).row(0)
+                      if rest.height else (math.nan,) * (len(stages) + 1))
                 excess = mt[-1] - mr[-1]
                 threshold = tail.select(pl.col(LATENCY_COLUMN).min()).item() / 1e3
-                for i, s in enumerate(STAGES):
+                for i, s in enumerate(stages):
                     rows.append({
                         "scope": name, "tail": tail_label(level), "tail_rpcs": tail.height,
                         "threshold_us": threshold, "stage": s, "dominant_share": float(dom[i]),
@@ -127,12 +131,13 @@ def tail_servers(frame: pl.DataFrame, levels: Sequence[float] = TAIL_LEVELS) -> 
         RPCs; null when it has none) and ``dominant_share``.
     """
     parts = []
+    stages = stages_of(frame)
     flagged_all = tail_flags(frame, levels)
     for i, level in enumerate(levels):
-        flagged = flagged_all.select("server_id", *STAGE_COLUMNS, pl.col(f"__tail_all_{i}").alias("__t"))
+        flagged = flagged_all.select("server_id", *(f"{s}_ns" for s in stages), pl.col(f"__tail_all_{i}").alias("__t"))
         tail = flagged.filter(pl.col("__t"))
         dom = tail.select("server_id").with_columns(
-            pl.Series("dominant_stage", np.asarray(STAGES, dtype=object)[dominant_stage(tail)].tolist()
+            pl.Series("dominant_stage", np.asarray(stages, dtype=object)[dominant_stage(tail, stages)].tolist()
                       if tail.height else [], dtype=pl.String))
         top = (dom.group_by("server_id", "dominant_stage").agg(pl.len().alias("__n"))
                .sort(["server_id", "__n", "dominant_stage"], descending=[False, True, False])

@@ -38,6 +38,8 @@ REJECT_REASONS: dict[str, str] = {
     "unmatched_client_span": "OTLP client span without a server span (same traceId, parentSpanId = its spanId)",
     "unmatched_server_span": "OTLP server span without its client span",
     "duplicate_server_span": "OTLP: a second server span under the same client span (retry/hedge); first kept",
+    "duplicate_client_span": "OTLP: a second client span with the same traceId and spanId; the first is kept",
+    "malformed_span": "OTLP: a resourceSpans, scopeSpans or spans element that is not a JSON object",
     "bad_value": "a value that cannot be read as the column's type (e.g. text in a number column, or a number "
     "beyond the 64-bit integer range)",
     "missing_field": "a required id, op or size field is empty",
@@ -53,6 +55,8 @@ REJECT_REASONS: dict[str, str] = {
     "negative_network": "negative network stage: the server residence (send_end - recv_start) is longer than the "
     "client's round trip (recv_end - send_end)",
     "duplicate_rpc": "the same (worker_id, rpc_id) as an earlier row; the first is kept",
+    "implausible_latency": "latency above 1 min while most RPCs of the log are below it (a clock or logging "
+    "error); set aside by the dissection (ddlscope.rpc.dissect.split_implausible), not by the reader",
 }
 """Why a row is rejected, in the order the checks apply (a row gets the first that fails)."""
 

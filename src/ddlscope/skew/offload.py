@@ -49,9 +49,11 @@ Ranking ties are broken by first appearance of the key in the trace.
 from __future__ import annotations
 
 import heapq
+import json
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -82,6 +84,130 @@ DEFAULT_SPACE_SAVING_COUNTERS = 4.0
 entry (a row), and Space-Saving only guarantees the keys above ``total / counters`` (Metwally et
 al. 2005), so the summary keeps more counters than the switch has entries and the top ones are
 installed."""
+
+@dataclass(frozen=True)
+class EmbeddingDim:
+    """The embedding dimension of an offload simulation and where it came from.
+
+    Attributes:
+        dim: values per row.
+        source: ``option`` (``--dim``), ``run.json`` (the ps-train run folder of the log),
+            ``message sizes`` (inferred from the log's pull responses) or ``assumed``
+            (:data:`DEFAULT_EMBEDDING_DIM`).
+        detail: one sentence saying how it was found (for the notes, and a warning when assumed).
+    """
+
+    dim: int
+    source: str
+    detail: str
+
+    @property
+    def assumed(self) -> bool:
+        """Whether nothing gave the dimension (a warning is due)."""
+        return self.source == "assumed"
+
+
+def embedding_dim_from_run_json(log_path: str | Path) -> tuple[int | None, str]:
+    """The embedding dimension written by ``ddlscope ps-train`` in the ``run.json`` beside the
+    log: ``model.tables[].dim`` (all tables alike), else ``effective.dim``.
+
+    Returns:
+        ``(dim or None, detail)``: None when there is no readable ``run.json``, it gives no
+        dimension, or its tables differ (the detail says which).
+    """
+    run = Path(log_path).parent / "run.json"
+    if not run.is_file():
+        return None, f"no {run}"
+    try:
+        data = json.loads(run.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return None, f"{run}: not readable as JSON ({exc})"
+    tables = (data.get("model") or {}).get("tables") if isinstance(data, dict) else None
+    dims = sorted({t.get("dim") for t in tables if isinstance(t, dict)}) if isinstance(tables, list) else []
+    dims = [d for d in dims if isinstance(d, int) and not isinstance(d, bool) and d >= 1]
+    if len(dims) > 1:
+        return None, f"{run}: the tables have dimensions {', '.join(map(str, dims))}; give --dim"
+    if dims:
+        return dims[0], f"{run}: model.tables dim {dims[0]}"
+    eff = (data.get("effective") or {}).get("dim") if isinstance(data, dict) else None
+    if isinstance(eff, int) and not isinstance(eff, bool) and eff >= 1:
+        return eff, f"{run}: effective.dim {eff}"
+    return None, f"{run}: no embedding dimension in it"
+
+
+MIN_SIZE_FIT_RPCS = 3
+"""Pull responses (with distinct key counts) needed to read the dimension from message sizes."""
+
+
+def embedding_dim_from_sizes(frame: pl.DataFrame, wire_value_bytes: int = DEFAULT_WIRE_VALUE_BYTES,
+                             ) -> tuple[int | None, str]:
+    """The embedding dimension a log's ``pull_sparse`` responses imply: each response carries the
+    ``num_keys`` rows asked for, so ``response_bytes = header + num_keys × dim × wire_value_bytes``
+    and the least-squares slope of ``response_bytes`` on ``num_keys`` over the RPCs is ``dim ×
+    wire_value_bytes`` (ps-train's framing: a fixed header plus the raw float32 block,
+    :mod:`ddlscope.pstrain.wire`; other frameworks' per-message overhead is constant too).
+
+    Accepted when at least :data:`MIN_SIZE_FIT_RPCS` pulls with keys and 2 distinct key counts fit
+    with R² >= 0.999 and a slope within 2 % of a whole number of values.
+
+    Returns:
+        ``(dim or None, detail)``.
+    """
+    need = {"op", "num_keys", "response_bytes"}
+    if not need <= set(frame.columns):
+        return None, f"the log has no {', '.join(sorted(need - set(frame.columns)))} column"
+    pulls = frame.filter((pl.col("op").cast(pl.String) == "pull_sparse") & (pl.col("num_keys") > 0)).select(
+        pl.col("num_keys").cast(pl.Float64), pl.col("response_bytes").cast(pl.Float64)).drop_nulls()
+    if pulls.height < MIN_SIZE_FIT_RPCS or pulls.get_column("num_keys").n_unique() < 2:
+        return None, f"{pulls.height} pull_sparse RPC(s) with keys, too few distinct key counts to fit sizes"
+    x, y = pulls.get_column("num_keys").to_numpy(), pulls.get_column("response_bytes").to_numpy()
+    xc, yc = x - x.mean(), y - y.mean()
+    slope = float(xc @ yc / (xc @ xc))
+    ss = float(yc @ yc)
+    r2 = 1.0 - float(((yc - slope * xc) ** 2).sum()) / ss if ss > 0 else 0.0
+    values = slope / wire_value_bytes
+    dim = round(values)
+    if dim < 1 or abs(values - dim) > 0.02 * dim or r2 < 0.999:
+        return None, (f"pull_sparse response bytes grow by {slope:.4g} B per key (R² {r2:.4f}): not a whole number "
+                      f"of {wire_value_bytes}-byte values")
+    return dim, (f"pull_sparse responses grow by {slope:.4g} B per key over {pulls.height:,} RPCs (R² {r2:.4f}): "
+                 f"{dim} values of {wire_value_bytes} B")
+
+
+def choose_embedding_dim(given: int | None, log_path: str | Path | None = None, frame: pl.DataFrame | None = None,
+                         wire_value_bytes: int = DEFAULT_WIRE_VALUE_BYTES) -> EmbeddingDim:
+    """The embedding dimension to simulate with: ``given`` (``--dim``) when set; else the log's
+    ps-train ``run.json`` (:func:`embedding_dim_from_run_json`); else the log's pull response
+    sizes (:func:`embedding_dim_from_sizes`); else :data:`DEFAULT_EMBEDDING_DIM`, assumed.
+
+    Args:
+        given: the user's dimension, or None.
+        log_path: the RPC log file (for its ``run.json``), or None for other sources.
+        frame: the log's rows with ``op``, ``num_keys`` and ``response_bytes``, or None.
+        wire_value_bytes: bytes per value in a message.
+
+    Raises:
+        ValueError: ``given`` is below 1.
+    """
+    if given is not None:
+        if given < 1:
+            raise ValueError(f"--dim: expected >= 1, got {given}")
+        return EmbeddingDim(given, "option", f"embedding dimension {given} (--dim)")
+    why: list[str] = []
+    if log_path is not None:
+        dim, detail = embedding_dim_from_run_json(log_path)
+        if dim is not None:
+            return EmbeddingDim(dim, "run.json", f"embedding dimension {dim} from {detail}")
+        why.append(detail)
+    if frame is not None:
+        dim, detail = embedding_dim_from_sizes(frame, wire_value_bytes)
+        if dim is not None:
+            return EmbeddingDim(dim, "message sizes", f"embedding dimension {dim}: {detail}")
+        why.append(detail)
+    reason = f" ({'; '.join(why)})" if why else " (the source is a key stream without message sizes)"
+    return EmbeddingDim(DEFAULT_EMBEDDING_DIM, "assumed",
+                        f"embedding dimension not known{reason}: assuming {DEFAULT_EMBEDDING_DIM}; give --dim")
+
 
 _NOT_RANKED = np.iinfo(np.int64).max
 
