@@ -204,3 +204,31 @@ def test_unusable_rank_in_distributed_info_is_noted(tmp_path, name, rank, why):
     assert [n for n in a.notes if "distributedInfo" in n] == [
         f"{path}: distributedInfo.rank 'zero' is not a non-negative integer: rank {rank} assumed ({why})"]
     assert a.ranks["rank"].to_list() == [rank]
+
+
+# -- invalid UTF-8: the file, the byte offset and the line (issue 13) ---------------------------------
+@pytest.mark.parametrize("gz", [False, True])
+def test_invalid_utf8_names_file_byte_and_line(tmp_path, gz):
+    # the fixture pretty-printed (one key per line), with byte 0xff put into the GEMM kernel's name
+    text = json.dumps(fixture_trace(), indent=1).encode()
+    at = text.index(GEMM.encode()) + 5  # inside 'volta_sgemm...': after 'volta'
+    raw = text[:at] + b"\xff" + text[at:]
+    line = text[:at].count(b"\n") + 1
+    col = at - text.rfind(b"\n", 0, at)
+    path = tmp_path / ("bad.json.gz" if gz else "bad.json")
+    path.write_bytes(gzip.compress(raw) if gz else raw)
+    where = " of the decompressed data" if gz else ""
+    assert _error(path) == (f"{path}: not valid UTF-8 at byte {at}{where} (line {line}, column {col}): byte 0xff "
+                            "(invalid start byte); expected UTF-8 JSON text (a damaged file or transfer?)")
+
+
+def test_invalid_utf8_in_a_field_the_reader_skips(tmp_path):
+    # a field the reader does not decode ("Call stack") still makes the file invalid JSON text
+    doc = fixture_trace()
+    doc["traceEvents"][5]["args"]["Call stack"] = "PLACEHOLDER"
+    text = json.dumps(doc).encode()
+    at = text.index(b"PLACEHOLDER")
+    path = tmp_path / "bad.json"
+    path.write_bytes(text.replace(b"PLACEHOLDER", b"\xc3\x28"))
+    assert _error(path).startswith(f"{path}: not valid UTF-8 at byte {at} (line 1, column {at + 1}): byte 0xc3 "
+                                   "(invalid continuation byte)")

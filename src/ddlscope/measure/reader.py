@@ -291,9 +291,30 @@ def _lenient(raw: bytes) -> bytes:
     return msgspec.json.encode(obj)
 
 
+def _utf8_error(label: str, raw: bytes) -> TraceReadError | None:
+    """The error naming the byte offset (and line) of the first byte of ``raw`` that is not UTF-8
+    (None when ``raw`` is valid UTF-8). JSON text is UTF-8 (RFC 8259, section 8.1); offsets of a
+    compressed file or archive member count in its decompressed data."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        where = " of the decompressed data" if re.search(r"\.(gz|tgz)($|!)", label) else ""
+        return TraceReadError(
+            f"{label}: not valid UTF-8 at byte {exc.start}{where} (line {line}, column {col}): byte "
+            f"0x{raw[exc.start]:02x} ({exc.reason}); expected UTF-8 JSON text (a damaged file or transfer?)")
+    return None
+
+
 def _decode(label: str, raw: bytes) -> _KinetoDoc | list[_Event] | _EtDoc:
     if not raw.strip():
         raise TraceReadError(f"{label}: empty file; expected a PyTorch profiler trace (JSON)")
+    # checked first: msgspec skips the fields it does not read without checking them, and names no
+    # position for a bad byte in the fields it reads
+    utf8 = _utf8_error(label, raw)
+    if utf8 is not None:
+        raise utf8
     try:
         return _KINETO.decode(raw)
     except msgspec.ValidationError as exc:  # valid JSON, unexpected shape (a DecodeError subclass)
