@@ -232,3 +232,31 @@ def test_invalid_utf8_in_a_field_the_reader_skips(tmp_path):
     path.write_bytes(text.replace(b"PLACEHOLDER", b"\xc3\x28"))
     assert _error(path).startswith(f"{path}: not valid UTF-8 at byte {at} (line 1, column {at + 1}): byte 0xc3 "
                                    "(invalid continuation byte)")
+
+
+# -- a folder: every file not read is listed with the reason (issue 13) --------------------------------
+def test_folder_lists_every_skipped_file(tmp_path):
+    from ddlscope.measure.analysis import analyze_traces as run
+
+    write_fixture(tmp_path, "rank0.json")
+    (tmp_path / "README.txt").write_text("how the job was run")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "stdout.log.gz").write_bytes(gzip.compress(b"epoch 1"))
+    (tmp_path / "sub" / "config.json").write_text(json.dumps({"lr": 0.1, "model": "resnet"}))
+    a = run([tmp_path])
+    assert a.ranks["source"].to_list() == [str(tmp_path / "rank0.json")]
+    assert [n for n in a.notes if "skipped" in n] == [
+        f"{tmp_path / 'README.txt'}: skipped, not .json, .json.gz, .tar, .tar.gz or .tgz",
+        f"{tmp_path / 'sub' / 'stdout.log.gz'}: skipped, not .json, .json.gz, .tar, .tar.gz or .tgz",
+        f"{tmp_path / 'sub' / 'config.json'}: skipped, not a PyTorch profiler trace: expected a JSON object with a "
+        "'traceEvents' array (Kineto/Chrome trace) or 'schema' and 'nodes' (execution trace); found keys "
+        "['lr', 'model']",
+    ]
+    # named on the command line, the same config file is an error
+    assert _error(tmp_path / "sub" / "config.json").startswith(f"{tmp_path / 'sub' / 'config.json'}: not a PyTorch")
+
+
+def test_folder_without_traces_names_what_it_holds(tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    assert _error(tmp_path) == (f"{tmp_path}: folder holds no .json, .json.gz or .tar(.gz) trace files; it holds 1 "
+                                "other file(s): notes.txt")

@@ -166,8 +166,9 @@ def analyze_traces(
     rules = load_rules(*rules_files)
     if whole_trace:
         rules = dataclasses.replace(rules, markers=())
-    kineto, executions = read_traces(list(paths))
-    return analyze(kineto, executions, rules, scenarios=scenarios, catalog=catalog, server=server, gpu=gpu,
+    read_notes: list[str] = []
+    kineto, executions = read_traces(list(paths), read_notes)
+    return analyze(kineto, executions, rules, input_notes=read_notes, scenarios=scenarios, catalog=catalog, server=server, gpu=gpu,
                    launch_gap_us=launch_gap_us, keep_warmup=keep_warmup, warmup_factor=warmup_factor)
 
 
@@ -202,6 +203,7 @@ def analyze(
     executions: list[ExecutionTrace],
     rules: TraceRules,
     *,
+    input_notes: Sequence[str] = (),
     scenarios: Sequence[Scenario] | None = None,
     catalog: Catalog | None = None,
     server: str | None = None,
@@ -210,10 +212,11 @@ def analyze(
     keep_warmup: bool = False,
     warmup_factor: float = WARMUP_FACTOR,
 ) -> TraceAnalysis:
-    """:func:`analyze_traces` on traces already read (see there)."""
+    """:func:`analyze_traces` on traces already read (see there); ``input_notes`` (e.g. the files
+    :func:`~ddlscope.measure.reader.read_traces` skipped in a folder) head the notes."""
     catalog = catalog or builtin_catalog()
     world_size = kineto[0].world_size
-    notes: list[str] = [n for t in kineto for n in t.notes]
+    notes: list[str] = [*input_notes, *(n for t in kineto for n in t.notes)]
     tb = build_tables(kineto, rules)
     g = resolve_collectives(tb.gpu, tb.cpu, rules, world_size)
     its = cpu_iterations(tb.cpu, g, rules)

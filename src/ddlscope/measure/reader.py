@@ -54,6 +54,11 @@ class TraceReadError(ValueError):
     The message names the file (and the archive member) and what was expected."""
 
 
+class NotATraceError(TraceReadError):
+    """Valid JSON that is neither a Kineto trace nor an execution trace (e.g. a config file).
+    Named on the command line it is an error; found in a folder it is skipped with a note."""
+
+
 # -- the part of the schema we read ------------------------------------------------------------
 class _Args(msgspec.Struct, gc=False):
     correlation: Scalar = None
@@ -213,12 +218,25 @@ def _tar_members(label: str, data: bytes) -> list[tuple[str, bytes]]:
     return out
 
 
-def _documents(path: Path) -> list[tuple[str, bytes]]:
-    """(label, JSON bytes) for every document in ``path`` (file, archive or folder)."""
+_TRACE_FILE = re.compile(r"\.(json|json\.gz|tar|tar\.gz|tgz)$", re.IGNORECASE)
+SKIPPED_NAME = "not .json, .json.gz, .tar, .tar.gz or .tgz"
+
+
+def _documents(path: Path, skipped: list[tuple[str, str]] | None = None) -> list[tuple[str, bytes]]:
+    """(label, JSON bytes) for every document in ``path`` (file, archive or folder).
+
+    In a folder (searched recursively), files whose names are not those of trace files
+    (:data:`_TRACE_FILE`) are not read: each is appended to ``skipped`` as ``(path, reason)``.
+    """
     if path.is_dir():
-        found = sorted(p for p in path.rglob("*") if p.is_file() and re.search(r"\.(json|gz|tar|tgz)$", p.name))
+        files = sorted(p for p in path.rglob("*") if p.is_file())
+        found = [p for p in files if _TRACE_FILE.search(p.name)]
+        if skipped is not None:
+            skipped.extend((str(p), SKIPPED_NAME) for p in files if not _TRACE_FILE.search(p.name))
         if not found:
-            raise TraceReadError(f"{path}: folder holds no .json, .json.gz or .tar(.gz) trace files")
+            held = (f"; it holds {len(files)} other file(s): {', '.join(p.name for p in files[:5])}"
+                    f"{', ...' if len(files) > 5 else ''}") if files else ""
+            raise TraceReadError(f"{path}: folder holds no .json, .json.gz or .tar(.gz) trace files{held}")
         return [doc for p in found for doc in _documents(p)]
     try:
         data = path.read_bytes()
@@ -345,7 +363,7 @@ def _decode(label: str, raw: bytes) -> _KinetoDoc | list[_Event] | _EtDoc:
     if "traceEvents" in keys or not keys:
         raise TraceReadError(
             f"{label}: wrong schema for a PyTorch profiler trace: {kinetoerr.replace('$.', '')}") from None
-    raise TraceReadError(
+    raise NotATraceError(
         f"{label}: not a PyTorch profiler trace: expected a JSON object with a 'traceEvents' array "
         f"(Kineto/Chrome trace) or 'schema' and 'nodes' (execution trace); found keys {keys[:12]}") from None
 
@@ -504,8 +522,13 @@ def _execution(label: str, doc: _EtDoc) -> ExecutionTrace:
                           else (int(m.group(1)) if m else None), ops=ops)
 
 
-def read_traces(paths: list[str | Path]) -> tuple[list[KinetoTrace], list[ExecutionTrace]]:
+def read_traces(paths: list[str | Path], notes: list[str] | None = None
+                ) -> tuple[list[KinetoTrace], list[ExecutionTrace]]:
     """Read every trace document in ``paths`` (files, tar archives, folders).
+
+    In a folder, a file not named like a trace file (``.json``, ``.json.gz``, ``.tar``,
+    ``.tar.gz``, ``.tgz``) and a JSON document that is not a profiler or execution trace are
+    skipped; one line per skipped file, naming it and the reason, is appended to ``notes``.
 
     Returns:
         The Kineto traces, one per rank, sorted by rank (ranks missing from both
@@ -519,14 +542,22 @@ def read_traces(paths: list[str | Path]) -> tuple[list[KinetoTrace], list[Execut
     """
     kineto: list[KinetoTrace] = []
     execution: list[ExecutionTrace] = []
+    skipped: list[tuple[str, str]] = []
     # decoding creates a few hundred thousand objects without reference cycles: pausing the cyclic
     # garbage collector meanwhile saves its repeated scans (a large part of the parse time)
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         for path in paths:
-            for label, raw in _documents(Path(path)):
-                doc = _decode(label, raw)
+            folder = Path(path).is_dir()
+            for label, raw in _documents(Path(path), skipped):
+                try:
+                    doc = _decode(label, raw)
+                except NotATraceError as exc:
+                    if not folder:
+                        raise
+                    skipped.append((label, str(exc).removeprefix(f"{label}: ")))
+                    continue
                 if isinstance(doc, _EtDoc):
                     execution.append(_execution(label, doc))
                 else:
@@ -535,9 +566,13 @@ def read_traces(paths: list[str | Path]) -> tuple[list[KinetoTrace], list[Execut
     finally:
         if gc_was_enabled:
             gc.enable()
+    if notes is not None:
+        notes.extend(f"{name}: skipped, {why}" for name, why in skipped)
     if not kineto:
         what = ", ".join(e.source for e in execution) or ", ".join(map(str, paths))
-        raise TraceReadError(f"{what}: no PyTorch profiler (Kineto) trace among the inputs; execution traces "
+        also = (f" (skipped: {'; '.join(f'{n}: {w}' for n, w in skipped[:5])}{'; ...' if len(skipped) > 5 else ''})"
+                if skipped else "")
+        raise TraceReadError(f"{what}: no PyTorch profiler (Kineto) trace among the inputs{also}; execution traces "
                              "carry op shapes but no timings, pass them together with the Kineto traces")
     known = {t.rank for t in kineto if t.rank >= 0}
     nxt = max(known, default=-1) + 1
