@@ -72,7 +72,11 @@ class TraceAnalysis:
 
     Attributes:
         ranks: one row per rank: ``rank, source, gpu, world_size, iterations, marker,
-            gpu_activities, activities_outside_windows, busy_outside_windows_us, events_used,
+            gpu_activities, activities_outside_windows, busy_outside_windows_us`` (activities starting
+            outside every window, their kernel time), ``activities_after_last_iteration,
+            gpu_time_after_last_iteration_us`` (activities running past the last window's end and
+            their time past it), ``activities_before_first_iteration,
+            gpu_time_before_first_iteration_us``, ``last_iteration_end_us``, ``events_used,
             events_skipped``.
         breakdown: one row per (rank, device, iteration): ``window_us`` and its exclusive parts
             ``compute_bound_us, memory_bound_us, unclassified_us, comm_exposed_us,
@@ -305,6 +309,21 @@ def analyze(
     # -- ranks ------------------------------------------------------------------------------------------
     outside = g.filter(c("iteration").is_null()).group_by("rank").agg(
         activities_outside_windows=pl.len(), busy_outside_windows_us=_us(c("dur_ns").sum()))
+    # GPU time before the first and after the last window of each (rank, device): not in the breakdown,
+    # whether the activity lies wholly outside or only runs past the end (starts inside the last window)
+    extent = win.group_by("rank", "device").agg(_first=c("window_start_ns").min(), _last=c("window_end_ns").max())
+    edges = (
+        g.join(extent, on=["rank", "device"], how="inner")
+        .with_columns(_after=(c("end_ns") - pl.max_horizontal(c("start_ns"), c("_last"))).clip(0),
+                      _before=(pl.min_horizontal(c("end_ns"), c("_first")) - c("start_ns")).clip(0))
+        .group_by("rank").agg(
+            activities_after_last_iteration=(c("_after") > 0).sum().cast(pl.Int64),
+            gpu_time_after_last_iteration_us=_us(c("_after").sum()),
+            activities_before_first_iteration=(c("_before") > 0).sum().cast(pl.Int64),
+            gpu_time_before_first_iteration_us=_us(c("_before").sum()),
+            last_iteration_end_us=_us(c("_last").max()),
+        )
+    )
     meta = pl.DataFrame([{
         "rank": t.rank, "source": t.source, "world_size": t.world_size,
         "gpu": next((str(d.get("name")) for d in t.devices if d.get("name")), None),
@@ -314,18 +333,29 @@ def analyze(
     ranks = (
         meta.join(its.group_by("rank").agg(iterations=pl.len(), marker=c("marker").first()), on="rank", how="left")
         .join(g.group_by("rank").agg(gpu_activities=pl.len()), on="rank", how="left")
-        .join(outside, on="rank", how="left")
-        .with_columns(c("activities_outside_windows").fill_null(0), c("busy_outside_windows_us").fill_null(0.0))
+        .join(outside, on="rank", how="left").join(edges, on="rank", how="left")
+        .with_columns(c("activities_outside_windows").fill_null(0), c("busy_outside_windows_us").fill_null(0.0),
+                      *(c(k).fill_null(0) for k in ("activities_after_last_iteration",
+                                                    "activities_before_first_iteration")),
+                      *(c(k).fill_null(0.0) for k in ("gpu_time_after_last_iteration_us",
+                                                      "gpu_time_before_first_iteration_us")))
     )
     for marker, n in ranks.group_by("marker").agg(pl.len()).iter_rows():
         notes.append(f"iterations of {n} rank(s): {marker}"
                      + (" - one window from the first to the last GPU activity" if marker == WHOLE_TRACE else ""))
     notes.extend(_warmup_notes(warm, keep_warmup))
-    n_out = int(ranks["activities_outside_windows"].sum())
-    if n_out:
-        notes.append(f"{n_out} GPU activities ({ranks['busy_outside_windows_us'].sum() / 1e3:.3f} ms of kernel time) "
-                     "lie outside the analysed iterations (before the first or after the last window) and are "
-                     "not in the breakdown")
+    for side, where in (("after_last", "after the last iteration's end"),
+                        ("before_first", "before the first iteration's start")):
+        n_out = int(ranks[f"activities_{side}_iteration"].sum())
+        if n_out:
+            per = "" if ranks.height == 1 else " (" + ", ".join(
+                f"rank {r}: {n}" for r, n in ranks.filter(c(f"activities_{side}_iteration") > 0)
+                .select("rank", f"activities_{side}_iteration").iter_rows()) + ")"
+            why = (" (work launched in the last iteration still running when it ended, or work after the "
+                   "iterations the trace marks)" if side == "after_last" else "")
+            notes.append(f"{n_out} GPU activities{per} run {where}: "
+                         f"{ranks[f'gpu_time_{side}_iteration_us'].sum() / 1e3:.3f} ms of GPU time there is not in "
+                         f"the breakdown{why}")
     skipped: dict[str, int] = {}
     for t in kineto:
         for k, v in t.skipped.items():

@@ -10,8 +10,8 @@ the start of iteration *k+1* (the last one ends where its CPU span ends), so the
 timeline: every instant of a window is accounted for exactly once by the breakdown
 (``window = components + idle``) and a window is as long as the iteration the user measures.
 When the CPU runs ahead of the GPU, the GPU work inside window *k* may have been launched in an
-earlier iteration; GPU work still running after the last window ends is reported as outside the
-analysed iterations. A whole-trace rank has one window from its first to its last GPU activity.
+earlier iteration; GPU work after the last window's end (also the part past it of work that starts
+inside it) is not in the breakdown, and a note of the analysis gives its count and time. A whole-trace rank has one window from its first to its last GPU activity.
 
 **GPU span.** The temporal summary in Holistic Trace Analysis' terms covers the GPU work
 *launched* during the iterations (launch call joined by ``correlation``, HTA's rule), over one
