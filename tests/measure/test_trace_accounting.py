@@ -41,3 +41,34 @@ def test_no_note_when_nothing_runs_past_the_end(tmp_path):
     a = _run(tmp_path, [])
     assert not [n for n in a.notes if "after the last iteration" in n]
     assert a.ranks["gpu_time_after_last_iteration_us"].to_list() == [0.0]
+
+
+def test_an_over_long_kernel_is_clipped_to_the_next_start_of_its_stream(tmp_path):
+    # K1 (the GEMM [25, 45) us on stream 7, traceEvents[18]) written with dur 3,000,000 us (a 3 s
+    # "kernel" after a hardware stall); the next activity of stream 7 is K2 at 45 us: K1 ends there,
+    # 20 us, as in the fixture, and 3,000,000 - 20 = 2,999,980 us = 2999.980 ms are clipped off
+    doc = fixture_trace()
+    assert doc["traceEvents"][18]["name"] == GEMM and doc["traceEvents"][18]["dur"] == 20
+    doc["traceEvents"][18]["dur"] = 3_000_000
+    path = tmp_path / "stall.json"
+    path.write_text(json.dumps(doc))
+    a = analyze_traces([path])
+    clean = _run(tmp_path, [])
+    cols = ["window_us", "compute_bound_us", "memory_bound_us", "comm_exposed_us", "idle_us", "busy_compute_bound_us"]
+    assert a.breakdown.select(cols).rows() == clean.breakdown.select(cols).rows()
+    assert a.breakdown["compute_bound_us"].to_list() == [20.0, 20.0]  # not 75 + 100 (K1 to the end of the trace)
+    r = a.ranks.row(0, named=True)
+    assert (r["activities_clipped"], r["clipped_us"]) == (1, 2_999_980.0)
+    assert r["activities_after_last_iteration"] == 0
+    assert [n for n in a.notes if "clipped" in n] == [
+        "1 GPU activities ran past the start of the next activity of their stream, which cannot be (a stream runs "
+        "its work in order): each end clipped to that start, 2999.980 ms removed (longest: "
+        f"'{GEMM}' on device 0 stream 7, 3e+06 us -> 20 us)"]
+    kernels = a.kernels.filter(pl.col("kind") == "gemm")
+    assert kernels["time_us"].to_list() == [20.0 + 20.0]  # K1 and K6
+
+
+def test_activities_of_different_streams_may_overlap(tmp_path):
+    # the fixture's all-reduce (stream 20, [50, 80)) overlaps K2 (stream 7) and the copy (stream 8): not clipped
+    a = _run(tmp_path, [])
+    assert a.ranks["activities_clipped"].to_list() == [0] and not [n for n in a.notes if "clipped" in n]

@@ -76,7 +76,9 @@ class TraceAnalysis:
             outside every window, their kernel time), ``activities_after_last_iteration,
             gpu_time_after_last_iteration_us`` (activities running past the last window's end and
             their time past it), ``activities_before_first_iteration,
-            gpu_time_before_first_iteration_us``, ``last_iteration_end_us``, ``events_used,
+            gpu_time_before_first_iteration_us``, ``last_iteration_end_us``, ``activities_clipped,
+            clipped_us`` (activities whose end ran past the next start on their stream, and the time
+            clipped off: :func:`ddlscope.measure.tables.clip_stream_overlaps`), ``events_used,
             events_skipped``.
         breakdown: one row per (rank, device, iteration): ``window_us`` and its exclusive parts
             ``compute_bound_us, memory_bound_us, unclassified_us, comm_exposed_us,
@@ -334,7 +336,10 @@ def analyze(
         meta.join(its.group_by("rank").agg(iterations=pl.len(), marker=c("marker").first()), on="rank", how="left")
         .join(g.group_by("rank").agg(gpu_activities=pl.len()), on="rank", how="left")
         .join(outside, on="rank", how="left").join(edges, on="rank", how="left")
+        .join(tb.clipped.group_by("rank").agg(activities_clipped=pl.len().cast(pl.Int64),
+                                              clipped_us=_us(c("removed_ns").sum())), on="rank", how="left")
         .with_columns(c("activities_outside_windows").fill_null(0), c("busy_outside_windows_us").fill_null(0.0),
+                      c("activities_clipped").fill_null(0), c("clipped_us").fill_null(0.0),
                       *(c(k).fill_null(0) for k in ("activities_after_last_iteration",
                                                     "activities_before_first_iteration")),
                       *(c(k).fill_null(0.0) for k in ("gpu_time_after_last_iteration_us",
@@ -356,6 +361,17 @@ def analyze(
             notes.append(f"{n_out} GPU activities{per} run {where}: "
                          f"{ranks[f'gpu_time_{side}_iteration_us'].sum() / 1e3:.3f} ms of GPU time there is not in "
                          f"the breakdown{why}")
+    if tb.clipped.height:
+        cl = tb.clipped
+        per = "" if ranks.height == 1 else " (" + ", ".join(
+            f"rank {r}: {n}" for r, n in cl.group_by("rank").len().sort("rank").iter_rows()) + ")"
+        top = cl.sort("removed_ns", descending=True).row(0, named=True)
+        name = top["name"] if len(top["name"]) <= 60 else top["name"][:57] + "..."
+        notes.append(f"{cl.height} GPU activities{per} ran past the start of the next activity of their stream, "
+                     "which cannot be (a stream runs its work in order): each end clipped to that start, "
+                     f"{cl['removed_ns'].sum() / 1e6:.3f} ms removed (longest: {name!r} on device {top['device']} "
+                     f"stream {top['stream']}, {(top['old_end_ns'] - top['start_ns']) / 1e3:g} us -> "
+                     f"{(top['end_ns'] - top['start_ns']) / 1e3:g} us)")
     skipped: dict[str, int] = {}
     for t in kineto:
         for k, v in t.skipped.items():
