@@ -72,7 +72,8 @@ class TraceAnalysis:
 
     Attributes:
         ranks: one row per rank: ``rank, source, gpu, world_size, iterations, marker,
-            gpu_activities, activities_outside_windows, busy_outside_windows_us`` (activities starting
+            iteration_rule, segments_left_out`` (:func:`ddlscope.measure.iterations.cpu_iterations`),
+            ``gpu_activities, activities_outside_windows, busy_outside_windows_us`` (activities starting
             outside every window, their kernel time), ``activities_after_last_iteration,
             gpu_time_after_last_iteration_us`` (activities running past the last window's end and
             their time past it), ``activities_before_first_iteration,
@@ -290,7 +291,7 @@ def analyze(
         .sort("time_us", descending=True)
     )
     span = gpu_span(g, its)
-    whole_ranks = its.filter(c("marker") == WHOLE_TRACE)["rank"].implode()
+    whole_ranks = its.filter(c("iteration_rule") == WHOLE_TRACE)["rank"].implode()
     launched = (c("launch_iteration").is_not_null() | c("rank").is_in(whole_ranks))
     span_acts = g.filter(launched).select("rank", "device", "start_ns", "end_ns",
                                          tclass=timeline_class(c("class"), c("kind")))
@@ -333,7 +334,9 @@ def analyze(
     } for t in kineto], schema={"rank": pl.Int64, "source": pl.String, "world_size": pl.Int64, "gpu": pl.String,
                                  "events_used": pl.Int64, "events_skipped": pl.Int64})
     ranks = (
-        meta.join(its.group_by("rank").agg(iterations=pl.len(), marker=c("marker").first()), on="rank", how="left")
+        meta.join(its.group_by("rank").agg(iterations=pl.len(), marker=c("marker").first(),
+                                           iteration_rule=c("iteration_rule").first(),
+                                           segments_left_out=c("segments_left_out").first()), on="rank", how="left")
         .join(g.group_by("rank").agg(gpu_activities=pl.len()), on="rank", how="left")
         .join(outside, on="rank", how="left").join(edges, on="rank", how="left")
         .join(tb.clipped.group_by("rank").agg(activities_clipped=pl.len().cast(pl.Int64),
@@ -345,9 +348,14 @@ def analyze(
                       *(c(k).fill_null(0.0) for k in ("gpu_time_after_last_iteration_us",
                                                       "gpu_time_before_first_iteration_us")))
     )
-    for marker, n in ranks.group_by("marker").agg(pl.len()).iter_rows():
-        notes.append(f"iterations of {n} rank(s): {marker}"
-                     + (" - one window from the first to the last GPU activity" if marker == WHOLE_TRACE else ""))
+    for rule, marker, n in ranks.group_by("iteration_rule", "marker", maintain_order=True).agg(pl.len()).iter_rows():
+        notes.append(f"iterations of {n} rank(s): {rule} ({marker})"
+                     + (" - one window from the first to the last GPU activity" if rule == WHOLE_TRACE else ""))
+    for r, left, rule in ranks.filter(c("segments_left_out") > 0).select(
+            "rank", "segments_left_out", "iteration_rule").iter_rows():
+        notes.append(f"rank {r}: {left} marker segment(s) make no whole iteration ({rule}): left out of the "
+                     "iterations (at the trace's start for markers that end an iteration, at its end for markers "
+                     "that start one; their GPU work is noted as before the first or after the last iteration)")
     notes.extend(_warmup_notes(warm, keep_warmup))
     for side, where in (("after_last", "after the last iteration's end"),
                         ("before_first", "before the first iteration's start")):

@@ -58,6 +58,7 @@ class IterationMarker:
     mode: str
     end_pattern: str | None = None
     warmup_pattern: str | None = None
+    event: str = "marker event"
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "kernel": ("pattern", "class", "kind"),
     "precision": ("pattern", "precision"),
     "collective": ("pattern", "kind"),
-    "iteration_marker": ("name", "pattern", "mode", "end_pattern", "warmup_pattern"),
+    "iteration_marker": ("name", "pattern", "mode", "end_pattern", "warmup_pattern", "event"),
 }
 
 
@@ -168,8 +169,12 @@ def _parse_toml(data: Any, origin: str) -> dict[str, Any]:
         where = f"{origin}: [[iteration_marker]] #{i}"
         if e.get("mode") not in MARKER_MODES:
             raise RulesError(f"{where}: mode: expected one of {', '.join(MARKER_MODES)}, got {e.get('mode')!r}")
-        end, warm = e.get("end_pattern"), e.get("warmup_pattern")
+        end, warm, event = e.get("end_pattern"), e.get("warmup_pattern"), e.get("event", "marker event")
+        if not isinstance(event, str) or not event.strip():
+            raise RulesError(f"{where}: event: expected a non-empty string (what one marker event is, e.g. "
+                             f"'optimizer step'), got {event!r}")
         markers.append(IterationMarker(
+            event=event.strip(),
             name=str(e.get("name") or e.get("pattern")), pattern=_check_pattern(e.get("pattern"), where),
             mode=e["mode"], end_pattern=None if end is None else _check_pattern(end, where, "end_pattern"),
             warmup_pattern=None if warm is None else _check_pattern(warm, where, "warmup_pattern"),

@@ -131,11 +131,21 @@ def sections(a: TraceAnalysis, compact: bool = False) -> list[tuple[str, pl.Data
     return out
 
 
+def _iteration_rule(ranks: pl.DataFrame) -> str:
+    """How iterations were found: the rule when all ranks share it, else ``rank 0: ...; rank 1: ...``."""
+    rules = ranks.sort("rank").select("rank", "iteration_rule")
+    if rules["iteration_rule"].n_unique() == 1:
+        return str(rules["iteration_rule"][0])
+    return "; ".join(f"rank {r}: {rule}" for r, rule in rules.iter_rows())
+
+
 def summary(a: TraceAnalysis) -> dict[str, Any]:
     """The headline values and notes printed after the tables (and written as ``summary.json``).
 
     ``iterations`` counts every (rank, iteration) row, ``iterations_in_means`` those in the means;
-    ``mean_step_ms`` is over the latter; ``warmup_excluded`` (when warm-up rows were left out) names
+    ``mean_step_ms`` is over the latter; ``iteration_rule`` says how the iterations were found
+    (``"ProfilerStep markers"``, ``"2 optimizer steps per iteration (repeating structure)"``,
+    ``"whole trace as one iteration"``; per rank when the ranks differ); ``warmup_excluded`` (when warm-up rows were left out) names
     them.
     """
     steady = a.steady
@@ -144,6 +154,7 @@ def summary(a: TraceAnalysis) -> dict[str, Any]:
         "iterations": a.breakdown.height,
         "iterations_in_means": steady.height,
         "mean_step_ms": steady["window_us"].mean() / 1e3,
+        "iteration_rule": _iteration_rule(a.ranks),
         "precision": a.precision,
     }
     if a.warmup.get("excluded"):
