@@ -175,8 +175,9 @@ def analyze_traces(
         rules = dataclasses.replace(rules, markers=())
     read_notes: list[str] = []
     kineto, executions = read_traces(list(paths), read_notes)
-    return analyze(kineto, executions, rules, input_notes=read_notes, scenarios=scenarios, catalog=catalog, server=server, gpu=gpu,
-                   launch_gap_us=launch_gap_us, keep_warmup=keep_warmup, warmup_factor=warmup_factor)
+    return analyze(kineto, executions, rules, input_notes=read_notes, scenarios=scenarios, catalog=catalog,
+                   server=server, gpu=gpu, launch_gap_us=launch_gap_us, keep_warmup=keep_warmup,
+                   warmup_factor=warmup_factor)
 
 
 _LEFT_OUT = "left out of the means, the rank skew, the model check and the what-if baseline"
@@ -398,6 +399,12 @@ def analyze(
     if unclassified.height:
         notes.append(f"{unclassified.height} kernel name(s) matched no rule: counted as 'unclassified' "
                      f"({unclassified['time_us'].sum() / 1e3:.3f} ms); add rules with --rules")
+    approx = calls.filter(c("bw_approx"))
+    if approx.height:
+        n_a2a = calls.filter(c("collective") == "all_to_all").height
+        notes.append(f"{approx.height} of {n_a2a} all-to-all calls have no complete split sizes in the trace "
+                     "('In split size' / 'Out split size' missing, truncated or not matching the group): their bus "
+                     "bandwidth assumes even splits and is approximate (bw_approx)")
     unknown = calls.filter(c("size_bytes").is_null()).height
     if unknown:
         notes.append(f"{unknown} of {calls.height} collective calls have no message size in the trace (no "

@@ -17,7 +17,8 @@ timeline: every instant of a window is accounted for exactly once by the breakdo
 (``window = components + idle``) and a window is as long as the iteration the user measures.
 When the CPU runs ahead of the GPU, the GPU work inside window *k* may have been launched in an
 earlier iteration; GPU work after the last window's end (also the part past it of work that starts
-inside it) is not in the breakdown, and a note of the analysis gives its count and time. A whole-trace rank has one window from its first to its last GPU activity.
+inside it) is not in the breakdown, and a note of the analysis gives its count and time. A
+whole-trace rank has one window from its first to its last GPU activity.
 
 **GPU span.** The temporal summary in Holistic Trace Analysis' terms covers the GPU work
 *launched* during the iterations (launch call joined by ``correlation``, HTA's rule), over one

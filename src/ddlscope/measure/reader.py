@@ -72,6 +72,9 @@ class _Args(msgspec.Struct, gc=False):
     collective_name: Scalar = msgspec.field(default=None, name="Collective name")
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
     input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
+    in_split: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="In split size")
+    out_split: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Out split size")
+    pg_ranks: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Process Group Ranks")
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -116,6 +119,7 @@ EVENT_SCHEMA: dict[str, pl.DataType] = {
     "correlation": pl.Int64, "stream": pl.Int64, "device": pl.Int64,
     "bytes": pl.Int64, "in_msg_nelems": pl.Int64, "out_msg_nelems": pl.Int64, "group_size": pl.Int64,
     "dtype": pl.String, "collective_name": pl.String, "input_dims": pl.String, "input_types": pl.String,
+    "in_split": pl.String, "out_split": pl.String, "pg_ranks": pl.String,
 }
 
 
@@ -135,7 +139,10 @@ class KinetoTrace:
         events: one row per complete (``ph == "X"``) event; columns :data:`EVENT_SCHEMA`:
             ``ts_ns``/``dur_ns``/``end_ns`` integer nanoseconds; ``args`` fields flattened
             (``correlation``, ``stream``, ``device``, ``bytes``, the NCCL
-            message fields, and ``input_dims``/``input_types`` as raw JSON text).
+            message fields, ``input_dims``/``input_types`` as raw JSON text, and the NCCL metadata
+            lists ``in_split``/``out_split``/``pg_ranks`` (``In split size``, ``Out split size``,
+            ``Process Group Ranks``) as the list's text, e.g. ``[3, 5]`` or Kineto's truncated
+            ``[1, 2, ..., ...]``).
         skipped: events not used, by reason (phase other than X, X without ts or dur, X with a
             non-finite, out-of-range or negative time).
         skipped_examples: for the reasons that mean bad data (bad times), the first such event:
@@ -372,6 +379,23 @@ def _raw_text(r: msgspec.Raw) -> str | None:
     return bytes(r).decode() if len(r) else None
 
 
+_STR = msgspec.json.Decoder(str)
+
+
+def _list_text(r: msgspec.Raw) -> str | None:
+    """The text of a list argument: Kineto writes NCCL metadata lists as JSON strings (``"[3, 5]"``,
+    truncated after 30 values as ``"[1, ..., 30, ...]"``); a JSON array is kept as its text."""
+    if not len(r):
+        return None
+    raw = bytes(r)
+    if raw[:1] == b'"':
+        try:
+            return _STR.decode(raw)
+        except msgspec.DecodeError:
+            return None
+    return raw.decode()
+
+
 def _series(name: str, values: list, dtype: pl.DataType) -> pl.Series:
     """A column from decoded values: the fast typed path, else per-value conversion (mixed types,
     e.g. a stream id written as text) with values that do not convert set to null."""
@@ -447,6 +471,9 @@ def _events_frame(label: str, events: list[_Event], where: str = "traceEvents"
                   dtype=pl.String),
         pl.Series("input_types", [bytes(x.input_types).decode() if len(x.input_types) else None for x in a],
                   dtype=pl.String),
+        pl.Series("in_split", [_list_text(x.in_split) for x in a], dtype=pl.String),
+        pl.Series("out_split", [_list_text(x.out_split) for x in a], dtype=pl.String),
+        pl.Series("pg_ranks", [_list_text(x.pg_ranks) for x in a], dtype=pl.String),
     ]
     frame = pl.DataFrame(cols)
 

@@ -35,11 +35,12 @@ class TraceTables:
 
     Attributes:
         gpu: ``rank, device, stream, cat, name, start_ns, end_ns, dur_ns, correlation, bytes,
-            in_msg_nelems, out_msg_nelems, group_size, dtype, collective_name, class, kind,
-            precision, rule, launch_ns, launch_end_ns, launch_pid, launch_tid`` (launch columns
+            in_msg_nelems, out_msg_nelems, group_size, dtype, collective_name, in_split, out_split,
+            pg_ranks, class, kind, precision, rule, launch_ns, launch_end_ns, launch_pid, launch_tid`` (launch columns
             null when the trace has no runtime call with the activity's correlation id).
         cpu: ``rank, cpu_id, cat, name, pid, tid, ts_ns, end_ns, input_dims, input_types,
-            collective_name, in_msg_nelems, out_msg_nelems, group_size, dtype``.
+            collective_name, in_msg_nelems, out_msg_nelems, group_size, dtype, in_split, out_split,
+            pg_ranks``.
         runtime: ``rank, name, pid, tid, ts_ns, end_ns, correlation``.
         classes: the classification of every distinct GPU activity name (see
             :func:`ddlscope.measure.rules.classify_names`).
@@ -89,6 +90,7 @@ def build_tables(traces: list[KinetoTrace], rules: TraceRules) -> TraceTables:
             correlation=c("correlation"), bytes=c("bytes"),
             in_msg_nelems=c("in_msg_nelems"), out_msg_nelems=c("out_msg_nelems"),
             group_size=c("group_size"), dtype=c("dtype"), collective_name=c("collective_name"),
+            in_split=c("in_split"), out_split=c("out_split"), pg_ranks=c("pg_ranks"),
         )
         .join(classes, on="name", how="left")
         .join(launches, on=["rank", "correlation"], how="left")
@@ -98,7 +100,8 @@ def build_tables(traces: list[KinetoTrace], rules: TraceRules) -> TraceTables:
     cpu = (
         ev.filter(c("cat").is_in(CPU_CATEGORIES))
         .select("rank", "cat", "name", "pid", "tid", "ts_ns", "end_ns", "input_dims", "input_types",
-                "collective_name", "in_msg_nelems", "out_msg_nelems", "group_size", "dtype")
+                "collective_name", "in_msg_nelems", "out_msg_nelems", "group_size", "dtype", "in_split",
+                "out_split", "pg_ranks")
         .with_row_index("cpu_id")
         .with_columns(c("cpu_id").cast(pl.Int64))
     )
