@@ -194,11 +194,25 @@ def _parse_csv(text: str, origin: str) -> dict[str, Any]:
             (``FILE: line N: FIELD: ...``).
     """
     reader = csv.reader(io.StringIO(text))
-    header = next(reader, None)
+    try:
+        header = next(reader, None)
+    except csv.Error as exc:
+        raise RulesError(f"{origin}: line 1: not valid CSV: {exc}") from None
     if not header or not {"pattern", "class"} <= set(header) or not set(header) <= {"pattern", "class", "kind"}:
-        raise RulesError(f"{origin}: a CSV rules file needs the header pattern,class[,kind]; got {header}")
+        shown = header if header is None or len(str(header)) <= 200 else str(header)[:200] + "..."
+        raise RulesError(f"{origin}: a CSV rules file needs the header pattern,class[,kind]; got {shown}")
+    if len(set(header)) < len(header):
+        dup = sorted({h for h in header if header.count(h) > 1})
+        raise RulesError(f"{origin}: line 1: column(s) {', '.join(dup)} named twice in the header "
+                         f"({','.join(header)}); expected pattern,class[,kind] once each")
     rows, lines = [], []
-    for fields in reader:
+    while True:
+        try:
+            fields = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:
+            raise RulesError(f"{origin}: line {reader.line_num}: not valid CSV: {exc}") from None
         line = reader.line_num
         if not fields:
             continue
@@ -230,9 +244,15 @@ def _read_file(path: Path) -> dict[str, Any]:
     """
     if path.suffix.lower() == ".csv":
         try:
-            text = path.read_text()
+            raw = path.read_bytes()
         except OSError as exc:
             raise RulesError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = raw.count(b"\n", 0, exc.start) + 1
+            raise RulesError(f"{path}: not valid UTF-8 at byte {exc.start} (line {line}): byte "
+                             f"0x{raw[exc.start]:02x} ({exc.reason}); expected a UTF-8 CSV file") from None
         return _parse_csv(text, str(path))
     try:
         data = read_toml_or_json(path)
