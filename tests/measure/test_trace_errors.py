@@ -260,3 +260,30 @@ def test_folder_without_traces_names_what_it_holds(tmp_path):
     (tmp_path / "notes.txt").write_text("x")
     assert _error(tmp_path) == (f"{tmp_path}: folder holds no .json, .json.gz or .tar(.gz) trace files; it holds 1 "
                                 "other file(s): notes.txt")
+
+
+# -- two faults in one file (found by tests/measure/test_trace_fuzz.py) ---------------------------------
+def test_wrong_type_and_a_syntax_error_later(tmp_path):
+    # msgspec stops at the wrong type ("ts": "early" in event 3); the document is also malformed
+    # further on (a value missing): before, the execution-trace retry raised msgspec's DecodeError
+    doc = fixture_trace()
+    doc["traceEvents"][3]["ts"] = "early"
+    text = json.dumps(doc, indent=1)
+    at = text.rindex('"dur": 8')
+    path = tmp_path / "bad.json"
+    path.write_text(text[:at] + '"dur": ,' + text[at + len('"dur": 8'):])
+    line = text[:at].count("\n") + 1
+    col = at - text.rfind("\n", 0, at) + len('"dur": ')  # 1-based column of the ',' where the value should be
+    assert _error(path) == f"{path}: not valid JSON at line {line}, column {col}: Expecting value"
+
+
+def test_out_of_range_number_in_a_truncated_file(tmp_path):
+    # a pid beyond the double range sends the reader to its lenient path (Python's json), which then meets the
+    # cut: before, json's JSONDecodeError escaped; now the file is named as truncated
+    doc = fixture_trace()
+    doc["traceEvents"][2]["pid"] = "PID"
+    text = json.dumps(doc).replace('"PID"', "1e400")  # beyond the double range
+    path = tmp_path / "cut.json"
+    path.write_text(text[: text.index(GEMM) + 3])
+    msg = _error(path)
+    assert msg.startswith(f"{path}: truncated JSON")

@@ -332,6 +332,22 @@ def _utf8_error(label: str, raw: bytes) -> TraceReadError | None:
     return None
 
 
+def _lenient_or_error(label: str, raw: bytes) -> bytes:
+    """:func:`_lenient`, or the document's JSON syntax error (truncated, malformed) naming ``label``
+    and the line and column (Python's ``json`` module reports them)."""
+    try:
+        return _lenient(raw)
+    except json.JSONDecodeError as exc:
+        at_end = exc.pos >= len(raw.rstrip()) or (
+            exc.msg.startswith("Unterminated string") and b'"' not in raw[exc.pos + 1:])
+        if at_end:
+            raise TraceReadError(f"{label}: truncated JSON (the file ends inside the document; was the "
+                                 "profiler stopped while writing it?)") from None
+        raise TraceReadError(f"{label}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except (ValueError, RecursionError) as exc:  # e.g. a number of more than 4300 digits
+        raise TraceReadError(f"{label}: not valid JSON: {str(exc).splitlines()[0]}") from None
+
+
 def _decode(label: str, raw: bytes) -> _KinetoDoc | list[_Event] | _EtDoc:
     if not raw.strip():
         raise TraceReadError(f"{label}: empty file; expected a PyTorch profiler trace (JSON)")
@@ -342,9 +358,9 @@ def _decode(label: str, raw: bytes) -> _KinetoDoc | list[_Event] | _EtDoc:
         raise utf8
     try:
         return _KINETO.decode(raw)
-    except msgspec.ValidationError as exc:  # valid JSON, unexpected shape (a DecodeError subclass)
+    except msgspec.ValidationError as exc:  # valid JSON so far, unexpected shape (a DecodeError subclass)
         if _needs_lenient(raw, exc):
-            return _decode(label, _lenient(raw))
+            return _decode(label, _lenient_or_error(label, raw))
         kinetoerr = str(exc)
     except msgspec.DecodeError as exc:
         msg = str(exc)
@@ -352,20 +368,18 @@ def _decode(label: str, raw: bytes) -> _KinetoDoc | list[_Event] | _EtDoc:
             raise TraceReadError(f"{label}: truncated JSON (the file ends inside the document; was the "
                                  "profiler stopped while writing it?)") from None
         if _needs_lenient(raw, exc):
-            try:
-                lenient = _lenient(raw)
-            except ValueError:
-                pass
-            else:
-                return _decode(label, lenient)
+            return _decode(label, _lenient_or_error(label, raw))
         raise TraceReadError(f"{label}: not valid JSON{_where(raw, exc)}: {msg}") from None
+    # msgspec stops at the first value of the wrong type: the rest of the document is not checked yet
     try:
         return _ET.decode(raw)
     except msgspec.ValidationError:
         pass
+    except msgspec.DecodeError:
+        _lenient_or_error(label, raw)  # raises the syntax error, with its line, if there is one
     try:
         keys = sorted(_KEYS.decode(raw))
-    except msgspec.ValidationError:
+    except msgspec.DecodeError:
         keys = []
     if "traceEvents" in keys or not keys:
         raise TraceReadError(
