@@ -350,7 +350,7 @@ def analyze(
                                                       "gpu_time_before_first_iteration_us")))
     )
     for rule, marker, n in ranks.group_by("iteration_rule", "marker", maintain_order=True).agg(pl.len()).iter_rows():
-        notes.append(f"iterations of {n} rank(s): {rule} ({marker})"
+        notes.append(f"iterations of {n} rank(s): {rule}" + (f" ({marker})" if marker != rule else "")
                      + (" - one window from the first to the last GPU activity" if rule == WHOLE_TRACE else ""))
     for r, left, rule in ranks.filter(c("segments_left_out") > 0).select(
             "rank", "segments_left_out", "iteration_rule").iter_rows():
