@@ -168,7 +168,7 @@ def _fold(spans: pl.DataFrame, cpu: pl.DataFrame, marker: IterationMarker) -> tu
                     segments_left_out=pl.lit(left, pl.Int64))
         )
     schema = {**dict(spans.schema), "iteration_rule": pl.String, "segments_left_out": pl.Int64}
-    return (pl.concat(folded) if folded else pl.DataFrame(schema=schema)), failed
+    return (pl.concat(folded, how="diagonal_relaxed") if folded else pl.DataFrame(schema=schema)), failed
 
 
 def cpu_iterations(cpu: pl.DataFrame, gpu: pl.DataFrame, rules: TraceRules) -> pl.DataFrame:
