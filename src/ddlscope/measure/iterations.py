@@ -37,8 +37,8 @@ WHOLE_TRACE = "whole trace as one iteration"
 """The ``iteration_rule`` of a rank analysed as one window from its first to its last GPU activity."""
 MATCH_SHARE = 0.8
 """Share of segments that must look like the segment one period earlier for the period to hold
-(:func:`segment_period`): tolerates a first segment holding set-up work, or an iteration with a
-checkpoint save. A stated threshold."""
+(:func:`segment_period`, which also tolerates a single odd segment): a first segment holding set-up
+work, a last one cut short, an iteration with a checkpoint save. A stated threshold."""
 MAX_PERIOD = 16
 """Longest period tried (marker events per iteration, e.g. optimizers of one model)."""
 _MARKER_CATS = ("cpu_op", "user_annotation", "python_function", "Operator", "user_anno")
@@ -90,9 +90,11 @@ def _spans(events: pl.DataFrame, marker: IterationMarker, cpu: pl.DataFrame) -> 
 def segment_period(signatures: list, share: float = MATCH_SHARE, max_period: int = MAX_PERIOD) -> int | None:
     """The smallest period with which a sequence of segment signatures repeats.
 
-    ``p`` holds when at least ``share`` of the segments ``i >= p`` equal segment ``i - p``; tried for
-    ``p = 1 .. min(n // 2, max_period)`` (at least two repetitions seen). One segment has period 1.
-    Autocorrelation of a symbol sequence at lag ``p``, with a tolerance for odd segments.
+    ``p`` holds when at least ``share`` of the ``n - p`` segments ``i >= p`` equal segment ``i - p``,
+    or, from three such comparisons on, when only one differs (one odd segment: a first one holding
+    set-up work, a last one cut short by the profiler's stop); tried for ``p = 1 .. min(n // 2,
+    max_period)`` (at least two repetitions seen). One segment has period 1. Autocorrelation of a
+    symbol sequence at lag ``p``, with a tolerance for odd segments.
 
     Returns:
         The period, or None when the sequence does not repeat.
@@ -102,7 +104,7 @@ def segment_period(signatures: list, share: float = MATCH_SHARE, max_period: int
         return 1
     for p in range(1, min(n // 2, max_period) + 1):
         same = sum(signatures[i] == signatures[i - p] for i in range(p, n))
-        if same >= share * (n - p):
+        if same >= share * (n - p) or (n - p >= 3 and same >= n - p - 1):
             return p
     return None
 
