@@ -62,6 +62,26 @@ def kineto_samples(shared_data: str | Path) -> dict[str, bytes]:
     return {"pretty.json": raw, "lines.json": lines.encode()}
 
 
+INFERRED_TRACE = "param_dlrm/resnet_kineto.json.gz"
+"""The shared trace without ProfilerStep markers (DataLoader and Optimizer.step annotations)."""
+
+
+def inferred_iterations_sample(shared_data: str | Path) -> bytes:
+    """A cut-down copy of :data:`INFERRED_TRACE` for :func:`check_kineto` that reaches the inferred
+    iterations (:func:`ddlscope.measure.iterations.segment_period`): its metadata events and the
+    complete events from the 2nd ``enumerate(DataLoader)`` call to 60 ms after the 5th (7,703 events,
+    1.9 MB of JSON, one event per line; about 2 s per check, so for ``benchmarks/fuzz_readers.py``
+    rather than the test suite)."""
+    doc = json.loads(_json_bytes(Path(shared_data) / INFERRED_TRACE))
+    events = doc["traceEvents"]
+    starts = sorted(e["ts"] for e in events if str(e.get("name", "")).startswith("enumerate(DataLoader)#"))
+    lo, hi = starts[1], starts[4] + 60_000
+    keep = [e for e in events if e.get("ph") == "M" or (e.get("ph") == "X" and lo <= e.get("ts", 0) < hi)]
+    head = {k: v for k, v in doc.items() if k != "traceEvents"}
+    return (json.dumps(head)[:-1] + ', "traceEvents": [\n' + ",\n".join(json.dumps(e) for e in keep)
+            + "\n]}\n").encode()
+
+
 def rules_csv_sample() -> bytes:
     """A clean input for :func:`check_rules_csv`: the built-in kernel rules
     (``measure/data/trace_rules.toml``) as a CSV ``pattern,class,kind``."""
