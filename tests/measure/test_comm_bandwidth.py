@@ -36,3 +36,67 @@ def test_algbw_and_busbw_per_collective():
     # a communication kernel of no known collective: algbw only, nccl-tests defines no bus bandwidth for it
     assert calls[4]["algbw_gb_s"] == pytest.approx(1.0) and calls[4]["busbw_gb_s"] is None
     assert calls[5]["algbw_gb_s"] is None and calls[5]["busbw_gb_s"] is None
+
+
+# -- uneven all-to-all: the split sizes, without the rank's own chunk (issue 13) ----------------------
+SENDRECV = "ncclKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"
+
+
+def _a2a_trace(tmp_path, **split_args):
+    """The kineto fixture (rank 0) plus one all-to-all kernel of a 4-rank group on stream 21, [170, 180)
+    us (10 us), launched at 165: 100 floats in, 100 out (400 bytes each way), NCCL metadata on the kernel."""
+    import json
+
+    from kineto_fixture import _gpu, _launch, fixture_trace
+
+    doc = fixture_trace()
+    args = {"Collective name": "all_to_all", "In msg nelems": 100, "Out msg nelems": 100, "Group size": 4,
+            "dtype": "Float", **split_args}
+    doc["traceEvents"] += [_launch(20, 165), _gpu(20, SENDRECV, 170, 10, 21, **args)]
+    path = tmp_path / "a2a.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize(("splits", "link_bytes", "approx"), [
+    # rank 0 is 2nd in the group [3, 0, 1, 2]: own chunks 20/100 of 400 B in = 80 B (sends 320 B) and
+    # 25/100 of 400 B out = 100 B (receives 300 B); the link's busier direction: 320 B
+    ({"In split size": "[10, 20, 30, 40]", "Out split size": "[25, 25, 25, 25]",
+      "Process Group Ranks": "[3, 0, 1, 2]"}, 320.0, False),
+    # empty lists: all_to_all_single with even splits -> own = 400 / 4 = 100 B: 300 B, exact
+    ({"In split size": "[]", "Out split size": "[]", "Process Group Ranks": "[0, 1, 2, 3]"}, 300.0, False),
+    # truncated by Kineto (', ...]'): even splits assumed, approximate
+    ({"In split size": "[10, 20, ...]", "Out split size": "[25, 25, ...]",
+      "Process Group Ranks": "[3, 0, 1, 2]"}, 300.0, True),
+    # no split sizes at all: even splits assumed, approximate
+    ({}, 300.0, True),
+    # splits as JSON arrays (not strings), rank 0 first: own in 10 B of 100 -> sends 360 B
+    ({"In split size": [10, 20, 30, 40], "Out split size": [40, 30, 20, 10], "Process Group Ranks": [0, 1, 2, 3]},
+     400 - 40.0, False),
+])
+def test_uneven_all_to_all_bus_bandwidth(tmp_path, splits, link_bytes, approx):
+    from ddlscope.measure.analysis import analyze_traces
+
+    a = analyze_traces([_a2a_trace(tmp_path, **splits)])
+    call = a.calls.filter(pl.col("collective") == "all_to_all").row(0, named=True)
+    assert call["size_bytes"] == 400.0 and call["time_us"] == 10.0
+    assert call["algbw_gb_s"] == pytest.approx(400 / 10e-6 / 1e9)
+    # busbw = link bytes / t: 320 B / 10 us = 0.032 GB/s (nccl-tests' even-split value: 0.04 x 3/4 = 0.03)
+    assert (call["link_bytes"], call["bw_approx"]) == (link_bytes, approx)
+    assert call["busbw_gb_s"] == pytest.approx(link_bytes / 10e-6 / 1e9)
+    notes = [n for n in a.notes if "split sizes" in n]
+    assert bool(notes) == approx
+    coll = a.collectives.filter(pl.col("collective") == "all_to_all")
+    assert coll["bw_approx"].to_list() == [approx]
+
+
+def test_shared_all_to_all_without_splits_is_approximate(shared_data):
+    # negative_queue (rank 0 of 16): 45 all-to-all calls sized from the nccl:all_to_all annotations, no
+    # split sizes in the trace; e.g. 384 B: own chunk 384/16 = 24 B, 360 B cross the link
+    from ddlscope.measure.analysis import analyze_traces
+
+    a = analyze_traces([f"{shared_data}/hta_traces/negative_queue_length_values_check/rank0.json.gz"])
+    a2a = a.calls.filter(pl.col("collective") == "all_to_all")
+    assert a2a.height == 45 and a2a["bw_approx"].all()
+    assert (a2a["link_bytes"] - a2a["size_bytes"] * 15 / 16).abs().max() < 1e-9
+    assert any(n.startswith("45 of 45 all-to-all calls have no complete split sizes") for n in a.notes)

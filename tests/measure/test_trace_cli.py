@@ -123,3 +123,16 @@ def test_the_command_module_imports_no_heavy_library():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src")})
     assert done.stdout.strip() == "[]"
+
+
+def test_folder_json_lists_skipped_files_and_the_iteration_rule(tmp_path):
+    # `ddlscope trace FOLDER`: the file it does not read is in the JSON's notes with the reason; the
+    # summary says how iterations were found (the fixture has ProfilerStep#1 and #2)
+    write_fixture(tmp_path)
+    (tmp_path / "run.log").write_text("epoch 1")
+    res = runner.invoke(app, ["trace", str(tmp_path), "--format", "json", "--no-whatif"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert f"{tmp_path / 'run.log'}: skipped, not .json, .json.gz, .tar, .tar.gz or .tgz" in out["notes"]
+    assert out["iteration_rule"] == "ProfilerStep markers"
+    assert out["ranks_detail"][0]["iteration_rule"] == "ProfilerStep markers"

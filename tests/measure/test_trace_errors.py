@@ -204,3 +204,86 @@ def test_unusable_rank_in_distributed_info_is_noted(tmp_path, name, rank, why):
     assert [n for n in a.notes if "distributedInfo" in n] == [
         f"{path}: distributedInfo.rank 'zero' is not a non-negative integer: rank {rank} assumed ({why})"]
     assert a.ranks["rank"].to_list() == [rank]
+
+
+# -- invalid UTF-8: the file, the byte offset and the line (issue 13) ---------------------------------
+@pytest.mark.parametrize("gz", [False, True])
+def test_invalid_utf8_names_file_byte_and_line(tmp_path, gz):
+    # the fixture pretty-printed (one key per line), with byte 0xff put into the GEMM kernel's name
+    text = json.dumps(fixture_trace(), indent=1).encode()
+    at = text.index(GEMM.encode()) + 5  # inside 'volta_sgemm...': after 'volta'
+    raw = text[:at] + b"\xff" + text[at:]
+    line = text[:at].count(b"\n") + 1
+    col = at - text.rfind(b"\n", 0, at)
+    path = tmp_path / ("bad.json.gz" if gz else "bad.json")
+    path.write_bytes(gzip.compress(raw) if gz else raw)
+    where = " of the decompressed data" if gz else ""
+    assert _error(path) == (f"{path}: not valid UTF-8 at byte {at}{where} (line {line}, column {col}): byte 0xff "
+                            "(invalid start byte); expected UTF-8 JSON text (a damaged file or transfer?)")
+
+
+def test_invalid_utf8_in_a_field_the_reader_skips(tmp_path):
+    # a field the reader does not decode ("Call stack") still makes the file invalid JSON text
+    doc = fixture_trace()
+    doc["traceEvents"][5]["args"]["Call stack"] = "PLACEHOLDER"
+    text = json.dumps(doc).encode()
+    at = text.index(b"PLACEHOLDER")
+    path = tmp_path / "bad.json"
+    path.write_bytes(text.replace(b"PLACEHOLDER", b"\xc3\x28"))
+    assert _error(path).startswith(f"{path}: not valid UTF-8 at byte {at} (line 1, column {at + 1}): byte 0xc3 "
+                                   "(invalid continuation byte)")
+
+
+# -- a folder: every file not read is listed with the reason (issue 13) --------------------------------
+def test_folder_lists_every_skipped_file(tmp_path):
+    from ddlscope.measure.analysis import analyze_traces as run
+
+    write_fixture(tmp_path, "rank0.json")
+    (tmp_path / "README.txt").write_text("how the job was run")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "stdout.log.gz").write_bytes(gzip.compress(b"epoch 1"))
+    (tmp_path / "sub" / "config.json").write_text(json.dumps({"lr": 0.1, "model": "resnet"}))
+    a = run([tmp_path])
+    assert a.ranks["source"].to_list() == [str(tmp_path / "rank0.json")]
+    assert [n for n in a.notes if "skipped" in n] == [
+        f"{tmp_path / 'README.txt'}: skipped, not .json, .json.gz, .tar, .tar.gz or .tgz",
+        f"{tmp_path / 'sub' / 'stdout.log.gz'}: skipped, not .json, .json.gz, .tar, .tar.gz or .tgz",
+        f"{tmp_path / 'sub' / 'config.json'}: skipped, not a PyTorch profiler trace: expected a JSON object with a "
+        "'traceEvents' array (Kineto/Chrome trace) or 'schema' and 'nodes' (execution trace); found keys "
+        "['lr', 'model']",
+    ]
+    # named on the command line, the same config file is an error
+    assert _error(tmp_path / "sub" / "config.json").startswith(f"{tmp_path / 'sub' / 'config.json'}: not a PyTorch")
+
+
+def test_folder_without_traces_names_what_it_holds(tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    assert _error(tmp_path) == (f"{tmp_path}: folder holds no .json, .json.gz or .tar(.gz) trace files; it holds 1 "
+                                "other file(s): notes.txt")
+
+
+# -- two faults in one file (found by tests/measure/test_trace_fuzz.py) ---------------------------------
+def test_wrong_type_and_a_syntax_error_later(tmp_path):
+    # msgspec stops at the wrong type ("ts": "early" in event 3); the document is also malformed
+    # further on (a value missing): before, the execution-trace retry raised msgspec's DecodeError
+    doc = fixture_trace()
+    doc["traceEvents"][3]["ts"] = "early"
+    text = json.dumps(doc, indent=1)
+    at = text.rindex('"dur": 8')
+    path = tmp_path / "bad.json"
+    path.write_text(text[:at] + '"dur": ,' + text[at + len('"dur": 8'):])
+    line = text[:at].count("\n") + 1
+    col = at - text.rfind("\n", 0, at) + len('"dur": ')  # 1-based column of the ',' where the value should be
+    assert _error(path) == f"{path}: not valid JSON at line {line}, column {col}: Expecting value"
+
+
+def test_out_of_range_number_in_a_truncated_file(tmp_path):
+    # a pid beyond the double range sends the reader to its lenient path (Python's json), which then meets the
+    # cut: before, json's JSONDecodeError escaped; now the file is named as truncated
+    doc = fixture_trace()
+    doc["traceEvents"][2]["pid"] = "PID"
+    text = json.dumps(doc).replace('"PID"', "1e400")  # beyond the double range
+    path = tmp_path / "cut.json"
+    path.write_text(text[: text.index(GEMM) + 3])
+    msg = _error(path)
+    assert msg.startswith(f"{path}: truncated JSON")

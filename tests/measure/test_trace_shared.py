@@ -113,7 +113,8 @@ def test_inferred_iterations_and_whole_trace(shared_data):
     # 30 DataLoader __next__ annotations (SOURCES.md) -> 30 iterations, numbered 0..29
     assert resnet.breakdown["iteration"].to_list() == list(range(30))
     whole = analyze_traces([f"{shared_data}/{TRACES['resnet'][0]}"], whole_trace=True)
-    assert whole.ranks["marker"][0] == WHOLE_TRACE and whole.breakdown.height == 1
+    assert whole.ranks["iteration_rule"][0] == WHOLE_TRACE and whole.breakdown.height == 1
+    assert whole.ranks["marker"][0] == "no iteration marker rules (--whole-trace)"
 
 
 def test_rank_skew_on_dlrm(shared_data):

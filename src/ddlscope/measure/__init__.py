@@ -14,5 +14,6 @@ Parse once into tables, then independent analyzers (the Holistic Trace Analysis 
 - :mod:`~ddlscope.measure.skew`: per-rank step times and the straggler;
 - :mod:`~ddlscope.measure.baseline`: what-if from the measured baseline and the model check,
   through the step-time model of :mod:`ddlscope.model`;
-- :mod:`~ddlscope.measure.analysis`: :func:`~ddlscope.measure.analysis.analyze_traces` runs it all.
+- :mod:`~ddlscope.measure.analysis`: :func:`~ddlscope.measure.analysis.analyze_traces` runs it all;
+- :mod:`~ddlscope.measure.fuzz`: fuzz targets of the trace and ``--rules`` CSV readers.
 """

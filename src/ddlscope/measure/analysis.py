@@ -72,7 +72,14 @@ class TraceAnalysis:
 
     Attributes:
         ranks: one row per rank: ``rank, source, gpu, world_size, iterations, marker,
-            gpu_activities, activities_outside_windows, busy_outside_windows_us, events_used,
+            iteration_rule, segments_left_out`` (:func:`ddlscope.measure.iterations.cpu_iterations`),
+            ``gpu_activities, activities_outside_windows, busy_outside_windows_us`` (activities starting
+            outside every window, their kernel time), ``activities_after_last_iteration,
+            gpu_time_after_last_iteration_us`` (activities running past the last window's end and
+            their time past it), ``activities_before_first_iteration,
+            gpu_time_before_first_iteration_us``, ``last_iteration_end_us``, ``activities_clipped,
+            clipped_us`` (activities whose end ran past the next start on their stream, and the time
+            clipped off: :func:`ddlscope.measure.tables.clip_stream_overlaps`), ``events_used,
             events_skipped``.
         breakdown: one row per (rank, device, iteration): ``window_us`` and its exclusive parts
             ``compute_bound_us, memory_bound_us, unclassified_us, comm_exposed_us,
@@ -166,9 +173,11 @@ def analyze_traces(
     rules = load_rules(*rules_files)
     if whole_trace:
         rules = dataclasses.replace(rules, markers=())
-    kineto, executions = read_traces(list(paths))
-    return analyze(kineto, executions, rules, scenarios=scenarios, catalog=catalog, server=server, gpu=gpu,
-                   launch_gap_us=launch_gap_us, keep_warmup=keep_warmup, warmup_factor=warmup_factor)
+    read_notes: list[str] = []
+    kineto, executions = read_traces(list(paths), read_notes)
+    return analyze(kineto, executions, rules, input_notes=read_notes, scenarios=scenarios, catalog=catalog,
+                   server=server, gpu=gpu, launch_gap_us=launch_gap_us, keep_warmup=keep_warmup,
+                   warmup_factor=warmup_factor)
 
 
 _LEFT_OUT = "left out of the means, the rank skew, the model check and the what-if baseline"
@@ -202,6 +211,7 @@ def analyze(
     executions: list[ExecutionTrace],
     rules: TraceRules,
     *,
+    input_notes: Sequence[str] = (),
     scenarios: Sequence[Scenario] | None = None,
     catalog: Catalog | None = None,
     server: str | None = None,
@@ -210,10 +220,11 @@ def analyze(
     keep_warmup: bool = False,
     warmup_factor: float = WARMUP_FACTOR,
 ) -> TraceAnalysis:
-    """:func:`analyze_traces` on traces already read (see there)."""
+    """:func:`analyze_traces` on traces already read (see there); ``input_notes`` (e.g. the files
+    :func:`~ddlscope.measure.reader.read_traces` skipped in a folder) head the notes."""
     catalog = catalog or builtin_catalog()
     world_size = kineto[0].world_size
-    notes: list[str] = [n for t in kineto for n in t.notes]
+    notes: list[str] = [*input_notes, *(n for t in kineto for n in t.notes)]
     tb = build_tables(kineto, rules)
     g = resolve_collectives(tb.gpu, tb.cpu, rules, world_size)
     its = cpu_iterations(tb.cpu, g, rules)
@@ -281,7 +292,7 @@ def analyze(
         .sort("time_us", descending=True)
     )
     span = gpu_span(g, its)
-    whole_ranks = its.filter(c("marker") == WHOLE_TRACE)["rank"].implode()
+    whole_ranks = its.filter(c("iteration_rule") == WHOLE_TRACE)["rank"].implode()
     launched = (c("launch_iteration").is_not_null() | c("rank").is_in(whole_ranks))
     span_acts = g.filter(launched).select("rank", "device", "start_ns", "end_ns",
                                          tclass=timeline_class(c("class"), c("kind")))
@@ -302,6 +313,21 @@ def analyze(
     # -- ranks ------------------------------------------------------------------------------------------
     outside = g.filter(c("iteration").is_null()).group_by("rank").agg(
         activities_outside_windows=pl.len(), busy_outside_windows_us=_us(c("dur_ns").sum()))
+    # GPU time before the first and after the last window of each (rank, device): not in the breakdown,
+    # whether the activity lies wholly outside or only runs past the end (starts inside the last window)
+    extent = win.group_by("rank", "device").agg(_first=c("window_start_ns").min(), _last=c("window_end_ns").max())
+    edges = (
+        g.join(extent, on=["rank", "device"], how="inner")
+        .with_columns(_after=(c("end_ns") - pl.max_horizontal(c("start_ns"), c("_last"))).clip(0),
+                      _before=(pl.min_horizontal(c("end_ns"), c("_first")) - c("start_ns")).clip(0))
+        .group_by("rank").agg(
+            activities_after_last_iteration=(c("_after") > 0).sum().cast(pl.Int64),
+            gpu_time_after_last_iteration_us=_us(c("_after").sum()),
+            activities_before_first_iteration=(c("_before") > 0).sum().cast(pl.Int64),
+            gpu_time_before_first_iteration_us=_us(c("_before").sum()),
+            last_iteration_end_us=_us(c("_last").max()),
+        )
+    )
     meta = pl.DataFrame([{
         "rank": t.rank, "source": t.source, "world_size": t.world_size,
         "gpu": next((str(d.get("name")) for d in t.devices if d.get("name")), None),
@@ -309,20 +335,52 @@ def analyze(
     } for t in kineto], schema={"rank": pl.Int64, "source": pl.String, "world_size": pl.Int64, "gpu": pl.String,
                                  "events_used": pl.Int64, "events_skipped": pl.Int64})
     ranks = (
-        meta.join(its.group_by("rank").agg(iterations=pl.len(), marker=c("marker").first()), on="rank", how="left")
+        meta.join(its.group_by("rank").agg(iterations=pl.len(), marker=c("marker").first(),
+                                           iteration_rule=c("iteration_rule").first(),
+                                           segments_left_out=c("segments_left_out").first()), on="rank", how="left")
         .join(g.group_by("rank").agg(gpu_activities=pl.len()), on="rank", how="left")
-        .join(outside, on="rank", how="left")
-        .with_columns(c("activities_outside_windows").fill_null(0), c("busy_outside_windows_us").fill_null(0.0))
+        .join(outside, on="rank", how="left").join(edges, on="rank", how="left")
+        .join(tb.clipped.group_by("rank").agg(activities_clipped=pl.len().cast(pl.Int64),
+                                              clipped_us=_us(c("removed_ns").sum())), on="rank", how="left")
+        .with_columns(c("activities_outside_windows").fill_null(0), c("busy_outside_windows_us").fill_null(0.0),
+                      c("activities_clipped").fill_null(0), c("clipped_us").fill_null(0.0),
+                      *(c(k).fill_null(0) for k in ("activities_after_last_iteration",
+                                                    "activities_before_first_iteration")),
+                      *(c(k).fill_null(0.0) for k in ("gpu_time_after_last_iteration_us",
+                                                      "gpu_time_before_first_iteration_us")))
     )
-    for marker, n in ranks.group_by("marker").agg(pl.len()).iter_rows():
-        notes.append(f"iterations of {n} rank(s): {marker}"
-                     + (" - one window from the first to the last GPU activity" if marker == WHOLE_TRACE else ""))
+    for rule, marker, n in ranks.group_by("iteration_rule", "marker", maintain_order=True).agg(pl.len()).iter_rows():
+        notes.append(f"iterations of {n} rank(s): {rule}" + (f" ({marker})" if marker != rule else "")
+                     + (" - one window from the first to the last GPU activity" if rule == WHOLE_TRACE else ""))
+    for r, left, rule in ranks.filter(c("segments_left_out") > 0).select(
+            "rank", "segments_left_out", "iteration_rule").iter_rows():
+        notes.append(f"rank {r}: {left} marker segment(s) make no whole iteration ({rule}): left out of the "
+                     "iterations (at the trace's start for markers that end an iteration, at its end for markers "
+                     "that start one; their GPU work is noted as before the first or after the last iteration)")
     notes.extend(_warmup_notes(warm, keep_warmup))
-    n_out = int(ranks["activities_outside_windows"].sum())
-    if n_out:
-        notes.append(f"{n_out} GPU activities ({ranks['busy_outside_windows_us'].sum() / 1e3:.3f} ms of kernel time) "
-                     "lie outside the analysed iterations (before the first or after the last window) and are "
-                     "not in the breakdown")
+    for side, where in (("after_last", "after the last iteration's end"),
+                        ("before_first", "before the first iteration's start")):
+        n_out = int(ranks[f"activities_{side}_iteration"].sum())
+        if n_out:
+            per = "" if ranks.height == 1 else " (" + ", ".join(
+                f"rank {r}: {n}" for r, n in ranks.filter(c(f"activities_{side}_iteration") > 0)
+                .select("rank", f"activities_{side}_iteration").iter_rows()) + ")"
+            why = (" (work launched in the last iteration still running when it ended, or work after the "
+                   "iterations the trace marks)" if side == "after_last" else "")
+            notes.append(f"{n_out} GPU activities{per} run {where}: "
+                         f"{ranks[f'gpu_time_{side}_iteration_us'].sum() / 1e3:.3f} ms of GPU time there is not in "
+                         f"the breakdown{why}")
+    if tb.clipped.height:
+        cl = tb.clipped
+        per = "" if ranks.height == 1 else " (" + ", ".join(
+            f"rank {r}: {n}" for r, n in cl.group_by("rank").len().sort("rank").iter_rows()) + ")"
+        top = cl.sort("removed_ns", descending=True).row(0, named=True)
+        name = top["name"] if len(top["name"]) <= 60 else top["name"][:57] + "..."
+        notes.append(f"{cl.height} GPU activities{per} ran past the start of the next activity of their stream, "
+                     "which cannot be (a stream runs its work in order): each end clipped to that start, "
+                     f"{cl['removed_ns'].sum() / 1e6:.3f} ms removed (longest: {name!r} on device {top['device']} "
+                     f"stream {top['stream']}, {(top['old_end_ns'] - top['start_ns']) / 1e3:g} us -> "
+                     f"{(top['end_ns'] - top['start_ns']) / 1e3:g} us)")
     skipped: dict[str, int] = {}
     for t in kineto:
         for k, v in t.skipped.items():
@@ -341,6 +399,12 @@ def analyze(
     if unclassified.height:
         notes.append(f"{unclassified.height} kernel name(s) matched no rule: counted as 'unclassified' "
                      f"({unclassified['time_us'].sum() / 1e3:.3f} ms); add rules with --rules")
+    approx = calls.filter(c("bw_approx"))
+    if approx.height:
+        n_a2a = calls.filter(c("collective") == "all_to_all").height
+        notes.append(f"{approx.height} of {n_a2a} all-to-all calls have no complete split sizes in the trace "
+                     "('In split size' / 'Out split size' missing, truncated or not matching the group): their bus "
+                     "bandwidth assumes even splits and is approximate (bw_approx)")
     unknown = calls.filter(c("size_bytes").is_null()).height
     if unknown:
         notes.append(f"{unknown} of {calls.height} collective calls have no message size in the trace (no "

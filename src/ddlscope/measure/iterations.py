@@ -3,15 +3,22 @@
 **CPU iterations.** The iteration markers of the rules are tried in order (``ProfilerStep#N``
 first); the first that matches CPU events of a rank defines its iterations (see the
 ``[[iteration_marker]]`` section of the rules file for the ``span`` / ``start`` / ``end`` modes).
-A rank where no marker matches is analysed as one "whole trace" iteration.
+Markers of mode ``start`` and ``end`` (``enumerate(DataLoader)``, ``Optimizer.step``) are
+*inferred* iterations, and a step may hold several of them (a model with two optimizers has two
+``Optimizer.step`` events per step): the segments between marker events are folded by the period
+with which they repeat (:func:`segment_period`). A rank where no marker matches, or where the
+segments do not repeat, is analysed as one "whole trace" iteration. The rule used is the
+``iteration_rule`` column: ``"ProfilerStep markers"``, ``"2 optimizer steps per iteration
+(repeating structure)"``, ``"whole trace as one iteration"`` (:data:`WHOLE_TRACE`).
 
 **Windows.** Iteration *k*'s window is its wall-clock span on the rank's clock, from its start to
 the start of iteration *k+1* (the last one ends where its CPU span ends), so the windows tile the
 timeline: every instant of a window is accounted for exactly once by the breakdown
 (``window = components + idle``) and a window is as long as the iteration the user measures.
 When the CPU runs ahead of the GPU, the GPU work inside window *k* may have been launched in an
-earlier iteration; GPU work still running after the last window ends is reported as outside the
-analysed iterations. A whole-trace rank has one window from its first to its last GPU activity.
+earlier iteration; GPU work after the last window's end (also the part past it of work that starts
+inside it) is not in the breakdown, and a note of the analysis gives its count and time. A
+whole-trace rank has one window from its first to its last GPU activity.
 
 **GPU span.** The temporal summary in Holistic Trace Analysis' terms covers the GPU work
 *launched* during the iterations (launch call joined by ``correlation``, HTA's rule), over one
@@ -26,7 +33,14 @@ import polars as pl
 from ddlscope.measure.rules import IterationMarker, TraceRules
 
 c = pl.col
-WHOLE_TRACE = "whole trace (no iteration markers found)"
+WHOLE_TRACE = "whole trace as one iteration"
+"""The ``iteration_rule`` of a rank analysed as one window from its first to its last GPU activity."""
+MATCH_SHARE = 0.8
+"""Share of segments that must look like the segment one period earlier for the period to hold
+(:func:`segment_period`, which also tolerates a single odd segment): a first segment holding set-up
+work, a last one cut short, an iteration with a checkpoint save. A stated threshold."""
+MAX_PERIOD = 16
+"""Longest period tried (marker events per iteration, e.g. optimizers of one model)."""
 _MARKER_CATS = ("cpu_op", "user_annotation", "python_function", "Operator", "user_anno")
 
 
@@ -69,7 +83,94 @@ def _spans(events: pl.DataFrame, marker: IterationMarker, cpu: pl.DataFrame) -> 
         iteration=pl.when(numbered).then(number).otherwise(ordinal),
         marker=pl.lit(marker.name),
         labelled_warmup=labelled,
-    ).select("rank", "iteration", "marker", "cpu_start_ns", "cpu_end_ns", "labelled_warmup")
+    ).select("rank", "iteration", "marker", "cpu_start_ns", "cpu_end_ns", "labelled_warmup",
+             _event="name", _tid="tid")
+
+
+def segment_period(signatures: list, share: float = MATCH_SHARE, max_period: int = MAX_PERIOD) -> int | None:
+    """The smallest period with which a sequence of segment signatures repeats.
+
+    ``p`` holds when at least ``share`` of the ``n - p`` segments ``i >= p`` equal segment ``i - p``,
+    or, from three such comparisons on, when only one differs (one odd segment: a first one holding
+    set-up work, a last one cut short by the profiler's stop); tried for ``p = 1 .. min(n // 2,
+    max_period)`` (at least two repetitions seen). One segment has period 1. Autocorrelation of a
+    symbol sequence at lag ``p``, with a tolerance for odd segments.
+
+    Returns:
+        The period, or None when the sequence does not repeat.
+    """
+    n = len(signatures)
+    if n == 1:
+        return 1
+    for p in range(1, min(n // 2, max_period) + 1):
+        same = sum(signatures[i] == signatures[i - p] for i in range(p, n))
+        if same >= share * (n - p) or (n - p >= 3 and same >= n - p - 1):
+            return p
+    return None
+
+
+def _signatures(spans: pl.DataFrame, cpu: pl.DataFrame) -> dict[int, list[tuple[str, tuple[str, ...]]]]:
+    """Per rank, per segment (in time order): the marker event's name and the sorted distinct names
+    (digits replaced by ``#``) of the top-level CPU operators that start in the segment on the
+    marker's thread."""
+    thread = spans.group_by("rank").agg(tid=c("_tid").mode().first())
+    ops = (
+        cpu.join(thread, on=["rank", "tid"], how="inner")
+        .sort("rank", "ts_ns", -c("end_ns"))
+        .filter((c("ts_ns") >= c("end_ns").cum_max().shift(1).over("rank")).fill_null(True))
+        .select("rank", "ts_ns", name=c("name").str.replace_all(r"\d+", "#"))
+    )
+    seg = spans.sort("cpu_start_ns").with_columns(_seg=c("cpu_start_ns").rank("ordinal").over("rank") - 1)
+    hit = (
+        ops.sort("ts_ns")
+        .join_asof(seg.select("rank", "cpu_start_ns", "cpu_end_ns", "_seg"), left_on="ts_ns",
+                   right_on="cpu_start_ns", by="rank", strategy="backward", check_sortedness=False)
+        .filter(c("ts_ns") < c("cpu_end_ns"))
+        .group_by("rank", "_seg").agg(names=c("name").unique().sort())
+    )
+    full = seg.join(hit, on=["rank", "_seg"], how="left").sort("rank", "_seg")
+    out: dict[int, list[tuple[str, tuple[str, ...]]]] = {}
+    for rank, event, names in full.select("rank", "_event", "names").iter_rows():
+        out.setdefault(rank, []).append((event, tuple(names or ())))
+    return out
+
+
+def _fold(spans: pl.DataFrame, cpu: pl.DataFrame, marker: IterationMarker) -> tuple[pl.DataFrame, dict[int, str]]:
+    """Inferred iterations (``start``/``end`` markers): the segments of each rank folded by their
+    period. Returns the iterations of the ranks where the segments repeat, with ``iteration_rule``
+    and ``segments_left_out`` (segments at the start, for ``end`` markers, or the end, for ``start``
+    markers, that make no whole iteration), and for the other ranks why not."""
+    sigs = _signatures(spans, cpu)
+    folded: list[pl.DataFrame] = []
+    failed: dict[int, str] = {}
+    for (rank,), part in spans.sort("cpu_start_ns").group_by(["rank"], maintain_order=True):
+        n = part.height
+        p = segment_period(sigs.get(rank, [("", ())] * n))
+        if p is None:
+            failed[rank] = (f"{marker.name}: {n} found, in segments that do not repeat (no period up to "
+                            f"{min(n // 2, MAX_PERIOD)} with {MATCH_SHARE:.0%} of the segments alike)")
+            continue
+        if p == 1:
+            rule = f"1 {marker.event} per iteration (" + (
+                "repeating structure)" if n > 1 else "the only one in the trace)")
+            folded.append(part.with_columns(iteration_rule=pl.lit(rule), segments_left_out=pl.lit(0, pl.Int64)))
+            continue
+        k, left = n // p, n % p
+        offset = left if marker.mode == "end" else 0
+        groups = part.with_row_index("_i").with_columns(_g=(c("_i").cast(pl.Int64) - offset) // p).filter(
+            (c("_i") >= offset) & (c("_g") < k))
+        folded.append(
+            groups.group_by("_g", maintain_order=True).agg(
+                rank=c("rank").first(), marker=c("marker").first(), cpu_start_ns=c("cpu_start_ns").min(),
+                cpu_end_ns=c("cpu_end_ns").max(), labelled_warmup=c("labelled_warmup").any(),
+                _event=c("_event").first(), _tid=c("_tid").first())
+            .select("rank", iteration=c("_g"), marker="marker", cpu_start_ns="cpu_start_ns",
+                    cpu_end_ns="cpu_end_ns", labelled_warmup="labelled_warmup", _event="_event", _tid="_tid",
+                    iteration_rule=pl.lit(f"{p} {marker.event}s per iteration (repeating structure)"),
+                    segments_left_out=pl.lit(left, pl.Int64))
+        )
+    schema = {**dict(spans.schema), "iteration_rule": pl.String, "segments_left_out": pl.Int64}
+    return (pl.concat(folded, how="diagonal_relaxed") if folded else pl.DataFrame(schema=schema)), failed
 
 
 def cpu_iterations(cpu: pl.DataFrame, gpu: pl.DataFrame, rules: TraceRules) -> pl.DataFrame:
@@ -80,20 +181,32 @@ def cpu_iterations(cpu: pl.DataFrame, gpu: pl.DataFrame, rules: TraceRules) -> p
         gpu: the ``gpu`` table (for the whole-trace fallback's extent).
 
     Returns:
-        ``rank, iteration, marker, cpu_start_ns, cpu_end_ns, labelled_warmup, cpu_step_ns``
-        (``marker`` names the rule that found the iterations, or :data:`WHOLE_TRACE`;
-        ``labelled_warmup``: the marker event's name matches the marker's ``warmup_pattern``).
+        ``rank, iteration, marker, iteration_rule, segments_left_out, cpu_start_ns, cpu_end_ns,
+        labelled_warmup, cpu_step_ns``: ``marker`` names the marker rule that found the iterations
+        (for a whole-trace rank: why no marker did); ``iteration_rule`` the rule in words (the
+        marker's name for ``span`` markers, e.g. ``"ProfilerStep markers"``; ``"2 optimizer steps
+        per iteration (repeating structure)"`` for folded ones; :data:`WHOLE_TRACE`);
+        ``segments_left_out``: marker segments that make no whole iteration (folded markers);
+        ``labelled_warmup``: the marker event's name matches the marker's ``warmup_pattern``.
     """
     markable = cpu.filter(c("cat").is_in(_MARKER_CATS))
     ranks = gpu.select("rank").unique()
     found: list[pl.DataFrame] = []
     done = pl.DataFrame(schema={"rank": pl.Int64})
+    why: dict[int, list[str]] = {}
     for marker in rules.markers:
         hits = markable.filter(c("name").str.contains(marker.pattern)).join(done, on="rank", how="anti")
         if hits.height:
             spans = _spans(hits, marker, cpu)
-            found.append(spans)
-            done = pl.concat([done, spans.select("rank").unique()])
+            if marker.mode == "span":
+                spans = spans.with_columns(iteration_rule=pl.lit(marker.name), segments_left_out=pl.lit(0, pl.Int64))
+            else:
+                spans, failed = _fold(spans, cpu, marker)
+                for r, reason in failed.items():
+                    why.setdefault(r, []).append(reason)
+            if spans.height:
+                found.append(spans.drop("_event", "_tid"))
+                done = pl.concat([done, spans.select("rank").unique()])
     rest = ranks.join(done, on="rank", how="anti")
     if rest.height:
         extent = (
@@ -101,11 +214,17 @@ def cpu_iterations(cpu: pl.DataFrame, gpu: pl.DataFrame, rules: TraceRules) -> p
                        gpu.select("rank", ts_ns=c("start_ns"), end_ns=c("end_ns"))])
             .join(rest, on="rank").group_by("rank").agg(cpu_start_ns=c("ts_ns").min(), cpu_end_ns=c("end_ns").max())
         )
-        found.append(extent.select("rank", iteration=pl.lit(0, pl.Int64), marker=pl.lit(WHOLE_TRACE),
-                                   cpu_start_ns="cpu_start_ns", cpu_end_ns="cpu_end_ns",
-                                   labelled_warmup=pl.lit(False)))
+        none = "no iteration marker rules (--whole-trace)" if not rules.markers else "no iteration markers found"
+        reason = pl.DataFrame({"rank": list(why), "_why": ["; ".join(v) for v in why.values()]},
+                              schema={"rank": pl.Int64, "_why": pl.String})
+        found.append(extent.join(reason, on="rank", how="left").select(
+            "rank", iteration=pl.lit(0, pl.Int64), marker=pl.coalesce(c("_why"), pl.lit(none)),
+            cpu_start_ns="cpu_start_ns", cpu_end_ns="cpu_end_ns", labelled_warmup=pl.lit(False),
+            iteration_rule=pl.lit(WHOLE_TRACE), segments_left_out=pl.lit(0, pl.Int64)))
     return (
-        pl.concat(found).sort("rank", "cpu_start_ns")
+        pl.concat(found, how="diagonal_relaxed").sort("rank", "cpu_start_ns")
+        .select("rank", "iteration", "marker", "iteration_rule", "segments_left_out", "cpu_start_ns", "cpu_end_ns",
+                "labelled_warmup")
         .with_columns(cpu_step_ns=c("cpu_end_ns") - c("cpu_start_ns"))
     )
 
@@ -198,12 +317,12 @@ def gpu_windows(gpu: pl.DataFrame, iterations: pl.DataFrame) -> pl.DataFrame:
     """
     devices = gpu.select("rank", "device").unique()
     timed = (
-        iterations.filter(c("marker") != WHOLE_TRACE).sort("rank", "cpu_start_ns")
+        iterations.filter(c("iteration_rule") != WHOLE_TRACE).sort("rank", "cpu_start_ns")
         .with_columns(window_start_ns=c("cpu_start_ns"),
                       window_end_ns=pl.coalesce(c("cpu_start_ns").shift(-1).over("rank"), c("cpu_end_ns")))
         .join(devices, on="rank")
     )
-    whole = iterations.filter(c("marker") == WHOLE_TRACE).select("rank", "iteration")
+    whole = iterations.filter(c("iteration_rule") == WHOLE_TRACE).select("rank", "iteration")
     whole_w = (
         gpu.join(whole, on="rank").group_by("rank", "device", "iteration")
         .agg(window_start_ns=c("start_ns").min(), window_end_ns=c("end_ns").max())
@@ -223,7 +342,7 @@ def gpu_span(gpu: pl.DataFrame, iterations: pl.DataFrame) -> pl.DataFrame:
     Returns:
         ``rank, device, iteration`` (always 0), ``window_start_ns, window_end_ns``.
     """
-    whole = iterations.filter(c("marker") == WHOLE_TRACE).select("rank").unique()
+    whole = iterations.filter(c("iteration_rule") == WHOLE_TRACE).select("rank").unique()
     inside = gpu.filter(c("launch_iteration").is_not_null() | c("rank").is_in(whole["rank"].implode()))
     return (
         inside.group_by("rank", "device")

@@ -54,6 +54,11 @@ class TraceReadError(ValueError):
     The message names the file (and the archive member) and what was expected."""
 
 
+class NotATraceError(TraceReadError):
+    """Valid JSON that is neither a Kineto trace nor an execution trace (e.g. a config file).
+    Named on the command line it is an error; found in a folder it is skipped with a note."""
+
+
 # -- the part of the schema we read ------------------------------------------------------------
 class _Args(msgspec.Struct, gc=False):
     correlation: Scalar = None
@@ -67,6 +72,9 @@ class _Args(msgspec.Struct, gc=False):
     collective_name: Scalar = msgspec.field(default=None, name="Collective name")
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
     input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
+    in_split: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="In split size")
+    out_split: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Out split size")
+    pg_ranks: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Process Group Ranks")
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -111,6 +119,7 @@ EVENT_SCHEMA: dict[str, pl.DataType] = {
     "correlation": pl.Int64, "stream": pl.Int64, "device": pl.Int64,
     "bytes": pl.Int64, "in_msg_nelems": pl.Int64, "out_msg_nelems": pl.Int64, "group_size": pl.Int64,
     "dtype": pl.String, "collective_name": pl.String, "input_dims": pl.String, "input_types": pl.String,
+    "in_split": pl.String, "out_split": pl.String, "pg_ranks": pl.String,
 }
 
 
@@ -130,7 +139,10 @@ class KinetoTrace:
         events: one row per complete (``ph == "X"``) event; columns :data:`EVENT_SCHEMA`:
             ``ts_ns``/``dur_ns``/``end_ns`` integer nanoseconds; ``args`` fields flattened
             (``correlation``, ``stream``, ``device``, ``bytes``, the NCCL
-            message fields, and ``input_dims``/``input_types`` as raw JSON text).
+            message fields, ``input_dims``/``input_types`` as raw JSON text, and the NCCL metadata
+            lists ``in_split``/``out_split``/``pg_ranks`` (``In split size``, ``Out split size``,
+            ``Process Group Ranks``) as the list's text, e.g. ``[3, 5]`` or Kineto's truncated
+            ``[1, 2, ..., ...]``).
         skipped: events not used, by reason (phase other than X, X without ts or dur, X with a
             non-finite, out-of-range or negative time).
         skipped_examples: for the reasons that mean bad data (bad times), the first such event:
@@ -213,12 +225,25 @@ def _tar_members(label: str, data: bytes) -> list[tuple[str, bytes]]:
     return out
 
 
-def _documents(path: Path) -> list[tuple[str, bytes]]:
-    """(label, JSON bytes) for every document in ``path`` (file, archive or folder)."""
+_TRACE_FILE = re.compile(r"\.(json|json\.gz|tar|tar\.gz|tgz)$", re.IGNORECASE)
+SKIPPED_NAME = "not .json, .json.gz, .tar, .tar.gz or .tgz"
+
+
+def _documents(path: Path, skipped: list[tuple[str, str]] | None = None) -> list[tuple[str, bytes]]:
+    """(label, JSON bytes) for every document in ``path`` (file, archive or folder).
+
+    In a folder (searched recursively), files whose names are not those of trace files
+    (:data:`_TRACE_FILE`) are not read: each is appended to ``skipped`` as ``(path, reason)``.
+    """
     if path.is_dir():
-        found = sorted(p for p in path.rglob("*") if p.is_file() and re.search(r"\.(json|gz|tar|tgz)$", p.name))
+        files = sorted(p for p in path.rglob("*") if p.is_file())
+        found = [p for p in files if _TRACE_FILE.search(p.name)]
+        if skipped is not None:
+            skipped.extend((str(p), SKIPPED_NAME) for p in files if not _TRACE_FILE.search(p.name))
         if not found:
-            raise TraceReadError(f"{path}: folder holds no .json, .json.gz or .tar(.gz) trace files")
+            held = (f"; it holds {len(files)} other file(s): {', '.join(p.name for p in files[:5])}"
+                    f"{', ...' if len(files) > 5 else ''}") if files else ""
+            raise TraceReadError(f"{path}: folder holds no .json, .json.gz or .tar(.gz) trace files{held}")
         return [doc for p in found for doc in _documents(p)]
     try:
         data = path.read_bytes()
@@ -291,14 +316,51 @@ def _lenient(raw: bytes) -> bytes:
     return msgspec.json.encode(obj)
 
 
+def _utf8_error(label: str, raw: bytes) -> TraceReadError | None:
+    """The error naming the byte offset (and line) of the first byte of ``raw`` that is not UTF-8
+    (None when ``raw`` is valid UTF-8). JSON text is UTF-8 (RFC 8259, section 8.1); offsets of a
+    compressed file or archive member count in its decompressed data."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        where = " of the decompressed data" if re.search(r"\.(gz|tgz)($|!)", label) else ""
+        return TraceReadError(
+            f"{label}: not valid UTF-8 at byte {exc.start}{where} (line {line}, column {col}): byte "
+            f"0x{raw[exc.start]:02x} ({exc.reason}); expected UTF-8 JSON text (a damaged file or transfer?)")
+    return None
+
+
+def _lenient_or_error(label: str, raw: bytes) -> bytes:
+    """:func:`_lenient`, or the document's JSON syntax error (truncated, malformed) naming ``label``
+    and the line and column (Python's ``json`` module reports them)."""
+    try:
+        return _lenient(raw)
+    except json.JSONDecodeError as exc:
+        at_end = exc.pos >= len(raw.rstrip()) or (
+            exc.msg.startswith("Unterminated string") and b'"' not in raw[exc.pos + 1:])
+        if at_end:
+            raise TraceReadError(f"{label}: truncated JSON (the file ends inside the document; was the "
+                                 "profiler stopped while writing it?)") from None
+        raise TraceReadError(f"{label}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except (ValueError, RecursionError) as exc:  # e.g. a number of more than 4300 digits
+        raise TraceReadError(f"{label}: not valid JSON: {str(exc).splitlines()[0]}") from None
+
+
 def _decode(label: str, raw: bytes) -> _KinetoDoc | list[_Event] | _EtDoc:
     if not raw.strip():
         raise TraceReadError(f"{label}: empty file; expected a PyTorch profiler trace (JSON)")
+    # checked first: msgspec skips the fields it does not read without checking them, and names no
+    # position for a bad byte in the fields it reads
+    utf8 = _utf8_error(label, raw)
+    if utf8 is not None:
+        raise utf8
     try:
         return _KINETO.decode(raw)
-    except msgspec.ValidationError as exc:  # valid JSON, unexpected shape (a DecodeError subclass)
+    except msgspec.ValidationError as exc:  # valid JSON so far, unexpected shape (a DecodeError subclass)
         if _needs_lenient(raw, exc):
-            return _decode(label, _lenient(raw))
+            return _decode(label, _lenient_or_error(label, raw))
         kinetoerr = str(exc)
     except msgspec.DecodeError as exc:
         msg = str(exc)
@@ -306,31 +368,46 @@ def _decode(label: str, raw: bytes) -> _KinetoDoc | list[_Event] | _EtDoc:
             raise TraceReadError(f"{label}: truncated JSON (the file ends inside the document; was the "
                                  "profiler stopped while writing it?)") from None
         if _needs_lenient(raw, exc):
-            try:
-                lenient = _lenient(raw)
-            except ValueError:
-                pass
-            else:
-                return _decode(label, lenient)
+            return _decode(label, _lenient_or_error(label, raw))
         raise TraceReadError(f"{label}: not valid JSON{_where(raw, exc)}: {msg}") from None
+    # msgspec stops at the first value of the wrong type: the rest of the document is not checked yet
     try:
         return _ET.decode(raw)
     except msgspec.ValidationError:
         pass
+    except msgspec.DecodeError:
+        _lenient_or_error(label, raw)  # raises the syntax error, with its line, if there is one
     try:
         keys = sorted(_KEYS.decode(raw))
-    except msgspec.ValidationError:
+    except msgspec.DecodeError:
         keys = []
     if "traceEvents" in keys or not keys:
         raise TraceReadError(
             f"{label}: wrong schema for a PyTorch profiler trace: {kinetoerr.replace('$.', '')}") from None
-    raise TraceReadError(
+    raise NotATraceError(
         f"{label}: not a PyTorch profiler trace: expected a JSON object with a 'traceEvents' array "
         f"(Kineto/Chrome trace) or 'schema' and 'nodes' (execution trace); found keys {keys[:12]}") from None
 
 
 def _raw_text(r: msgspec.Raw) -> str | None:
     return bytes(r).decode() if len(r) else None
+
+
+_STR = msgspec.json.Decoder(str)
+
+
+def _list_text(r: msgspec.Raw) -> str | None:
+    """The text of a list argument: Kineto writes NCCL metadata lists as JSON strings (``"[3, 5]"``,
+    truncated after 30 values as ``"[1, ..., 30, ...]"``); a JSON array is kept as its text."""
+    if not len(r):
+        return None
+    raw = bytes(r)
+    if raw[:1] == b'"':
+        try:
+            return _STR.decode(raw)
+        except msgspec.DecodeError:
+            return None
+    return raw.decode()
 
 
 def _series(name: str, values: list, dtype: pl.DataType) -> pl.Series:
@@ -408,6 +485,9 @@ def _events_frame(label: str, events: list[_Event], where: str = "traceEvents"
                   dtype=pl.String),
         pl.Series("input_types", [bytes(x.input_types).decode() if len(x.input_types) else None for x in a],
                   dtype=pl.String),
+        pl.Series("in_split", [_list_text(x.in_split) for x in a], dtype=pl.String),
+        pl.Series("out_split", [_list_text(x.out_split) for x in a], dtype=pl.String),
+        pl.Series("pg_ranks", [_list_text(x.pg_ranks) for x in a], dtype=pl.String),
     ]
     frame = pl.DataFrame(cols)
 
@@ -483,8 +563,13 @@ def _execution(label: str, doc: _EtDoc) -> ExecutionTrace:
                           else (int(m.group(1)) if m else None), ops=ops)
 
 
-def read_traces(paths: list[str | Path]) -> tuple[list[KinetoTrace], list[ExecutionTrace]]:
+def read_traces(paths: list[str | Path], notes: list[str] | None = None
+                ) -> tuple[list[KinetoTrace], list[ExecutionTrace]]:
     """Read every trace document in ``paths`` (files, tar archives, folders).
+
+    In a folder, a file not named like a trace file (``.json``, ``.json.gz``, ``.tar``,
+    ``.tar.gz``, ``.tgz``) and a JSON document that is not a profiler or execution trace are
+    skipped; one line per skipped file, naming it and the reason, is appended to ``notes``.
 
     Returns:
         The Kineto traces, one per rank, sorted by rank (ranks missing from both
@@ -498,14 +583,22 @@ def read_traces(paths: list[str | Path]) -> tuple[list[KinetoTrace], list[Execut
     """
     kineto: list[KinetoTrace] = []
     execution: list[ExecutionTrace] = []
+    skipped: list[tuple[str, str]] = []
     # decoding creates a few hundred thousand objects without reference cycles: pausing the cyclic
     # garbage collector meanwhile saves its repeated scans (a large part of the parse time)
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         for path in paths:
-            for label, raw in _documents(Path(path)):
-                doc = _decode(label, raw)
+            folder = Path(path).is_dir()
+            for label, raw in _documents(Path(path), skipped):
+                try:
+                    doc = _decode(label, raw)
+                except NotATraceError as exc:
+                    if not folder:
+                        raise
+                    skipped.append((label, str(exc).removeprefix(f"{label}: ")))
+                    continue
                 if isinstance(doc, _EtDoc):
                     execution.append(_execution(label, doc))
                 else:
@@ -514,9 +607,13 @@ def read_traces(paths: list[str | Path]) -> tuple[list[KinetoTrace], list[Execut
     finally:
         if gc_was_enabled:
             gc.enable()
+    if notes is not None:
+        notes.extend(f"{name}: skipped, {why}" for name, why in skipped)
     if not kineto:
         what = ", ".join(e.source for e in execution) or ", ".join(map(str, paths))
-        raise TraceReadError(f"{what}: no PyTorch profiler (Kineto) trace among the inputs; execution traces "
+        also = (f" (skipped: {'; '.join(f'{n}: {w}' for n, w in skipped[:5])}{'; ...' if len(skipped) > 5 else ''})"
+                if skipped else "")
+        raise TraceReadError(f"{what}: no PyTorch profiler (Kineto) trace among the inputs{also}; execution traces "
                              "carry op shapes but no timings, pass them together with the Kineto traces")
     known = {t.rank for t in kineto if t.rank >= 0}
     nxt = max(known, default=-1) + 1

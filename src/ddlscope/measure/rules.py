@@ -58,6 +58,7 @@ class IterationMarker:
     mode: str
     end_pattern: str | None = None
     warmup_pattern: str | None = None
+    event: str = "marker event"
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "kernel": ("pattern", "class", "kind"),
     "precision": ("pattern", "precision"),
     "collective": ("pattern", "kind"),
-    "iteration_marker": ("name", "pattern", "mode", "end_pattern", "warmup_pattern"),
+    "iteration_marker": ("name", "pattern", "mode", "end_pattern", "warmup_pattern", "event"),
 }
 
 
@@ -168,8 +169,12 @@ def _parse_toml(data: Any, origin: str) -> dict[str, Any]:
         where = f"{origin}: [[iteration_marker]] #{i}"
         if e.get("mode") not in MARKER_MODES:
             raise RulesError(f"{where}: mode: expected one of {', '.join(MARKER_MODES)}, got {e.get('mode')!r}")
-        end, warm = e.get("end_pattern"), e.get("warmup_pattern")
+        end, warm, event = e.get("end_pattern"), e.get("warmup_pattern"), e.get("event", "marker event")
+        if not isinstance(event, str) or not event.strip():
+            raise RulesError(f"{where}: event: expected a non-empty string (what one marker event is, e.g. "
+                             f"'optimizer step'), got {event!r}")
         markers.append(IterationMarker(
+            event=event.strip(),
             name=str(e.get("name") or e.get("pattern")), pattern=_check_pattern(e.get("pattern"), where),
             mode=e["mode"], end_pattern=None if end is None else _check_pattern(end, where, "end_pattern"),
             warmup_pattern=None if warm is None else _check_pattern(warm, where, "warmup_pattern"),
@@ -189,11 +194,25 @@ def _parse_csv(text: str, origin: str) -> dict[str, Any]:
             (``FILE: line N: FIELD: ...``).
     """
     reader = csv.reader(io.StringIO(text))
-    header = next(reader, None)
+    try:
+        header = next(reader, None)
+    except csv.Error as exc:
+        raise RulesError(f"{origin}: line 1: not valid CSV: {exc}") from None
     if not header or not {"pattern", "class"} <= set(header) or not set(header) <= {"pattern", "class", "kind"}:
-        raise RulesError(f"{origin}: a CSV rules file needs the header pattern,class[,kind]; got {header}")
+        shown = header if header is None or len(str(header)) <= 200 else str(header)[:200] + "..."
+        raise RulesError(f"{origin}: a CSV rules file needs the header pattern,class[,kind]; got {shown}")
+    if len(set(header)) < len(header):
+        dup = sorted({h for h in header if header.count(h) > 1})
+        raise RulesError(f"{origin}: line 1: column(s) {', '.join(dup)} named twice in the header "
+                         f"({','.join(header)}); expected pattern,class[,kind] once each")
     rows, lines = [], []
-    for fields in reader:
+    while True:
+        try:
+            fields = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:
+            raise RulesError(f"{origin}: line {reader.line_num}: not valid CSV: {exc}") from None
         line = reader.line_num
         if not fields:
             continue
@@ -225,9 +244,15 @@ def _read_file(path: Path) -> dict[str, Any]:
     """
     if path.suffix.lower() == ".csv":
         try:
-            text = path.read_text()
+            raw = path.read_bytes()
         except OSError as exc:
             raise RulesError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = raw.count(b"\n", 0, exc.start) + 1
+            raise RulesError(f"{path}: not valid UTF-8 at byte {exc.start} (line {line}): byte "
+                             f"0x{raw[exc.start]:02x} ({exc.reason}); expected a UTF-8 CSV file") from None
         return _parse_csv(text, str(path))
     try:
         data = read_toml_or_json(path)

@@ -35,20 +35,23 @@ class TraceTables:
 
     Attributes:
         gpu: ``rank, device, stream, cat, name, start_ns, end_ns, dur_ns, correlation, bytes,
-            in_msg_nelems, out_msg_nelems, group_size, dtype, collective_name, class, kind,
-            precision, rule, launch_ns, launch_end_ns, launch_pid, launch_tid`` (launch columns
+            in_msg_nelems, out_msg_nelems, group_size, dtype, collective_name, in_split, out_split,
+            pg_ranks, class, kind, precision, rule, launch_ns, launch_end_ns, launch_pid, launch_tid`` (launch columns
             null when the trace has no runtime call with the activity's correlation id).
         cpu: ``rank, cpu_id, cat, name, pid, tid, ts_ns, end_ns, input_dims, input_types,
-            collective_name, in_msg_nelems, out_msg_nelems, group_size, dtype``.
+            collective_name, in_msg_nelems, out_msg_nelems, group_size, dtype, in_split, out_split,
+            pg_ranks``.
         runtime: ``rank, name, pid, tid, ts_ns, end_ns, correlation``.
         classes: the classification of every distinct GPU activity name (see
             :func:`ddlscope.measure.rules.classify_names`).
+        clipped: the activities :func:`clip_stream_overlaps` shortened.
     """
 
     gpu: pl.DataFrame
     cpu: pl.DataFrame
     runtime: pl.DataFrame
     classes: pl.DataFrame
+    clipped: pl.DataFrame
 
 
 def build_tables(traces: list[KinetoTrace], rules: TraceRules) -> TraceTables:
@@ -87,19 +90,59 @@ def build_tables(traces: list[KinetoTrace], rules: TraceRules) -> TraceTables:
             correlation=c("correlation"), bytes=c("bytes"),
             in_msg_nelems=c("in_msg_nelems"), out_msg_nelems=c("out_msg_nelems"),
             group_size=c("group_size"), dtype=c("dtype"), collective_name=c("collective_name"),
+            in_split=c("in_split"), out_split=c("out_split"), pg_ranks=c("pg_ranks"),
         )
         .join(classes, on="name", how="left")
         .join(launches, on=["rank", "correlation"], how="left")
-        .sort("rank", "device", "start_ns")
+        .sort("rank", "device", "start_ns", "end_ns")
     )
+    gpu, clipped = clip_stream_overlaps(gpu)
     cpu = (
         ev.filter(c("cat").is_in(CPU_CATEGORIES))
         .select("rank", "cat", "name", "pid", "tid", "ts_ns", "end_ns", "input_dims", "input_types",
-                "collective_name", "in_msg_nelems", "out_msg_nelems", "group_size", "dtype")
+                "collective_name", "in_msg_nelems", "out_msg_nelems", "group_size", "dtype", "in_split",
+                "out_split", "pg_ranks")
         .with_row_index("cpu_id")
         .with_columns(c("cpu_id").cast(pl.Int64))
     )
-    return TraceTables(gpu=gpu, cpu=cpu, runtime=runtime, classes=classes)
+    return TraceTables(gpu=gpu, cpu=cpu, runtime=runtime, classes=classes, clipped=clipped)
+
+
+def clip_stream_overlaps(gpu: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """End every GPU activity no later than the start of the next activity of its stream.
+
+    The activities of one CUDA stream run one after the other (CUDA C++ Programming Guide,
+    "Streams": operations in a stream execute in issue order), so an activity whose ``dur`` runs
+    past the start of the next one on the same (rank, device, stream) has a wrong end: a
+    timestamp error, seen after hardware stalls (a 3 s "kernel" of a 28 us one) and, by a few
+    microseconds, as CUPTI clock jitter. Its end is clipped to the next start (``dur_ns`` with it).
+    Activities without a stream, and the first of two that start at the same nanosecond, are left
+    as they are.
+
+    Args:
+        gpu: ``rank, device, stream, name, start_ns, end_ns, dur_ns`` (and any other columns).
+
+    Returns:
+        ``(gpu, clipped)``: ``gpu`` with the ends clipped (same rows and order); ``clipped`` one row per
+        clipped activity: ``rank, device, stream, name, start_ns, old_end_ns, end_ns, removed_ns``.
+    """
+    keys = ["rank", "device", "stream"]
+    nxt = (
+        gpu.with_row_index("_clip_row").filter(c("stream").is_not_null()).sort(*keys, "start_ns", "end_ns")
+        .with_columns(_next=c("start_ns").shift(-1).over(keys))
+        .filter((c("_next") > c("start_ns")) & (c("end_ns") > c("_next")))
+        .select("_clip_row", *keys, "name", "start_ns", old_end_ns="end_ns", end_ns="_next")
+        .with_columns(removed_ns=c("old_end_ns") - c("end_ns"))
+    )
+    if nxt.is_empty():
+        return gpu, nxt.drop("_clip_row")
+    out = (
+        gpu.with_row_index("_clip_row").join(nxt.select("_clip_row", _clip_end="end_ns"), on="_clip_row", how="left")
+        .with_columns(end_ns=pl.coalesce(c("_clip_end"), c("end_ns")))
+        .with_columns(dur_ns=c("end_ns") - c("start_ns"))
+        .sort("_clip_row").drop("_clip_row", "_clip_end")
+    )
+    return out, nxt.drop("_clip_row").sort(*keys, "start_ns")
 
 
 def enclosing(

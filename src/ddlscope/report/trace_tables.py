@@ -80,6 +80,7 @@ def sections(a: TraceAnalysis, compact: bool = False) -> list[tuple[str, pl.Data
             algbw_gb_s=_weighted("algbw_gb_s"),
             busbw_gb_s=_weighted("busbw_gb_s"),
             size_source=c("size_source").mode().first(),
+            bw_approx=c("bw_approx").any(),
         )
         .with_columns(msg_size_bytes=pl.when(c("size_source") != "unknown").then(c("msg_size_bytes")),
                       algbw_gb_s=pl.when(c("algbw_gb_s").is_finite()).then(c("algbw_gb_s")),
@@ -88,7 +89,8 @@ def sections(a: TraceAnalysis, compact: bool = False) -> list[tuple[str, pl.Data
     )
     if coll.height:
         out.append(("collectives", coll, "Collectives per iteration (means)",
-                    "msg_size = nccl-tests S per call; bandwidths from kernel time (includes waiting for peers)"
+                    "msg_size = nccl-tests S per call; bandwidths from kernel time (includes waiting for peers); "
+                    "bw_approx = an all-to-all without (complete) split sizes: busbw assumes even splits"
                     + ("; warm-up iterations not in the means" if a.warmup.get("excluded") else "")))
     out.append(("temporal", a.temporal.select(
         "rank", "idle_pct", "compute_pct", "non_compute_pct", "comm_overlap_pct", _ms("span_us")),
@@ -131,12 +133,22 @@ def sections(a: TraceAnalysis, compact: bool = False) -> list[tuple[str, pl.Data
     return out
 
 
+def _iteration_rule(ranks: pl.DataFrame) -> str:
+    """How iterations were found: the rule when all ranks share it, else ``rank 0: ...; rank 1: ...``."""
+    rules = ranks.sort("rank").select("rank", "iteration_rule")
+    if rules["iteration_rule"].n_unique() == 1:
+        return str(rules["iteration_rule"][0])
+    return "; ".join(f"rank {r}: {rule}" for r, rule in rules.iter_rows())
+
+
 def summary(a: TraceAnalysis) -> dict[str, Any]:
     """The headline values and notes printed after the tables (and written as ``summary.json``).
 
     ``iterations`` counts every (rank, iteration) row, ``iterations_in_means`` those in the means;
-    ``mean_step_ms`` is over the latter; ``warmup_excluded`` (when warm-up rows were left out) names
-    them.
+    ``mean_step_ms`` is over the latter; ``iteration_rule`` says how the iterations were found
+    (``"ProfilerStep markers"``, ``"2 optimizer steps per iteration (repeating structure)"``,
+    ``"whole trace as one iteration"``; per rank when the ranks differ); ``warmup_excluded`` (when
+    warm-up rows were left out) names them.
     """
     steady = a.steady
     s: dict[str, Any] = {
@@ -144,6 +156,7 @@ def summary(a: TraceAnalysis) -> dict[str, Any]:
         "iterations": a.breakdown.height,
         "iterations_in_means": steady.height,
         "mean_step_ms": steady["window_us"].mean() / 1e3,
+        "iteration_rule": _iteration_rule(a.ranks),
         "precision": a.precision,
     }
     if a.warmup.get("excluded"):
