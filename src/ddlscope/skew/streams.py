@@ -39,7 +39,6 @@ Sources (:func:`load_stream` picks one from the file, or ``kind`` says which):
 
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,15 +46,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from ddlscope.rpc.readers import (
-    RawRpcLog,
-    RpcLog,
-    first_extra_fields_line,
-    parquet_columns,
-    read_parquet_table,
-    read_raw_rpc_log,
-)
+from ddlscope.rpc.readers import RawRpcLog, RpcLog, read_raw_rpc_log
 from ddlscope.rpc.schema import OPS, REQUIRED_COLUMNS
+from ddlscope.tables import EXTRA_FIELDS, TableFile, read_table_file, table_columns
+from ddlscope.tables import csv_header as _csv_header
 
 EVENT_OPS: tuple[str, ...] = ("pull", "push", "access")
 """Event operations: a read, an update, or a raw occurrence (read and update)."""
@@ -176,9 +170,22 @@ def read_text_tokens(path: str | Path) -> KeyStream:
                    ("tokens: lower-cased text split into maximal runs of a-z",))
 
 
-def read_table(path: str | Path, columns: list[str] | None = None) -> pl.DataFrame:
-    """A table from Parquet (``.parquet``), JSON lines (``.jsonl``/``.ndjson``/``.json``) or CSV
-    (anything else; all columns read as strings), optionally only ``columns``.
+def _table_format(path: Path) -> str:
+    """The reading layer's format of a table here: Parquet, JSON lines (``.jsonl``/``.ndjson``/
+    ``.json``), TSV, else CSV."""
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        return "parquet"
+    if suffix in (".jsonl", ".ndjson", ".json"):
+        return "jsonl"
+    return "tsv" if suffix == ".tsv" else "csv"
+
+
+def read_table_file_of(path: str | Path, columns: list[str] | None = None) -> TableFile:
+    """A table file as the reading layer reads it (:func:`ddlscope.tables.read_table_file`):
+    Parquet (``.parquet``, only ``columns``, lazily), JSON lines (``.jsonl``/``.ndjson``/``.json``)
+    or CSV (anything else; ``.tsv`` tab-separated; all columns as strings, short lines padded with
+    nulls), optionally only ``columns``; its rejected lines counted by reason.
 
     Raises:
         FileNotFoundError: no such file.
@@ -186,26 +193,44 @@ def read_table(path: str | Path, columns: list[str] | None = None) -> pl.DataFra
             file, or a CSV line with more fields than the header (the message gives its line).
     """
     path = Path(path)
-    suffix = path.suffix.lower()
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
-    if suffix == ".parquet":
-        return read_parquet_table(path, columns)  # the RPC reader's: damaged files are clear errors
-    try:
-        if suffix in (".jsonl", ".ndjson", ".json"):
-            frame = pl.read_ndjson(path)
-            return frame.select(columns) if columns else frame
-        return pl.read_csv(path, columns=columns, infer_schema=False)
-    except pl.exceptions.ColumnNotFoundError as exc:
+    fmt = _table_format(path)
+    if columns is not None:
         header = _columns_of(path)
-        raise ValueError(f"{path}: no column {columns} (columns: {', '.join(header)})") from exc
-    except pl.exceptions.PolarsError as exc:
-        if "more fields" in str(exc) and (bad := first_extra_fields_line(path)) is not None:
-            line, fields, expected = bad
-            raise ValueError(f"{path}:{line}: {fields} fields, the header (line 1) has {expected}: not a CSV table "
-                             "with one record per line") from exc
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"{path}: cannot read as a {suffix or 'CSV'} table: {first}") from exc
+        if any(c not in header for c in columns):
+            raise ValueError(f"{path}: no column {columns} (columns: {', '.join(header)})")
+    if fmt == "parquet":
+        tf = read_table_file(path, fmt, columns=columns)
+    elif fmt == "jsonl":
+        tf = read_table_file(path, fmt)
+    else:
+        tf = read_table_file(path, fmt, select=columns, short_lines="pad")
+        extra = tf.rejected.filter(pl.col("reason") == EXTRA_FIELDS)
+        if extra.height:
+            line, detail = extra["line"][0], extra["detail"][0]
+            expected, _, got = detail.removeprefix("expected ").partition(" fields, got ")
+            raise ValueError(f"{path}:{line}: {got} fields, the header (line 1) has {expected}: not a CSV table "
+                             "with one record per line")
+    if columns is not None and fmt == "jsonl":
+        tf = TableFile(tf.file, tf.format, tf.frame.select(*columns, "_line"), tf.rejected, tf.data_rows,
+                       tf.blank_lines, tf.header, tf.notes)
+    return tf
+
+
+def read_table(path: str | Path, columns: list[str] | None = None) -> pl.DataFrame:
+    """The rows of :func:`read_table_file_of` without the line numbers (``_line``); lines the
+    reader rejected are left out (:func:`_rejected_skipped` counts them).
+
+    Raises:
+        FileNotFoundError, ValueError: as :func:`read_table_file_of`.
+    """
+    return read_table_file_of(path, columns).frame.drop("_line")
+
+
+def _rejected_skipped(tf: TableFile) -> dict[str, int]:
+    """The lines the reading layer rejected, by reason -> count (``rejected line (<reason>)``)."""
+    return {f"rejected line ({r})": n for r, n in tf.rejected_counts().items()}
 
 
 def _columns_of(path: Path) -> list[str]:
@@ -214,16 +239,7 @@ def _columns_of(path: Path) -> list[str]:
     Raises:
         ValueError: the file cannot be read as that kind of table.
     """
-    suffix = path.suffix.lower()
-    if suffix == ".parquet":
-        return parquet_columns(path)
-    try:
-        if suffix in (".jsonl", ".ndjson", ".json"):
-            return pl.read_ndjson(path, n_rows=1).columns
-        return pl.read_csv(path, n_rows=0, infer_schema=False).columns
-    except pl.exceptions.PolarsError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"{path}: cannot read as a {suffix or 'CSV'} table: {first}") from exc
+    return table_columns(path, _table_format(path))
 
 
 def read_categorical_column(path: str | Path, column: str) -> KeyStream:
@@ -240,12 +256,14 @@ def read_categorical_column(path: str | Path, column: str) -> KeyStream:
     header = _columns_of(path)
     if column not in header:
         raise ValueError(f"{path}: no column {column!r} (columns: {', '.join(header)})")
-    values = read_table(path, [column])[column].cast(pl.String)
+    tf = read_table_file_of(path, [column])
+    values = tf.frame[column].cast(pl.String)
     empty = values.is_null() | (values.str.strip_chars() == "")
     raw = pl.DataFrame({"value": values.filter(~empty)}).with_columns(
         pl.lit("access").alias("op"), pl.lit(1).alias("count"))
     return _finish(raw, ["value"], pl.col("value"), f"{path}:{column}", "column",
-                   {"empty value": int(empty.sum())}, (f"column {column!r}: one event per non-empty cell",))
+                   {"empty value": int(empty.sum()), **_rejected_skipped(tf)},
+                   (f"column {column!r}: one event per non-empty cell",))
 
 
 def rpc_log_key_stream(log: pl.DataFrame, source: str, skipped: dict[str, int] | None = None) -> KeyStream:
@@ -380,7 +398,8 @@ def read_update_table(path: str | Path) -> KeyStream:
             (the row is named).
     """
     path = Path(path)
-    table = read_table(path)
+    tf = read_table_file_of(path)
+    table = tf.frame.drop("_line")
     missing = [c for c in UPDATE_TABLE_COLUMNS if c not in table.columns]
     if missing:
         raise ValueError(f"{path}: an update-count table needs columns {list(UPDATE_TABLE_COLUMNS)}; "
@@ -407,7 +426,7 @@ def read_update_table(path: str | Path) -> KeyStream:
     label = pl.when(pl.col("table_id").is_null()).then(pl.col("raw_key").cast(pl.String)).otherwise(
         pl.format("{}:{}", pl.col("table_id"), pl.col("raw_key")))
     return _finish(raw, ["table_id", "raw_key"], label, str(path), "update_table",
-                   {"null key": int(null_key.sum()), "zero updates": int(zero.sum())},
+                   {"null key": int(null_key.sum()), "zero updates": int(zero.sum()), **_rejected_skipped(tf)},
                    ("one push event of multiplicity 'updates' per row, ordered by iteration",))
 
 
@@ -451,18 +470,13 @@ RPC_LOG_MIN_SCHEMA_COLUMNS = 3
 
 def csv_header(path: str | Path) -> list[str]:
     """The column names on the first line of a CSV (``.tsv``: tab-separated) file, RFC 4180
-    quoting, trailing carriage returns dropped; ``[]`` for an empty file.
+    quoting, trailing carriage returns dropped; ``[]`` for an empty file
+    (:func:`ddlscope.tables.csv_header`).
 
     Raises:
         FileNotFoundError: no such file.
     """
-    path = Path(path)
-    with path.open("rb") as fh:
-        first = fh.readline(1 << 20).decode("utf-8", errors="replace").rstrip("\r\n")
-    if not first:
-        return []
-    sep = "\t" if path.suffix.lower() == ".tsv" else ","
-    return [c.strip() for c in next(csv.reader([first], delimiter=sep))]
+    return _csv_header(path)
 
 
 def table_kind(columns: list[str] | set[str]) -> str | None:
