@@ -464,3 +464,13 @@ def test_invalid_utf8_is_a_malformed_row_naming_the_byte_offset(tmp_path):
     (tmp_path / "head.csv").write_bytes(b"i\xffd,net,gpus,secs\nj1,resnet50,2,100\n")
     with pytest.raises(ValueError, match=r"head\.csv:1: the header is not UTF-8 text: byte offset 1 "):
         read_population(tmp_path / "head.csv", mapping=parse_map_pairs(M))
+
+
+@pytest.mark.parametrize("name", ["ingest philly", "ingest gavel", "ingest cluster summary"])
+def test_fuzz_generic_table_reader(name, shared_data, tmp_path_factory):
+    """Seeded mutations of the real Philly (Pollux), Gavel and cluster-summary tables: a clean
+    error naming the file, or data rows = jobs + malformed + duplicate rows, each malformed row with
+    a problem; never a traceback or a silent drop."""
+    from ddlscope.testing.fuzz import check_target
+
+    check_target(name, tmp_path_factory.mktemp("fuzz"))

@@ -392,3 +392,13 @@ def test_a_json_document_is_named_for_what_it_is(tmp_path):
     with pytest.raises(ValueError, match=r"broken\.json:3: the file opens a JSON document \('\[' on line 1\) that "
                                          r"does not parse"):
         read_rpc_log(tmp_path / "broken.json")
+
+
+@pytest.mark.parametrize("name", ["rpc csv", "rpc jsonl", "rpc parquet"])
+def test_fuzz_rpc_readers(name, tmp_path_factory):
+    """Seeded mutations (text ones for CSV/JSON lines; damaged bytes and changed schemas for
+    Parquet) of a small synthetic log: a clean error naming the file, or rows in = kept + rejected
+    with a reason; never a traceback or a silent drop."""
+    from ddlscope.testing.fuzz import check_target
+
+    check_target(name, tmp_path_factory.mktemp("fuzz"))

@@ -48,7 +48,7 @@ import polars as pl
 
 from ddlscope.rpc.readers import RawRpcLog, RpcLog, read_raw_rpc_log
 from ddlscope.rpc.schema import OPS, REQUIRED_COLUMNS
-from ddlscope.tables import EXTRA_FIELDS, TableFile, read_table_file, table_columns
+from ddlscope.tables import EXTRA_FIELDS, TableFile, check_utf8, read_table_file, read_text_bytes, table_columns
 from ddlscope.tables import csv_header as _csv_header
 
 EVENT_OPS: tuple[str, ...] = ("pull", "push", "access")
@@ -85,6 +85,9 @@ class KeyStream:
         kind: ``text``, ``column``, ``rpc_log``, ``update_table`` or ``synthetic``.
         skipped: rows or values left out, by reason -> count.
         notes: what the reader assumed (tokenisation, ordering).
+        used_rows: input rows (table rows, RPC log rows, cells; tokens for text) that gave events:
+            with :attr:`skipped`, every input row is accounted for (``rows = used_rows +
+            sum(skipped.values())``).
     """
 
     events: pl.DataFrame
@@ -93,6 +96,7 @@ class KeyStream:
     kind: str
     skipped: dict[str, int] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    used_rows: int = 0
 
     @property
     def num_events(self) -> int:
@@ -111,10 +115,12 @@ class KeyStream:
 
 
 def _finish(raw: pl.DataFrame, id_cols: list[str], label: pl.Expr, source: str, kind: str,
-            skipped: dict[str, int], notes: tuple[str, ...]) -> KeyStream:
-    """Dense key ids by first appearance; ``raw`` has ``id_cols`` plus event columns."""
+            skipped: dict[str, int], notes: tuple[str, ...], used_rows: int | None = None) -> KeyStream:
+    """Dense key ids by first appearance; ``raw`` has ``id_cols`` plus event columns; ``used_rows``
+    the input rows behind them (default one per event)."""
     if raw.height == 0:
         raise ValueError(f"{source}: no key events found (skipped: {skipped or 'none'})")
+    used = raw.height if used_rows is None else used_rows
     uniq = (
         raw.select(id_cols).with_row_index("_pos")
         .group_by(id_cols).agg(pl.col("_pos").min())
@@ -131,7 +137,7 @@ def _finish(raw: pl.DataFrame, id_cols: list[str], label: pl.Expr, source: str, 
     table = pl.col("table_id").cast(pl.Int64) if "table_id" in id_cols else pl.lit(None, dtype=pl.Int64)
     raw = pl.col("raw_key").cast(pl.Int64, strict=False) if "raw_key" in id_cols else pl.lit(None, dtype=pl.Int64)
     keys = uniq.select("key", label.cast(pl.String).alias("label"), table.alias("table_id"), raw.alias("raw_key"))
-    return KeyStream(events, keys, source, kind, {k: v for k, v in skipped.items() if v}, notes)
+    return KeyStream(events, keys, source, kind, {k: v for k, v in skipped.items() if v}, notes, used)
 
 
 def stream_from_keys(keys: np.ndarray, source: str = "array") -> KeyStream:
@@ -159,10 +165,11 @@ def read_text_tokens(path: str | Path) -> KeyStream:
         ValueError: the file is not UTF-8 text, or has no tokens.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start}): {exc.reason}") from exc
+    data, problems = check_utf8(read_text_bytes(path))
+    if problems:
+        p = problems[0]
+        raise ValueError(f"{path}:{p.line}: not UTF-8 text: {p.describe()}")
+    text = data.decode("utf-8")
     lines = pl.Series("line", text.splitlines(), dtype=pl.String)
     tokens = lines.str.to_lowercase().str.extract_all(r"[a-z]+").explode().drop_nulls()
     raw = pl.DataFrame({"token": tokens}).with_columns(pl.lit("access").alias("op"), pl.lit(1).alias("count"))
@@ -280,7 +287,8 @@ def rpc_log_key_stream(log: pl.DataFrame, source: str, skipped: dict[str, int] |
     Raises:
         ValueError: a required column (``op``, ``keys``, ``iteration``) is missing, an ``op``
             value is not one of :data:`~ddlscope.rpc.schema.OPS` (the file and line are named),
-            or ``keys`` is not a list of integers.
+            ``keys`` is not a list of integers, or ``iteration``, ``worker_id``, ``rpc_id`` or
+            ``table_id`` holds a value that is not a whole number within Int64 (file and line named).
     """
     columns = [c for c in log.columns if c not in ("log_file", "log_line")]
     missing = [c for c in ("op", "keys", "iteration") if c not in log.columns]
@@ -289,9 +297,14 @@ def rpc_log_key_stream(log: pl.DataFrame, source: str, skipped: dict[str, int] |
         raise ValueError(f"{source}: an RPC log needs columns {missing} for key analysis "
                          f"(columns: {', '.join(columns)}{dropped})")
     if not isinstance(log.schema["keys"], pl.List) or not log.schema["keys"].inner.is_integer():
-        hint = ("; CSV cannot hold lists: write the log as Parquet or JSON lines"
-                if log.schema["keys"] == pl.String else "")
+        csv_input = source.lower().endswith((".csv", ".tsv"))
+        hint = ("; CSV cannot hold lists: write the log as Parquet or JSON lines" if csv_input else
+                "; some line's 'keys' is not a list of integers, so the column was read as text")  \
+            if log.schema["keys"] == pl.String else ""
         raise ValueError(f"{source}: column 'keys' must be a list of integers, got {log.schema['keys']}{hint}")
+    for name in ("iteration", "worker_id", "rpc_id", "table_id"):
+        if name in log.columns:
+            log = log.with_columns(_integer_column(log, name, source))
     op = log["op"].cast(pl.String)
     bad = ~op.is_in(list(OPS)) | op.is_null()
     if bad.any():
@@ -320,7 +333,31 @@ def rpc_log_key_stream(log: pl.DataFrame, source: str, skipped: dict[str, int] |
         pl.format("{}:{}", pl.col("table_id"), pl.col("raw_key")))
     return _finish(raw, ["table_id", "raw_key"], label, source, "rpc_log",
                    {**(skipped or {}), "RPC without keys (null or empty 'keys', e.g. dense ops)": int(no_keys.sum())},
-                   ("one event per key of each RPC, ordered by client_issue_ns",))
+                   ("one event per key of each RPC, ordered by client_issue_ns",), log.height - int(no_keys.sum()))
+
+
+def _integer_column(log: pl.DataFrame, name: str, source: str) -> pl.Series:
+    """Column ``name`` of an RPC log as Int64.
+
+    Raises:
+        ValueError: a value that is not a whole number within Int64 (NaN, inf, 1.5, 1e300, text),
+            naming ``file:line`` (or the row) and the value.
+    """
+    col = log[name]
+    if col.dtype == pl.Int64:
+        return col
+    cast = col.cast(pl.Int64, strict=False)
+    if col.dtype.is_float():
+        as_float = cast.cast(pl.Float64)
+        bad = (cast.is_null() & col.is_not_null()) | (as_float != col).fill_null(False)
+    else:
+        bad = cast.is_null() & col.is_not_null()
+    if bad.any():
+        row = int(bad.arg_max())
+        where = (f"{log['log_file'][row]}:{log['log_line'][row]}" if "log_line" in log.columns
+                 else f"{source}: row {row}")
+        raise ValueError(f"{where}: {name} {col[row]!r} is not a whole number (expected an integer id)")
+    return cast
 
 
 def _reader_skipped(raw: RawRpcLog) -> dict[str, int]:
@@ -390,8 +427,8 @@ def read_update_table(path: str | Path) -> KeyStream:
     """A per-key update-count table (``iteration``, ``key``, ``updates``, optional ``table_id``).
 
     Every row with ``updates > 0`` is one ``push`` event of multiplicity ``updates``, ordered by
-    iteration (file order within an iteration). Rows with ``updates == 0`` or a null key are
-    skipped and counted.
+    iteration (file order within an iteration). Rows with ``updates == 0``, a null ``updates``
+    or a null key are skipped and counted (a null ``updates`` used to be dropped uncounted).
 
     Raises:
         ValueError: a required column is missing, or ``updates`` is negative or not an integer
@@ -416,9 +453,10 @@ def read_update_table(path: str | Path) -> KeyStream:
         table = table.with_columns(pl.lit(None, dtype=pl.Int64).alias("table_id"))
     table = table.with_columns(updates.alias("updates"), iteration.alias("iteration"))
     null_key = table["key"].is_null()
-    zero = (table["updates"] == 0) & ~null_key
+    no_updates = table["updates"].is_null() & ~null_key
+    zero = (table["updates"] == 0).fill_null(False) & ~null_key
     raw = (
-        table.filter(~null_key & ~zero).with_row_index("_row")
+        table.filter(~null_key & ~zero & ~no_updates).with_row_index("_row")
         .sort("iteration", "_row", maintain_order=True)
         .select(pl.col("key").alias("raw_key"), pl.col("table_id").cast(pl.Int64), pl.lit("push").alias("op"),
                 "iteration", pl.col("updates").alias("count"))
@@ -426,7 +464,8 @@ def read_update_table(path: str | Path) -> KeyStream:
     label = pl.when(pl.col("table_id").is_null()).then(pl.col("raw_key").cast(pl.String)).otherwise(
         pl.format("{}:{}", pl.col("table_id"), pl.col("raw_key")))
     return _finish(raw, ["table_id", "raw_key"], label, str(path), "update_table",
-                   {"null key": int(null_key.sum()), "zero updates": int(zero.sum()), **_rejected_skipped(tf)},
+                   {"null key": int(null_key.sum()), "zero updates": int(zero.sum()),
+                    "null updates": int(no_updates.sum()), **_rejected_skipped(tf)},
                    ("one push event of multiplicity 'updates' per row, ordered by iteration",))
 
 
@@ -461,7 +500,8 @@ def with_vocabulary(stream: KeyStream, path: str | Path) -> KeyStream:
     missing = int(keys["_name"].null_count())
     keys = keys.with_columns(pl.coalesce("_name", "label").alias("label")).drop("_name")
     note = f"labels from {path}" + (f" ({missing:,} keys not in it keep their number)" if missing else "")
-    return KeyStream(stream.events, keys, stream.source, stream.kind, stream.skipped, (*stream.notes, note))
+    return KeyStream(stream.events, keys, stream.source, stream.kind, stream.skipped, (*stream.notes, note),
+                     stream.used_rows)
 
 
 RPC_LOG_MIN_SCHEMA_COLUMNS = 3
@@ -632,7 +672,8 @@ def emulate_training(stream: KeyStream, workers: int = DEFAULT_REPLAY_WORKERS,
     n_iter = math.ceil(stream.num_events / (workers * batch_events))
     note = (f"replayed as training: {workers} workers x {batch_events} events per mini-batch = "
             f"{n_iter} iterations; per worker and iteration one pull and one push per distinct key")
-    return KeyStream(events, stream.keys, stream.source, stream.kind, stream.skipped, (*stream.notes, note))
+    return KeyStream(events, stream.keys, stream.source, stream.kind, stream.skipped, (*stream.notes, note),
+                     stream.used_rows)
 
 
 def replay_hint(stream: KeyStream, workers: int, batch_events: int, target_iterations: int = 10) -> str | None:

@@ -56,7 +56,10 @@ def describe_json_document(doc: Any) -> str:
 
 
 def _refuse_document(data: bytes, label: str, expected: str) -> None:
-    """Raise when ``data`` is a whole-file JSON document rather than JSON lines.
+    """Raise when ``data`` (valid UTF-8) is a whole-file JSON document rather than JSON lines.
+
+    Text is decoded as UTF-8 before :func:`json.loads` (given bytes, it guesses UTF-16 or UTF-32
+    from NUL bytes).
 
     Checked only when the first non-blank line is not a JSON object by itself (it opens an array
     or a pretty-printed object), so JSON lines pay one parse of their first line.
@@ -67,12 +70,12 @@ def _refuse_document(data: bytes, label: str, expected: str) -> None:
     first = head.split(b"\n", 1)[0].strip()
     if first[:1] == b"{":
         try:
-            if isinstance(json.loads(first), dict):
+            if isinstance(json.loads(first.decode("utf-8")), dict):
                 return
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
             pass
     try:
-        doc = json.loads(data)
+        doc = json.loads(data.decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         if first in (b"[", b"{") or first[:1] == b"[":
             where = f"{label}:{exc.lineno}" if isinstance(exc, json.JSONDecodeError) else label
@@ -140,7 +143,7 @@ def read_jsonl(path: str | Path, *, label: str | None = None, expected: str = JS
         last = len(lines)
         for n, ln in zip(numbers, body, strict=True):
             try:
-                obj = json.loads(ln)
+                obj = json.loads(ln.decode("utf-8"))
             except (json.JSONDecodeError, RecursionError) as exc:
                 if open_end and n == last:
                     bad.append((n, TRUNCATED_LAST_LINE, "the file ends without a newline inside this JSON object",
@@ -160,7 +163,7 @@ def read_jsonl(path: str | Path, *, label: str | None = None, expected: str = JS
                      else pl.DataFrame())
         except (pl.exceptions.PolarsError, ValueError):
             # values of one key with clashing types across lines: read every value as text
-            frame = pl.DataFrame([{k: _jsonish(v) for k, v in json.loads(ln).items()} for ln in body],
+            frame = pl.DataFrame([{k: _jsonish(v) for k, v in json.loads(ln.decode("utf-8")).items()} for ln in body],
                                  infer_schema_length=None)
     if frame.width == 0 and body:  # objects without keys
         frame = pl.DataFrame({"_line": numbers}, schema={"_line": pl.Int64})
