@@ -146,6 +146,14 @@ def _lines(data: bytes) -> pl.DataFrame:
     )
 
 
+def _unclosed_quote(lines: pl.DataFrame, label: str) -> None:
+    """Raise naming the first line of ``lines`` with an odd number of double quotes, if any."""
+    odd = lines.filter(pl.col("_raw").str.count_matches('"', literal=True) % 2 == 1)
+    if odd.height:
+        raise ValueError(f"{label}:{int(odd['_line'][0])}: a quote is not closed on its line; quoted fields "
+                         "spanning lines are not supported")
+
+
 def read_csv(path: str | Path, options: CsvOptions | None = None, *, label: str | None = None) -> TableFile:
     """Read one delimited text table; see the module docstring for what becomes of each line.
 
@@ -233,12 +241,12 @@ def read_csv(path: str | Path, options: CsvOptions | None = None, *, label: str 
                 raise_if_empty=False,
             )
         except pl.exceptions.PolarsError as exc:
+            _unclosed_quote(parse_lines, label)
             raise ValueError(f"{label}: cannot parse as CSV: {str(exc).strip().splitlines()[0]}") from exc
         if values.height != parse_lines.height:
-            odd = parse_lines.filter(raw.str.count_matches('"', literal=True) % 2 == 1)
-            where = f"{label}:{int(odd['_line'][0])}" if odd.height else label
-            raise ValueError(f"{where}: a quote is not closed on its line (found {values.height} CSV records in "
-                             f"{parse_lines.height} lines); quoted fields spanning lines are not supported")
+            _unclosed_quote(parse_lines, label)
+            raise ValueError(f"{label}: the CSV parser found {values.height} records in {parse_lines.height} lines; "
+                             "quoted fields spanning lines are not supported")
     else:
         values = pl.DataFrame(schema=dict.fromkeys(select, pl.String))
     if truncated is not None:
