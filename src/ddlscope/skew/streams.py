@@ -48,7 +48,15 @@ import polars as pl
 
 from ddlscope.rpc.readers import RawRpcLog, RpcLog, read_raw_rpc_log
 from ddlscope.rpc.schema import OPS, REQUIRED_COLUMNS
-from ddlscope.tables import EXTRA_FIELDS, TableFile, check_utf8, read_table_file, read_text_bytes, table_columns
+from ddlscope.tables import (
+    EXTRA_FIELDS,
+    TableFile,
+    check_utf8,
+    detect_format,
+    read_table_file,
+    read_text_bytes,
+    table_columns,
+)
 from ddlscope.tables import csv_header as _csv_header
 
 EVENT_OPS: tuple[str, ...] = ("pull", "push", "access")
@@ -178,14 +186,9 @@ def read_text_tokens(path: str | Path) -> KeyStream:
 
 
 def _table_format(path: Path) -> str:
-    """The reading layer's format of a table here: Parquet, JSON lines (``.jsonl``/``.ndjson``/
-    ``.json``), TSV, else CSV."""
-    suffix = path.suffix.lower()
-    if suffix == ".parquet":
-        return "parquet"
-    if suffix in (".jsonl", ".ndjson", ".json"):
-        return "jsonl"
-    return "tsv" if suffix == ".tsv" else "csv"
+    """The reading layer's format of a table here (:func:`ddlscope.tables.detect_format` among
+    CSV, TSV, Parquet and JSON lines, ``.json`` included); any other suffix is CSV."""
+    return detect_format(path, among=("csv", "tsv", "parquet", "jsonl")) or "csv"
 
 
 def read_table_file_of(path: str | Path, columns: list[str] | None = None) -> TableFile:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ from ddlscope.tables.result import (
     empty_rejected,
 )
 from ddlscope.tables.text import check_utf8, read_text_bytes
+
+_NON_SPACE = re.compile(rb"\S")
 
 JSONL_EXPECTED = "expected JSON lines: one JSON object per line"
 """What :func:`read_jsonl` says it expected when the file is a JSON document."""
@@ -64,10 +67,11 @@ def _refuse_document(data: bytes, label: str, expected: str) -> None:
     Checked only when the first non-blank line is not a JSON object by itself (it opens an array
     or a pretty-printed object), so JSON lines pay one parse of their first line.
     """
-    head = data.lstrip()
-    if head[:1] not in (b"[", b"{"):
+    found = _NON_SPACE.search(data)
+    if found is None or data[found.start(): found.start() + 1] not in (b"[", b"{"):
         return
-    first = head.split(b"\n", 1)[0].strip()
+    end = data.find(b"\n", found.start())
+    first = data[found.start(): end if end >= 0 else len(data)].strip()
     if first[:1] == b"{":
         try:
             if isinstance(json.loads(first.decode("utf-8")), dict):
@@ -111,10 +115,10 @@ def read_jsonl(path: str | Path, *, label: str | None = None, expected: str = JS
     data, utf8 = check_utf8(read_text_bytes(path, label))
     _refuse_document(data, label, expected)
     if not utf8 and data and not data[:1].isspace() and b"\n\n" not in data and b"\n\r\n" not in data \
-            and not data.rstrip(b"\r\n").endswith((b"\n", b" ")):
+            and not data[-4096:].rstrip(b"\r\n").endswith((b"\n", b" ")):
         # no blank lines: the rows are the lines, read in one pass
         try:  # the schema from the first lines; a later line that does not fit takes the slow path
-            frame = pl.read_ndjson(io.BytesIO(data), infer_schema_length=1_000)
+            frame = pl.read_ndjson(data, infer_schema_length=1_000)
             if "traceEvents" in frame.columns:
                 raise ValueError(f"{label}: a Chrome-trace JSON object (traceEvents), not JSON lines; {expected}")
             frame = frame.with_row_index("_line", offset=1).with_columns(pl.col("_line").cast(pl.Int64))
