@@ -15,6 +15,14 @@ _ERRORS = (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError, Val
 """What Polars raises on a damaged file (a panic too: its Parquet decoder panics on some damage)."""
 
 
+def _reason(exc: BaseException) -> str:
+    """Why Polars could not read the file: its message's first line, or, for a panic of its
+    decoder (a Rust panic message, not meant for users), that the file is damaged."""
+    if isinstance(exc, pl.exceptions.PanicException):
+        return "the file is damaged (Polars' Parquet decoder stopped on it)"
+    return first_line(exc)
+
+
 def parquet_columns(path: str | Path, label: str | None = None) -> list[str]:
     """The column names of a Parquet file (from its footer; no row is read).
 
@@ -29,7 +37,7 @@ def parquet_columns(path: str | Path, label: str | None = None) -> list[str]:
     try:
         return list(pl.read_parquet_schema(path))
     except _ERRORS as exc:
-        raise ValueError(f"{label}: cannot read as Parquet: {first_line(exc)}") from exc
+        raise ValueError(f"{label}: cannot read as Parquet: {_reason(exc)}") from exc
 
 
 def scan_parquet(path: str | Path, columns: Sequence[str] | None = None, label: str | None = None) -> pl.LazyFrame:
@@ -63,7 +71,7 @@ def read_parquet(path: str | Path, columns: Sequence[str] | None = None, *, labe
     try:
         frame = lf.collect()
     except _ERRORS as exc:
-        raise ValueError(f"{label}: cannot read as Parquet: {first_line(exc)}") from exc
+        raise ValueError(f"{label}: cannot read as Parquet: {_reason(exc)}") from exc
     frame = frame.select(pl.exclude("_line"), "_line")
     return TableFile(file=label, format="parquet", frame=frame, rejected=empty_rejected(), data_rows=frame.height,
                      header=[c for c in frame.columns if c != "_line"])

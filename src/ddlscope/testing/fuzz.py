@@ -138,7 +138,7 @@ def run_trial(target: FuzzTarget, seed: int, workdir: Path, samples: list[Sample
             return trial("failure", f"{type(exc).__name__} of several lines: {msg[:300]!r}")
         if sample.name not in msg:
             return trial("failure", f"{type(exc).__name__} not naming the file: {msg[:300]}")
-        if "internal error" in msg:
+        if f"{sample.name}: internal error" in msg:  # ddlscope's own guards say so
             return trial("failure", f"internal error: {msg[:300]}")
         return trial("clean_error", msg[:300])
     except (KeyboardInterrupt, SystemExit):
