@@ -432,3 +432,45 @@ def test_empty_file_among_others_is_skipped_with_a_note(tmp_path):
     # every file empty: nothing to read, the error names the file
     with pytest.raises(ValueError, match=r"b\.csv: empty file; expected a header line"):
         read_population(dd / "b.csv", mapping=pairs)
+
+
+def test_a_table_cut_mid_line_counts_a_truncated_last_line(shared_data, tmp_path):
+    # before: the cut line was a "wrong field count", like any ragged line
+    data = (shared_data / "pollux" / "philly.csv").read_bytes()
+    lines = data.split(b"\n")
+    head = b"\n".join(lines[:6]) + b"\n" + lines[6][:14]   # header + 5 rows, then 14 bytes of row 6 (line 7)
+    path = tmp_path / "philly.csv"
+    path.write_bytes(head)
+    pop, report = read_population(path)
+    assert report.malformed.select("line", "problem", "detail").rows() == [
+        (7, "truncated last line", "the file ends without a newline in this line: 1 of 5 fields")]
+    t = report.tables.row(0, named=True)
+    assert (t["data_rows"], t["malformed_rows"], t["used_rows"]) == (6, 1, 5)
+    assert pop.height == 5
+
+
+def test_invalid_utf8_is_a_malformed_row_naming_the_byte_offset(tmp_path):
+    # before: Polars' "invalid utf8" error, naming neither file nor line
+    path = tmp_path / "jobs.csv"
+    text = b"id,net,gpus,secs\nj1,resnet50,2,100\nj2,res\xffnet,1,100\nj3,resnet50,4,10\n"
+    path.write_bytes(text)
+    pop, report = read_population(path, mapping=parse_map_pairs(M))
+    offset = text.index(b"\xff")   # 17 + 18 + 6 = 41: the header line, line 2, then "j2,res"
+    assert offset == 17 + 18 + 6
+    assert report.malformed.select("line", "problem", "detail").rows() == [
+        (3, "invalid UTF-8", f"byte offset {offset} (byte 7 of the line): 0xff is not UTF-8")]
+    assert pop["job_id"].to_list() == ["j1", "j3"]
+    # the header: an error naming file and line 1
+    (tmp_path / "head.csv").write_bytes(b"i\xffd,net,gpus,secs\nj1,resnet50,2,100\n")
+    with pytest.raises(ValueError, match=r"head\.csv:1: the header is not UTF-8 text: byte offset 1 "):
+        read_population(tmp_path / "head.csv", mapping=parse_map_pairs(M))
+
+
+@pytest.mark.parametrize("name", ["ingest philly", "ingest gavel", "ingest cluster summary"])
+def test_fuzz_generic_table_reader(name, shared_data, tmp_path_factory):
+    """Seeded mutations of the real Philly (Pollux), Gavel and cluster-summary tables: a clean
+    error naming the file, or data rows = jobs + malformed + duplicate rows, each malformed row with
+    a problem; never a traceback or a silent drop."""
+    from ddlscope.testing.fuzz import check_target
+
+    check_target(name, tmp_path_factory.mktemp("fuzz"))

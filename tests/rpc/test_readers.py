@@ -321,3 +321,84 @@ def test_the_same_file_given_twice_is_an_error_naming_it(tmp_path, monkeypatch):
     (tmp_path / "b.csv").write_bytes(path.read_bytes())   # a copy is another file: its rows are duplicates
     log = read_rpc_log([path, tmp_path / "b.csv"])
     assert log.frame.height == 3 and log.rejected.get_column("reason").to_list() == ["duplicate_rpc"] * 3
+
+
+def _log_bytes(rows: list[dict]) -> bytes:
+    cols = list(rows[0])
+    return ("\n".join([",".join(cols), *(_csv_line(r, cols) for r in rows)]) + "\n").encode()
+
+
+def test_a_csv_cut_mid_line_counts_a_truncated_last_line(tmp_path):
+    # before: the cut line (fewer fields, null timestamps) was counted as missing_timestamp
+    data = _log_bytes([_row(i) for i in range(4)])
+    cut = data[: len(data) - 40]  # inside the last line (rpc 3, line 5): its last fields are gone, no newline
+    path = tmp_path / "cut.csv"
+    path.write_bytes(cut)
+    log = read_rpc_log(path)
+    fields_left = cut.split(b"\n")[-1].count(b",") + 1
+    assert log.rejected.select("log_line", "reason", "detail").rows() == [
+        (5, "truncated_last_line", f"the file ends without a newline in this line: {fields_left} of 19 fields")]
+    assert log.frame.get_column("rpc_id").to_list() == [0, 1, 2]
+    # a complete last line without a final newline is a good row
+    (tmp_path / "no_eol.csv").write_bytes(data.rstrip(b"\n"))
+    assert read_rpc_log(tmp_path / "no_eol.csv").frame.height == 4
+
+
+def test_invalid_utf8_is_rejected_naming_line_and_byte_offset(tmp_path):
+    # before: CSV - the bad byte turned up in a column name or value; JSON lines - a UnicodeDecodeError
+    # that named no file
+    data = _log_bytes([_row(i) for i in range(3)])
+    line3 = data.index(b"\n", data.index(b"\n") + 1) + 1   # start of line 3 (rpc 1)
+    bad = data[: line3 + 4] + b"\xff" + data[line3 + 4:]
+    (tmp_path / "bad.csv").write_bytes(bad)
+    log = read_rpc_log(tmp_path / "bad.csv")
+    assert log.rejected.select("log_file", "log_line", "reason", "detail").rows() == [
+        (str(tmp_path / "bad.csv"), 3, "invalid_utf8",
+         f"byte offset {line3 + 4} (byte 5 of the line): 0xff is not UTF-8")]
+    assert log.frame.get_column("rpc_id").to_list() == [0, 2]
+    lines = [json.dumps(_row(i)).encode() for i in range(3)]
+    lines[2] = lines[2][:10] + b"\xc3\x28" + lines[2][10:]
+    (tmp_path / "bad.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    log = read_rpc_log(tmp_path / "bad.jsonl")
+    offset = len(lines[0]) + 1 + len(lines[1]) + 1 + 10
+    assert log.rejected.select("log_line", "reason", "detail").rows() == [
+        (3, "invalid_utf8", f"byte offset {offset} (byte 11 of the line): 0xc3 is not UTF-8")]
+    assert log.frame.height == 2
+    # a header that is not UTF-8 is an error naming the file and line 1
+    (tmp_path / "head.csv").write_bytes(b"rpc\xff_id" + data[6:])
+    with pytest.raises(ValueError, match=r"head\.csv:1: the header is not UTF-8 text: byte offset 3 "):
+        read_rpc_log(tmp_path / "head.csv")
+
+
+def test_a_json_document_is_named_for_what_it_is(tmp_path):
+    # before: "52 lines are not JSON" - every line of the pretty-printed document rejected
+    chrome = tmp_path / "trace.json"
+    chrome.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "k", "ts": 1, "dur": 2}] * 5}, indent=1))
+    with pytest.raises(ValueError, match=r"trace\.json: a Chrome-trace JSON object \(traceEvents: 5 events; .*\), "
+                                         r"not JSON lines; expected JSON lines \(one RPC per line, a JSON object\) "
+                                         r"or an OTLP JSON export \(resourceSpans\)$"):
+        read_rpc_log(chrome)
+    chrome.write_text(json.dumps({"traceEvents": []}))   # one line: a valid JSON line, but a trace
+    with pytest.raises(ValueError, match=r"trace\.json: a Chrome-trace JSON object"):
+        read_rpc_log(chrome)
+    array = tmp_path / "rpcs.json"
+    array.write_text(json.dumps([_row(i) for i in range(3)], indent=2))
+    with pytest.raises(ValueError, match=r"rpcs\.json: a JSON array of 3 item\(s\) \(object\), not JSON lines"):
+        read_rpc_log(array)
+    (tmp_path / "one.jsonl").write_text(json.dumps([_row(0)]))   # an array on one line
+    with pytest.raises(ValueError, match=r"one\.jsonl: a JSON array of 1 item"):
+        read_rpc_log(tmp_path / "one.jsonl")
+    (tmp_path / "broken.json").write_text("[\n" + json.dumps(_row(0)) + ",\n")   # an array cut short
+    with pytest.raises(ValueError, match=r"broken\.json:3: the file opens a JSON document \('\[' on line 1\) that "
+                                         r"does not parse"):
+        read_rpc_log(tmp_path / "broken.json")
+
+
+@pytest.mark.parametrize("name", ["rpc csv", "rpc jsonl", "rpc parquet"])
+def test_fuzz_rpc_readers(name, tmp_path_factory):
+    """Seeded mutations (text ones for CSV/JSON lines; damaged bytes and changed schemas for
+    Parquet) of a small synthetic log: a clean error naming the file, or rows in = kept + rejected
+    with a reason; never a traceback or a silent drop."""
+    from ddlscope.testing.fuzz import check_target
+
+    check_target(name, tmp_path_factory.mktemp("fuzz"))

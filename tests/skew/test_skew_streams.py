@@ -158,3 +158,45 @@ def test_rpc_log_read_once_for_keys_and_the_checked_table(tmp_path: Path) -> Non
     # the rows have no timestamps: no checked table, and the reason names the missing columns
     assert r.log is None and "missing required column(s) server_id" in r.log_error
     assert read_rpc_log_keys(p).events.equals(r.stream.events)
+
+
+def test_update_table_cut_short_and_null_updates_are_counted(tmp_path: Path) -> None:
+    # before: a row with a null 'updates' was dropped without a count; the cut last line padded with nulls
+    p = tmp_path / "updates.csv"
+    p.write_text("iteration,key,updates\n0,5,3\n0,6,\n1,5,2\n1,7")   # line 3: no updates; line 5: cut short
+    s = read_update_table(p)
+    assert s.events["count"].to_list() == [3, 2]   # (0, 5, 3), (1, 5, 2)
+    assert s.skipped == {"null updates": 1, "rejected line (truncated_last_line)": 1}
+    # every data row is accounted for: 4 rows = 2 used + 1 null updates + 1 truncated
+    assert s.used_rows + sum(s.skipped.values()) == 4
+
+
+def test_rpc_log_ids_that_are_not_whole_numbers_name_the_line(tmp_path: Path) -> None:
+    # before: Polars' InvalidOperationError (a traceback) for a float table_id of inf
+    rows = _rpc_rows()
+    rows[1]["table_id"] = 1.5
+    p = tmp_path / "log.jsonl"
+    p.write_text("\n".join(json.dumps(r) for r in rows))
+    with pytest.raises(ValueError, match=r"log\.jsonl:2: table_id 1\.5 is not a whole number"):
+        read_rpc_log_keys(p)
+    frame = pl.DataFrame(rows[:1]).with_columns(pl.lit(float("inf")).alias("table_id"))
+    frame.write_parquet(tmp_path / "log.parquet")
+    with pytest.raises(ValueError, match=r"log\.parquet:1: table_id inf is not a whole number"):
+        read_rpc_log_keys(tmp_path / "log.parquet")
+
+
+def test_text_that_is_not_utf8_names_the_line(tmp_path: Path) -> None:
+    p = tmp_path / "t.txt"
+    p.write_bytes(b"to be\nor not\xff to be\n")
+    with pytest.raises(ValueError, match=r"t\.txt:2: not UTF-8 text: byte offset 12 \(byte 7 of the line\): 0xff"):
+        read_text_tokens(p)   # offset 12 = "to be\n" (6) + "or not" (6)
+
+
+@pytest.mark.parametrize("name", ["skew update table", "skew update table parquet", "skew column",
+                                  "skew rpc keys jsonl", "skew rpc keys parquet", "skew text"])
+def test_fuzz_stream_readers(name: str, shared_data: Path, tmp_path_factory) -> None:
+    """Seeded mutations of real (Criteo, Shakespeare) and built inputs: a clean error naming the
+    file, or every row used or skipped with a reason; never a traceback or a silent drop."""
+    from ddlscope.testing.fuzz import check_target
+
+    check_target(name, tmp_path_factory.mktemp("fuzz"))

@@ -1,40 +1,44 @@
-"""Reading delimited text tables so that every physical line is accounted for.
+"""Cluster-trace tables read through the reading layer (:mod:`ddlscope.tables`), every line accounted for.
 
-A trace file is read twice over in native Polars code, never line by line in Python:
+:func:`read_delimited` reads a delimited text table with :func:`ddlscope.tables.read_csv` (one
+row per physical line, fields counted quote-aware, no Python loop per line) and
+:func:`read_parquet_table` a Parquet one with :func:`ddlscope.tables.read_parquet`. A line is then
+either the header, blank (empty; counted, not data), *malformed* (wrong field count, the file cut
+short in its last line, invalid UTF-8, a number that does not parse, ``inf``/``-inf``, a count
+that is not a whole number or exceeds :data:`MAX_COUNT`, plus any rule the caller adds with
+:meth:`TableRead.reject`), or a good data row. Malformed lines go to :attr:`TableRead.malformed`
+with file, line, problem and the text of the line; nothing is dropped silently.
 
-1. every physical line as one string (``read_lines``), numbered from 1, to count its fields
-   (quoted separators excepted) and to find blank lines;
-2. the fields themselves, by Polars' CSV parser (quote-aware only when some line holds a quote;
-   the PAI, Gavel and Philly files hold none), which gives one row per physical line, so the two
-   passes line up row for row.
-
-A line is then either the header, blank (empty; counted, not data), *malformed* (wrong field count,
-a number that does not parse, ``inf``/``-inf``, a count that is not a whole number or exceeds
-:data:`MAX_COUNT`, plus any rule the caller adds
-with :meth:`TableRead.reject`), or a good data row. Malformed lines go to
-:attr:`TableRead.malformed` with file, line, problem and the text of the line; nothing is
-dropped silently.
-
-Compressed input: ``.gz`` files are read by Polars directly; a ``.tar.gz`` / ``.tgz`` archive (as
-the PAI 2020 tables are distributed) must hold one ``.csv`` member (or one named after the
-archive), which is extracted to a temporary file first.
+Compressed input: ``.gz`` files are decompressed; a ``.tar.gz`` / ``.tgz`` archive (as the PAI
+2020 tables are distributed) must hold one ``.csv`` member (or one named after the archive),
+which is extracted to a temporary file first (:func:`ddlscope.tables.local_source`).
 
 Limitation: a quoted field that spans several physical lines is not supported; such a file
-gives a clear error naming it.
+gives a clear error naming it and the line.
 """
 
 from __future__ import annotations
 
-import shutil
-import tarfile
-import tempfile
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
 import polars as pl
+
+from ddlscope.tables import (
+    EXTRA_FIELDS,
+    INVALID_UTF8,
+    MISSING_FIELDS,
+    TRUNCATED_LAST_LINE,
+    CsvOptions,
+    TableFile,
+    parquet_columns,
+    read_csv,
+    read_parquet,
+)
+from ddlscope.tables import TEXT_CHARS as TEXT_CHARS
+from ddlscope.tables import local_source as local_source
 
 ColumnKind = Literal["str", "float", "int"]
 """How a column is parsed: ``str`` kept as text (surrounding spaces stripped, empty -> null);
@@ -50,8 +54,6 @@ MALFORMED_SCHEMA: dict[str, pl.DataType] = {
     "detail": pl.String,
     "text": pl.String,
 }
-TEXT_CHARS = 200
-"""Characters of a malformed line kept in the report."""
 
 # problems (the categories malformed rows are counted by)
 WRONG_FIELD_COUNT = "wrong field count"
@@ -62,8 +64,14 @@ COUNT_TOO_LARGE = "count too large"
 MAX_COUNT = 2**53
 """Largest count accepted (the largest integer a float64 holds exactly; also fits Int64)."""
 MISSING_HEADER_COLUMN = "missing column"
+TRUNCATED_LINE = "truncated last line"
+"""The file ends without a newline in its last line, which has fewer fields than the header (or
+an unclosed quote): the file was cut short."""
+NOT_UTF8 = "invalid UTF-8"
+"""A line holding bytes that are not UTF-8 (the detail gives the byte offset)."""
+_PROBLEMS = {EXTRA_FIELDS: WRONG_FIELD_COUNT, MISSING_FIELDS: WRONG_FIELD_COUNT,
+             TRUNCATED_LAST_LINE: TRUNCATED_LINE, INVALID_UTF8: NOT_UTF8}
 
-_QUOTED = r'"(?:[^"]|"")*"'
 
 
 def empty_malformed() -> pl.DataFrame:
@@ -161,87 +169,6 @@ class TableRead:
         return replace(self, frame=self.frame.drop("_raw", strict=False))
 
 
-def _read_lines(path: Path) -> pl.DataFrame:
-    """Every physical line of ``path`` as ``_raw`` (String, ``\\r`` stripped, a UTF-8 byte-order mark
-    at the start of the file removed, as Polars' CSV parser does: Excel's "CSV UTF-8" writes one)
-    with ``_line``."""
-    reader = getattr(pl, "read_lines", None)
-    if reader is not None:
-        frame = reader(path, name="_raw", row_index_name="_line", row_index_offset=1)
-    else:  # older Polars: a separator byte that text files do not hold, no quoting
-        frame = pl.read_csv(
-            path, has_header=False, separator="\x1f", quote_char=None, schema={"_raw": pl.String},
-            truncate_ragged_lines=True, row_index_name="_line", row_index_offset=1,
-        )
-    raw = pl.col("_raw").fill_null("")
-    return frame.with_columns(
-        pl.col("_line").cast(pl.Int64),
-        pl.when(pl.col("_line") == 1).then(raw.str.strip_prefix("\ufeff")).otherwise(raw).alias("_raw"),
-    )
-
-
-def _split_header(line: str, separator: str) -> list[str]:
-    return [name.strip().strip('"').strip() for name in line.split(separator)]
-
-
-def _separator_hint(header: list[str] | None, separator: str) -> str:
-    """A hint when a header read as one column holds another likely separator (``;``, tab, ``|``)."""
-    if not header or len(header) != 1:
-        return ""
-    names = {";": "';'", "\t": "tab", "|": "'|'", ",": "','"}
-    for sep, name in names.items():
-        if sep != separator and sep in header[0]:
-            value = "tab" if sep == "\t" else sep
-            return (f"; the header is one column holding {name}: set separator (e.g. separator = \"{value}\" in a "
-                    "--mapping file)")
-    return ""
-
-
-@contextmanager
-def local_source(path: str | Path) -> Iterator[Path]:
-    """A path Polars can read for ``path``: the file itself, or, for a ``.tar.gz``/``.tgz``
-    archive, its one CSV member extracted to a temporary file (removed afterwards).
-
-    Raises:
-        FileNotFoundError: ``path`` does not exist.
-        ValueError: an archive without exactly one CSV member to read.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such file")
-    name = path.name.lower()
-    if not (name.endswith(".tar.gz") or name.endswith(".tgz")):
-        yield path
-        return
-    stem = path.name[: -len(".tar.gz")] if name.endswith(".tar.gz") else path.name[: -len(".tgz")]
-    try:
-        archive = tarfile.open(path, "r:gz")  # noqa: SIM115 - closed by the with-block below
-    except (tarfile.TarError, OSError) as exc:
-        raise ValueError(f"{path}: not a readable .tar.gz archive: {exc}") from exc
-    with archive:
-        try:
-            members = [m for m in archive.getmembers() if m.isfile() and ".csv" in Path(m.name).name.lower()]
-        except (tarfile.TarError, OSError, EOFError) as exc:
-            raise ValueError(f"{path}: not a readable .tar.gz archive: {exc}") from exc
-        named = [m for m in members if Path(m.name).name.split(".csv")[0] == stem]
-        chosen = named or members
-        if len(chosen) != 1:
-            found = ", ".join(m.name for m in members) or "none"
-            raise ValueError(f"{path}: expected one CSV member ({stem}.csv) in the archive, found {found}")
-        member = chosen[0]
-        tmpdir = Path(tempfile.mkdtemp(prefix="ddlscope-ingest-"))
-        try:
-            target = tmpdir / Path(member.name).name
-            src = archive.extractfile(member)
-            if src is None:
-                raise ValueError(f"{path}: cannot extract {member.name}")
-            with src, target.open("wb") as out:
-                shutil.copyfileobj(src, out, length=1 << 22)
-            yield target
-        finally:
-            shutil.rmtree(tmpdir, ignore_errors=True)
-
-
 def _clean_text(name: str) -> pl.Expr:
     """A text column with surrounding spaces removed and empty values as null."""
     text = pl.col(name).str.strip_chars()
@@ -320,6 +247,20 @@ def parse_columns(
     return replace(read, malformed=m, frame=frame)
 
 
+def _table_read(tf: TableFile, table: str, types: Mapping[str, ColumnKind], separator: str) -> TableRead:
+    """A :class:`TableRead` of the layer's :class:`~ddlscope.tables.TableFile` (its rejected rows
+    become malformed rows, the layer's reasons renamed to this module's problems)."""
+    malformed = tf.rejected.select(
+        table=pl.lit(table), file="file", line="line",
+        problem=pl.col("reason").replace_strict(_PROBLEMS, default=pl.col("reason"), return_dtype=pl.String),
+        detail="detail", text="text",
+    ).cast(MALFORMED_SCHEMA)
+    return TableRead(
+        table=table, file=tf.file, frame=tf.frame, malformed=malformed, data_rows=tf.data_rows,
+        blank_lines=tf.blank_lines, header=tf.header, separator=separator, columns=tuple(types),
+    )
+
+
 def read_delimited(
     path: str | Path,
     *,
@@ -347,89 +288,22 @@ def read_delimited(
     Raises:
         FileNotFoundError: no such file.
         ValueError: a header lacking a needed column, an empty file with a header expected, a
-            bad separator, or quoted fields spanning lines (naming the file).
+            bad separator, a header that is not UTF-8, or quoted fields spanning lines (naming
+            the file and line).
     """
-    if len(separator) != 1:
-        raise ValueError(f"separator: expected one character, got {separator!r}")
     label = str(path)
-    with local_source(path) as local:
-        lines = _read_lines(local)
-        header: list[str] | None = None
-        first = lines["_raw"][0] if lines.height else None
-        if has_header == "auto":
-            has_header = bool(columns) and first is not None and _split_header(first, separator) == list(columns or [])
-        if has_header:
-            if first is None:
-                raise ValueError(f"{label}: empty file; expected a header line")
-            header = _split_header(first, separator)
-            if columns is None:
-                columns = header
-            else:
-                missing = [c for c in columns if c not in header]
-                if missing:
-                    raise ValueError(
-                        f"{label}: header has no column(s) {missing}; the header is {header}"
-                        + _separator_hint(header, separator)
-                    )
-            lines = lines.slice(1)
-        if columns is None:
-            raise ValueError(f"{label}: column names needed for a file without a header")
-        names = list(header or columns)
-        n_expected = len(names)
-        unknown = [c for c in types if c not in names]
-        if unknown:
-            raise ValueError(f"{label}: unknown column(s) {unknown}; the table's columns are {names}"
-                             + _separator_hint(header, separator))
-
-        wanted = list(types)
-        raw = pl.col("_raw")
-        quoted = bool(lines["_raw"].str.contains('"', literal=True).any()) if lines.height else False
-        if quoted:
-            n_fields = raw.str.replace_all(_QUOTED, "Q").str.count_matches(separator, literal=True) + 1
-        else:
-            n_fields = raw.str.count_matches(separator, literal=True) + 1
-        lines = lines.with_columns(_n=n_fields.cast(pl.Int64))
-        # the parser's schema is as wide as the widest line: Polars rejects a first row wider than
-        # its schema (later ones are truncated); the extra columns are not read
-        width = max(n_expected, int(lines["_n"].max() or 0))
-        schema = dict.fromkeys(names, pl.String) | {f"__extra_{i}": pl.String for i in range(width - n_expected)}
-        # the values, by Polars' CSV parser: one row per physical line (blank lines included), so
-        # the two frames line up row for row
-        values = pl.read_csv(
-            local, has_header=False, skip_rows=1 if header else 0, separator=separator,
-            quote_char='"' if quoted else None, schema=schema,
-            columns=[names.index(c) for c in wanted], truncate_ragged_lines=True, missing_columns="insert",
-            raise_if_empty=False,
-        ) if lines.height else pl.DataFrame(schema=dict.fromkeys(wanted, pl.String))
-        if values.height != lines.height:
-            raise ValueError(
-                f"{label}: the CSV parser found {values.height} rows in {lines.height} lines: a quoted "
-                "field spans several lines or a quote is not closed; not supported"
-            )
-        lines = pl.concat([lines, values.select(wanted)], how="horizontal")
-        lines = lines.with_columns(_blank=raw.str.len_bytes() == 0)
-        blank_lines = int(lines["_blank"].sum())
-        lines = lines.filter(~pl.col("_blank")).drop("_blank")
-        data_rows = lines.height
-        wrong = lines.filter(pl.col("_n") != n_expected)
-        malformed = wrong.select(
-            table=pl.lit(table),
-            file=pl.lit(label),
-            line=pl.col("_line"),
-            problem=pl.lit(WRONG_FIELD_COUNT),
-            detail=pl.format(f"expected {n_expected} fields, got {{}}", pl.col("_n")),
-            text=raw.str.slice(0, TEXT_CHARS),
-        )
-        good = lines.filter(pl.col("_n") == n_expected).drop("_n")
-        # text fields are stripped of surrounding spaces only when some line holds a space (or tab)
-        spaces = [" "] if separator == "\t" else [" ", "\t"]
-        padded = bool(good.select(pl.any_horizontal(raw.str.contains(c, literal=True) for c in spaces).any()).item()) \
-            if good.height else False
-    read = TableRead(
-        table=table, file=label, frame=good, malformed=malformed, data_rows=data_rows,
-        blank_lines=blank_lines, header=header, separator=separator, columns=tuple(wanted),
-    )
-    return parse_columns(read, types, strip=padded)
+    tf = read_csv(path, CsvOptions(separator=separator, has_header=has_header, columns=columns, select=list(types),
+                                   short_lines="reject", keep_raw=True), label=label)
+    if tf.header is not None and columns is not None:
+        missing = [c for c in columns if c not in tf.header]
+        if missing:
+            raise ValueError(f"{label}: header has no column(s) {missing}; the header is {tf.header}")
+    good = tf.frame
+    # text fields are stripped of surrounding spaces only when some line holds a space (or tab)
+    spaces = [" "] if separator == "\t" else [" ", "\t"]
+    padded = bool(good.select(pl.any_horizontal(pl.col("_raw").str.contains(c, literal=True) for c in spaces)
+                              .any()).item()) if good.height else False
+    return parse_columns(_table_read(tf, table, types, separator), types, strip=padded)
 
 
 def read_parquet_table(path: str | Path, *, table: str, types: Mapping[str, ColumnKind]) -> TableRead:
@@ -438,19 +312,20 @@ def read_parquet_table(path: str | Path, *, table: str, types: Mapping[str, Colu
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: a needed column is missing (listing the file's columns).
+        ValueError: a needed column is missing (listing the file's columns), or the file is not
+            Parquet or is damaged.
     """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
-    schema = pl.read_parquet_schema(path)
+    schema = parquet_columns(path)
     missing = [c for c in types if c not in schema]
     if missing:
-        raise ValueError(f"{path}: no column(s) {missing}; the file's columns are {list(schema)}")
-    frame = pl.read_parquet(path, columns=list(types), row_index_name="_line", row_index_offset=1)
-    frame = frame.with_columns(pl.col("_line").cast(pl.Int64), *[pl.col(c).cast(pl.String) for c in types])
+        raise ValueError(f"{path}: no column(s) {missing}; the file's columns are {schema}")
+    tf = read_parquet(path, list(types))
+    frame = tf.frame.with_columns(pl.col(c).cast(pl.String) for c in types)
     read = TableRead(
         table=table, file=str(path), frame=frame, malformed=empty_malformed(), data_rows=frame.height,
-        blank_lines=0, header=list(schema), separator=",", columns=tuple(types),
+        blank_lines=0, header=schema, separator=",", columns=tuple(types),
     )
     return parse_columns(read, types)

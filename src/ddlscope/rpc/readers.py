@@ -6,12 +6,16 @@ columns plus ``log_file``/``log_line``), concatenates them, renames columns thro
 :data:`~ddlscope.rpc.schema.RPC_SCHEMA` and moves every row that fails a check to
 :attr:`RpcLog.rejected` with its reason and ``file:line``.
 
-Formats (by file suffix; ``.json`` is sniffed):
+Files are read by the reading layer (:mod:`ddlscope.tables`: line numbers kept, every rejected
+line counted by reason, e.g. ``extra_fields``, ``truncated_last_line``, ``invalid_utf8``,
+``unparseable_line``); this module registers the ``otlp`` format there. Formats (by file suffix,
+``.gz`` looked through; ``.json`` is sniffed):
 
 =================  ==========================================================================
 ``.csv``, ``.tsv``  a header line, then one RPC per line (``log_line`` = line in the file)
 ``.parquet``       one RPC per row (``log_line`` = 1-based row number)
-``.jsonl``         one JSON object per line (``.ndjson`` too); blank lines are skipped
+``.jsonl``         one JSON object per line (``.ndjson`` too); blank lines are skipped; a
+                   whole-file JSON document (an array, a Chrome trace) is an error saying so
 ``.json``          OTLP JSON (``resourceSpans``, see :mod:`ddlscope.rpc.otlp`) if it contains
                    ``resourceSpans``, else JSON lines
 =================  ==========================================================================
@@ -19,11 +23,10 @@ Formats (by file suffix; ``.json`` is sniffed):
 
 from __future__ import annotations
 
-import io
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -36,9 +39,22 @@ from ddlscope.rpc.validate import (
     normalize,
     rejected_counts,
 )
+from ddlscope.tables import (
+    EXTRA_FIELDS,
+    TableFile,
+    TableFormat,
+    infer_types,
+    read_table_file,
+    register_format,
+)
+from ddlscope.tables import detect_format as detect_table_format
 
 INPUT_FORMATS: tuple[str, ...] = ("auto", "csv", "parquet", "jsonl", "otlp")
 """Values of ``input_format``: ``auto`` picks by suffix (see the module docstring)."""
+
+JSONL_EXPECTED = ("expected JSON lines (one RPC per line, a JSON object) or an OTLP JSON export "
+                  "(resourceSpans)")
+"""What the JSON-lines reader says it expected when given a whole-file JSON document."""
 
 
 @dataclass
@@ -76,225 +92,80 @@ def empty_rpc_frame() -> pl.DataFrame:
                                 "log_file": pl.String, "log_line": pl.Int64})
 
 
+def _sniff_otlp(head: bytes) -> bool:
+    return b"resourceSpans" in head or b"resource_spans" in head
+
+
+def _read_otlp_table(path: Path, *, label: str | None = None, mapping: ColumnMapping | None = None) -> TableFile:
+    """The OTLP reader (:func:`~ddlscope.rpc.otlp.read_otlp_raw`) as a registered table format."""
+    from ddlscope.rpc.otlp import read_otlp_raw  # OTLP parsing is the rpc helper's module, loaded on use
+
+    raw, bad, notes = read_otlp_raw(path, mapping or ColumnMapping())
+    frame = raw.drop("log_file", strict=False).rename({"log_line": "_line"}) if "log_line" in raw.columns \
+        else raw.drop("log_file", strict=False)
+    rejected = bad.select(file="log_file", line="log_line", reason="reason", detail="detail",
+                          text=pl.lit(None, dtype=pl.String))
+    return TableFile(file=label or str(path), format="otlp", frame=frame, rejected=rejected,
+                     data_rows=frame.height + rejected.height, notes=tuple(notes))
+
+
+register_format(TableFormat("otlp", (".json",), _read_otlp_table, None, _sniff_otlp,
+                            "OpenTelemetry OTLP JSON (resourceSpans): one RPC per client/server span pair"))
+
+_RPC_FORMATS = ("csv", "tsv", "parquet", "jsonl", "otlp")
+
+
 def detect_format(path: Path) -> str:
-    """``csv``, ``parquet``, ``jsonl`` or ``otlp`` from the suffix (``.json`` sniffed for ``resourceSpans``).
+    """``csv``, ``parquet``, ``jsonl`` or ``otlp`` from the suffix (``.json`` sniffed for
+    ``resourceSpans``; ``.tsv`` is ``csv``; ``.gz`` looked through), by the reading layer's registry.
 
     Raises:
         ValueError: an unknown suffix.
     """
-    suffix = path.suffix.lower()
-    if suffix in (".csv", ".tsv"):
-        return "csv"
-    if suffix in (".parquet", ".pq"):
-        return "parquet"
-    if suffix in (".jsonl", ".ndjson"):
-        return "jsonl"
-    if suffix == ".json":
-        with path.open("rb") as fh:
-            head = fh.read(1 << 16)
-        return "otlp" if b"resourceSpans" in head or b"resource_spans" in head else "jsonl"
-    raise ValueError(f"{path}: unknown log format {suffix!r}; expected .csv, .tsv, .parquet, .jsonl, .ndjson or "
-                     ".json (OTLP), or give the format explicitly (--input-format)")
-
-
-def _source_columns(frame: pl.DataFrame, path: str, first_line: int) -> pl.DataFrame:
-    return frame.with_row_index("log_line", offset=first_line).with_columns(
-        pl.col("log_line").cast(pl.Int64), pl.lit(path).alias("log_file"))
+    fmt = detect_table_format(path, among=_RPC_FORMATS)
+    if fmt is None:
+        raise ValueError(f"{path}: unknown log format {path.suffix.lower()!r}; expected .csv, .tsv, .parquet, .jsonl, "
+                         ".ndjson or .json (OTLP), or give the format explicitly (--input-format)")
+    return "csv" if fmt == "tsv" else fmt
 
 
 def _schema_sources(mapping: ColumnMapping) -> set[str]:
-    """Source names of the schema columns (to read them as text and check every value)."""
+    """Source names of the schema columns (read as text and checked later, every value)."""
     inverse = {new: old for old, new in mapping.columns.items()}
     return {inverse.get(name, name) for name in RPC_SCHEMA}
 
 
-def _first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (Polars adds hints on further lines)."""
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+def read_log_file(path: Path, fmt: str, mapping: ColumnMapping) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
+    """One RPC log file as a raw table (its own columns plus ``log_line`` first and ``log_file``
+    last), its rejected lines (:data:`~ddlscope.rpc.validate.REJECTED_SCHEMA`) and the reader's notes.
 
-
-def csv_lines(data: bytes) -> pl.Series:
-    """The lines of CSV text (String; a final newline ends the last line rather than starting an
-    empty one; trailing carriage returns are dropped: CRLF, and the CR CR LF of a CRLF file
-    converted to CRLF again)."""
-    lines = data.decode("utf-8", errors="replace").split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return pl.Series("line", lines, dtype=pl.String).str.strip_chars_end("\r")
-
-
-def csv_field_counts(lines: pl.Series, sep: str = ",") -> pl.Series:
-    """Fields per line of :func:`csv_lines` (UInt32, the header first).
-
-    Separators inside double-quoted fields do not count (RFC 4180 quoting, ``""`` an escaped
-    quote); records are assumed to be one per line (no quoted newlines).
-    """
-    return lines.str.replace_all(r'"(?:[^"]|"")*"', "").str.count_matches(sep, literal=True) + 1
-
-
-def first_extra_fields_line(path: Path, sep: str = ",") -> tuple[int, int, int] | None:
-    """``(line, fields, header_fields)`` of the first line of a CSV file with more fields than
-    its header (1-based line numbers), or None when every line fits."""
-    counts = csv_field_counts(csv_lines(path.read_bytes()), sep)
-    extra = (counts > counts[0]).arg_true() if counts.len() else counts
-    if extra.len() == 0:
-        return None
-    i = int(extra[0])
-    return i + 1, int(counts[i]), int(counts[0])
-
-
-def _read_csv_without_extra_fields(path: Path, sep: str, text_cols: dict[str, pl.DataType],
-                                   ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The lines of a CSV whose field count does not exceed the header's, read like
-    :func:`read_csv_raw` with ``log_line``/``log_file``; and the other lines as rejected rows
-    (``extra_fields``)."""
-    lines = csv_lines(path.read_bytes())
-    counts = csv_field_counts(lines, sep)
-    expected = int(counts[0])
-    numbers = pl.Series("log_line", range(1, counts.len() + 1), dtype=pl.Int64)
-    extra = counts > expected
-    body = (lines.filter(~extra).str.join("\n").item() + "\n").encode()
-    try:
-        frame = pl.read_csv(io.BytesIO(body), separator=sep, schema_overrides=text_cols, infer_schema_length=10_000)
-    except pl.exceptions.PolarsError:
-        try:
-            frame = pl.read_csv(io.BytesIO(body), separator=sep, infer_schema=False)
-        except pl.exceptions.PolarsError as exc:
-            raise ValueError(f"{path}: cannot parse as CSV: {_first_line(exc)}") from exc
-    good_numbers = numbers.filter(~extra)[1:]  # line 1 is the header
-    bad_numbers = numbers.filter(extra)
-    if frame.height != good_numbers.len():  # quoted newlines: rows are not lines, no line numbers
-        first = int(bad_numbers[0])
-        raise ValueError(f"{path}:{first}: {int(counts[first - 1])} fields, the header has {expected}; "
-                         "fix the line (line numbers need one record per line)")
-    frame = frame.with_columns(good_numbers, pl.lit(str(path)).alias("log_file"))
-    rejected = pl.DataFrame({
-        "log_line": bad_numbers, "detail": counts.filter(extra).cast(pl.String) + f" fields, the header has {expected}",
-    }).select(pl.lit(str(path)).alias("log_file"), "log_line", pl.lit("extra_fields").alias("reason"), "detail")
-    return frame, rejected
-
-
-def read_csv_raw(path: Path, mapping: ColumnMapping) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """A CSV/TSV log as a raw table: schema columns as text (checked later), others inferred;
-    and the rejected lines.
-
-    ``log_line`` is the line in the file (the header is line 1), assuming one record per line.
-    Lines may end in LF, CRLF or CR CR LF (trailing carriage returns are dropped from the header
-    and the fields).
-    A line with more fields than the header is rejected (``extra_fields``, with its line) and the
-    others are read as text; a line with fewer fields has nulls in the missing ones.
+    CSV/TSV: a line with more fields than the header is rejected (``extra_fields``), one with
+    fewer has nulls in the missing fields (the checks then name what is missing), the last line of
+    a file cut short is ``truncated_last_line``; schema columns are read as text (checked later),
+    others typed as Polars infers them. Parquet: ``log_line`` is the row number. Invalid UTF-8 is
+    ``invalid_utf8`` with the byte offset.
 
     Raises:
-        ValueError: the file cannot be parsed as CSV.
+        ValueError: an unreadable file (naming it), a JSON document that is not JSON lines or OTLP.
     """
-    sep = "\t" if path.suffix.lower() == ".tsv" else ","
-    try:
-        header = pl.read_csv(path, separator=sep, n_rows=0).columns
-    except pl.exceptions.PolarsError as exc:
-        raise ValueError(f"{path}: cannot read the CSV header: {_first_line(exc)}") from exc
-    if header and header[-1].endswith("\r"):
-        # lines end in more than one CR (CR CR LF): Polars keeps all but one in the last field
-        header = [*header[:-1], header[-1].rstrip("\r")]
-        return _read_csv_without_extra_fields(path, sep, {c: pl.String for c in header
-                                                          if c in _schema_sources(mapping)})
-    text_cols = {c: pl.String for c in header if c in _schema_sources(mapping)}
-    try:
-        frame = pl.read_csv(path, separator=sep, schema_overrides=text_cols, infer_schema_length=10_000)
-    except pl.exceptions.PolarsError as exc:
-        if "more fields" in str(exc):
-            return _read_csv_without_extra_fields(path, sep, text_cols)
-        try:  # an extra column changes type after the inferred rows: read everything as text
-            frame = pl.read_csv(path, separator=sep, infer_schema=False)
-        except pl.exceptions.PolarsError as exc2:
-            if "more fields" in str(exc2):
-                return _read_csv_without_extra_fields(path, sep, text_cols)
-            raise ValueError(f"{path}: cannot parse as CSV: {_first_line(exc2)}") from exc2
-    return _source_columns(frame, str(path), 2), empty_rejected()
-
-
-def read_parquet_table(path: Path, columns: list[str] | None = None) -> pl.DataFrame:
-    """A Parquet file (optionally only ``columns``).
-
-    Raises:
-        ValueError: the file is not Parquet or is damaged (e.g. truncated), or a column is missing.
-    """
-    try:
-        return pl.read_parquet(path, columns=columns)
-    except pl.exceptions.ColumnNotFoundError as exc:
-        raise ValueError(f"{path}: no column {columns} (columns: {', '.join(parquet_columns(path))})") from exc
-    except (pl.exceptions.PolarsError, OSError) as exc:
-        raise ValueError(f"{path}: cannot read as Parquet: {_first_line(exc)}") from exc
-
-
-def parquet_columns(path: Path) -> list[str]:
-    """The column names of a Parquet file.
-
-    Raises:
-        ValueError: the file is not Parquet or is damaged.
-    """
-    try:
-        return list(pl.read_parquet_schema(path))
-    except (pl.exceptions.PolarsError, OSError) as exc:
-        raise ValueError(f"{path}: cannot read as Parquet: {_first_line(exc)}") from exc
-
-
-def read_parquet_raw(path: Path) -> pl.DataFrame:
-    """A Parquet log as a raw table (``log_line`` = 1-based row number).
-
-    Raises:
-        ValueError: the file is not Parquet.
-    """
-    return _source_columns(read_parquet_table(path), str(path), 1)
-
-
-def read_jsonl_raw(path: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """A JSON-lines log as a raw table, and the lines that are not JSON objects (rejected).
-
-    Blank lines are skipped; ``log_line`` is the line in the file.
-    """
-    data = path.read_bytes()
-    if data and not data[:1].isspace() and b"\n\n" not in data and b"\n\r\n" not in data \
-            and not data.rstrip(b"\r\n").endswith((b"\n", b" ")):
-        # no blank lines: the rows are the lines, read in one pass
-        try:  # the schema from the first lines; a later line that does not fit takes the slow path
-            frame = pl.read_ndjson(io.BytesIO(data), infer_schema_length=1_000)
-            return _source_columns(frame, str(path), 1), empty_rejected()
-        except (pl.exceptions.PolarsError, ValueError):
-            pass  # a bad line: find it below
-    lines = data.splitlines()
-    numbers = [i + 1 for i, ln in enumerate(lines) if ln.strip()]
-    body = [lines[i - 1] for i in numbers]
-    bad: list[tuple[int, str]] = []
-    try:
-        frame = pl.read_ndjson(io.BytesIO(b"\n".join(body)), infer_schema_length=None) if body else pl.DataFrame()
-    except (pl.exceptions.PolarsError, ValueError):
-        good_numbers, good_body = [], []
-        for n, ln in zip(numbers, body, strict=True):
-            try:
-                obj = json.loads(ln)
-            except json.JSONDecodeError as exc:
-                bad.append((n, f"not JSON: {exc.msg} at column {exc.colno}"))
-                continue
-            if not isinstance(obj, dict):
-                bad.append((n, f"expected a JSON object, got {type(obj).__name__}"))
-                continue
-            good_numbers.append(n)
-            good_body.append(ln)
-        numbers, body = good_numbers, good_body
-        try:
-            frame = (pl.read_ndjson(io.BytesIO(b"\n".join(body)), infer_schema_length=None) if body
-                     else pl.DataFrame())
-        except (pl.exceptions.PolarsError, ValueError):
-            # values of one key with clashing types across lines: read every value as text
-            frame = pl.DataFrame([{k: None if v is None else (v if isinstance(v, str) else json.dumps(v))
-                                   for k, v in json.loads(ln).items()} for ln in body], infer_schema_length=None)
-    frame = frame.with_columns(pl.Series("log_line", numbers, dtype=pl.Int64), pl.lit(str(path)).alias("log_file"))
-    rejected = pl.DataFrame(
-        {"log_file": [str(path)] * len(bad), "log_line": [n for n, _ in bad],
-         "reason": ["unparseable_line"] * len(bad), "detail": [d for _, d in bad]},
-        schema=REJECTED_SCHEMA,
-    )
-    return frame, rejected
+    if fmt == "csv" and path.suffix.lower() == ".tsv":
+        fmt = "tsv"
+    options: dict[str, Any] = {"csv": {"short_lines": "pad"}, "tsv": {"short_lines": "pad"},
+                               "jsonl": {"expected": JSONL_EXPECTED}, "otlp": {"mapping": mapping}}.get(fmt, {})
+    tf = read_table_file(path, fmt, **options)
+    frame = tf.frame
+    if fmt in ("csv", "tsv"):
+        sources = _schema_sources(mapping)
+        frame = infer_types(frame, [c for c in frame.columns if c not in sources and c != "_line"])
+    raw = frame.select(pl.col("_line").alias("log_line"), pl.exclude("_line"), pl.lit(str(path)).alias("log_file"))
+    detail = pl.col("detail")
+    if fmt in ("csv", "tsv"):  # this module's wording since the first CSV reader
+        detail = pl.when(pl.col("reason") == EXTRA_FIELDS).then(
+            detail.str.replace(r"^expected (\d+) fields, got (\d+)$", "${2} fields, the header has ${1}")
+        ).otherwise(detail)
+    rejected = tf.rejected.select(log_file=pl.lit(str(path)), log_line="line", reason="reason",
+                                  detail=detail).cast(REJECTED_SCHEMA)
+    return raw, rejected, list(tf.notes)
 
 
 @dataclass
@@ -359,8 +230,6 @@ def read_raw_rpc_log(
             unknown format, unreadable file, a mapped column missing from a file (the message names
             the file), or a time unit other than ns with OTLP input.
     """
-    from ddlscope.rpc.otlp import read_otlp_raw  # the OTLP reader imports this module's helpers
-
     if isinstance(paths, str | Path):
         paths = [paths]
     if not paths:
@@ -387,17 +256,10 @@ def read_raw_rpc_log(
             notes.append(f"{p}: empty file, no rows")
             continue
         fmt = detect_format(p) if input_format == "auto" else input_format
-        if fmt == "csv":
-            raw, bad = read_csv_raw(p, mapping)
-        elif fmt == "parquet":
-            raw, bad = read_parquet_raw(p), empty_rejected()
-        elif fmt == "jsonl":
-            raw, bad = read_jsonl_raw(p)
-        else:
-            if mapping.time_unit != "ns":
-                raise ValueError(f"{p}: OTLP timestamps are always ns; drop --time-unit for OTLP input")
-            raw, bad, otlp_notes = read_otlp_raw(p, mapping)
-            notes.extend(f"{p}: {n}" for n in otlp_notes)
+        if fmt == "otlp" and mapping.time_unit != "ns":
+            raise ValueError(f"{p}: OTLP timestamps are always ns; drop --time-unit for OTLP input")
+        raw, bad, file_notes = read_log_file(p, fmt, mapping)
+        notes.extend(f"{p}: {n}" for n in file_notes)
         rejected.append(bad)
         if raw.height == 0 and (fmt in ("jsonl", "otlp") or bad.height):
             # nothing parsed (every span or line rejected): no columns to check, the rejections say why

@@ -33,6 +33,9 @@ TIME_UNITS: dict[str, int] = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_
 """Nanoseconds per unit of the input timestamps (``--time-unit``)."""
 
 REJECT_REASONS: dict[str, str] = {
+    "truncated_last_line": "the file ends without a newline inside its last line (fewer CSV fields than the header, "
+    "or a JSON object that does not close): the file was cut short",
+    "invalid_utf8": "the line holds bytes that are not UTF-8 (the detail gives the byte offset)",
     "unparseable_line": "the line is not valid JSON (JSON lines / OTLP)",
     "extra_fields": "a CSV line with more fields than the header",
     "unmatched_client_span": "OTLP client span without a server span (same traceId, parentSpanId = its spanId)",

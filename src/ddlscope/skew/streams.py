@@ -39,7 +39,6 @@ Sources (:func:`load_stream` picks one from the file, or ``kind`` says which):
 
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,15 +46,18 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from ddlscope.rpc.readers import (
-    RawRpcLog,
-    RpcLog,
-    first_extra_fields_line,
-    parquet_columns,
-    read_parquet_table,
-    read_raw_rpc_log,
-)
+from ddlscope.rpc.readers import RawRpcLog, RpcLog, read_raw_rpc_log
 from ddlscope.rpc.schema import OPS, REQUIRED_COLUMNS
+from ddlscope.tables import (
+    EXTRA_FIELDS,
+    TableFile,
+    check_utf8,
+    detect_format,
+    read_table_file,
+    read_text_bytes,
+    table_columns,
+)
+from ddlscope.tables import csv_header as _csv_header
 
 EVENT_OPS: tuple[str, ...] = ("pull", "push", "access")
 """Event operations: a read, an update, or a raw occurrence (read and update)."""
@@ -91,6 +93,9 @@ class KeyStream:
         kind: ``text``, ``column``, ``rpc_log``, ``update_table`` or ``synthetic``.
         skipped: rows or values left out, by reason -> count.
         notes: what the reader assumed (tokenisation, ordering).
+        used_rows: input rows (table rows, RPC log rows, cells; tokens for text) that gave events:
+            with :attr:`skipped`, every input row is accounted for (``rows = used_rows +
+            sum(skipped.values())``).
     """
 
     events: pl.DataFrame
@@ -99,6 +104,7 @@ class KeyStream:
     kind: str
     skipped: dict[str, int] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    used_rows: int = 0
 
     @property
     def num_events(self) -> int:
@@ -117,10 +123,12 @@ class KeyStream:
 
 
 def _finish(raw: pl.DataFrame, id_cols: list[str], label: pl.Expr, source: str, kind: str,
-            skipped: dict[str, int], notes: tuple[str, ...]) -> KeyStream:
-    """Dense key ids by first appearance; ``raw`` has ``id_cols`` plus event columns."""
+            skipped: dict[str, int], notes: tuple[str, ...], used_rows: int | None = None) -> KeyStream:
+    """Dense key ids by first appearance; ``raw`` has ``id_cols`` plus event columns; ``used_rows``
+    the input rows behind them (default one per event)."""
     if raw.height == 0:
         raise ValueError(f"{source}: no key events found (skipped: {skipped or 'none'})")
+    used = raw.height if used_rows is None else used_rows
     uniq = (
         raw.select(id_cols).with_row_index("_pos")
         .group_by(id_cols).agg(pl.col("_pos").min())
@@ -137,7 +145,7 @@ def _finish(raw: pl.DataFrame, id_cols: list[str], label: pl.Expr, source: str, 
     table = pl.col("table_id").cast(pl.Int64) if "table_id" in id_cols else pl.lit(None, dtype=pl.Int64)
     raw = pl.col("raw_key").cast(pl.Int64, strict=False) if "raw_key" in id_cols else pl.lit(None, dtype=pl.Int64)
     keys = uniq.select("key", label.cast(pl.String).alias("label"), table.alias("table_id"), raw.alias("raw_key"))
-    return KeyStream(events, keys, source, kind, {k: v for k, v in skipped.items() if v}, notes)
+    return KeyStream(events, keys, source, kind, {k: v for k, v in skipped.items() if v}, notes, used)
 
 
 def stream_from_keys(keys: np.ndarray, source: str = "array") -> KeyStream:
@@ -165,10 +173,11 @@ def read_text_tokens(path: str | Path) -> KeyStream:
         ValueError: the file is not UTF-8 text, or has no tokens.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start}): {exc.reason}") from exc
+    data, problems = check_utf8(read_text_bytes(path))
+    if problems:
+        p = problems[0]
+        raise ValueError(f"{path}:{p.line}: not UTF-8 text: {p.describe()}")
+    text = data.decode("utf-8")
     lines = pl.Series("line", text.splitlines(), dtype=pl.String)
     tokens = lines.str.to_lowercase().str.extract_all(r"[a-z]+").explode().drop_nulls()
     raw = pl.DataFrame({"token": tokens}).with_columns(pl.lit("access").alias("op"), pl.lit(1).alias("count"))
@@ -176,9 +185,17 @@ def read_text_tokens(path: str | Path) -> KeyStream:
                    ("tokens: lower-cased text split into maximal runs of a-z",))
 
 
-def read_table(path: str | Path, columns: list[str] | None = None) -> pl.DataFrame:
-    """A table from Parquet (``.parquet``), JSON lines (``.jsonl``/``.ndjson``/``.json``) or CSV
-    (anything else; all columns read as strings), optionally only ``columns``.
+def _table_format(path: Path) -> str:
+    """The reading layer's format of a table here (:func:`ddlscope.tables.detect_format` among
+    CSV, TSV, Parquet and JSON lines, ``.json`` included); any other suffix is CSV."""
+    return detect_format(path, among=("csv", "tsv", "parquet", "jsonl")) or "csv"
+
+
+def read_table_file_of(path: str | Path, columns: list[str] | None = None) -> TableFile:
+    """A table file as the reading layer reads it (:func:`ddlscope.tables.read_table_file`):
+    Parquet (``.parquet``, only ``columns``, lazily), JSON lines (``.jsonl``/``.ndjson``/``.json``)
+    or CSV (anything else; ``.tsv`` tab-separated; all columns as strings, short lines padded with
+    nulls), optionally only ``columns``; its rejected lines counted by reason.
 
     Raises:
         FileNotFoundError: no such file.
@@ -186,26 +203,44 @@ def read_table(path: str | Path, columns: list[str] | None = None) -> pl.DataFra
             file, or a CSV line with more fields than the header (the message gives its line).
     """
     path = Path(path)
-    suffix = path.suffix.lower()
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
-    if suffix == ".parquet":
-        return read_parquet_table(path, columns)  # the RPC reader's: damaged files are clear errors
-    try:
-        if suffix in (".jsonl", ".ndjson", ".json"):
-            frame = pl.read_ndjson(path)
-            return frame.select(columns) if columns else frame
-        return pl.read_csv(path, columns=columns, infer_schema=False)
-    except pl.exceptions.ColumnNotFoundError as exc:
+    fmt = _table_format(path)
+    if columns is not None:
         header = _columns_of(path)
-        raise ValueError(f"{path}: no column {columns} (columns: {', '.join(header)})") from exc
-    except pl.exceptions.PolarsError as exc:
-        if "more fields" in str(exc) and (bad := first_extra_fields_line(path)) is not None:
-            line, fields, expected = bad
-            raise ValueError(f"{path}:{line}: {fields} fields, the header (line 1) has {expected}: not a CSV table "
-                             "with one record per line") from exc
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"{path}: cannot read as a {suffix or 'CSV'} table: {first}") from exc
+        if any(c not in header for c in columns):
+            raise ValueError(f"{path}: no column {columns} (columns: {', '.join(header)})")
+    if fmt == "parquet":
+        tf = read_table_file(path, fmt, columns=columns)
+    elif fmt == "jsonl":
+        tf = read_table_file(path, fmt)
+    else:
+        tf = read_table_file(path, fmt, select=columns, short_lines="pad")
+        extra = tf.rejected.filter(pl.col("reason") == EXTRA_FIELDS)
+        if extra.height:
+            line, detail = extra["line"][0], extra["detail"][0]
+            expected, _, got = detail.removeprefix("expected ").partition(" fields, got ")
+            raise ValueError(f"{path}:{line}: {got} fields, the header (line 1) has {expected}: not a CSV table "
+                             "with one record per line")
+    if columns is not None and fmt == "jsonl":
+        tf = TableFile(tf.file, tf.format, tf.frame.select(*columns, "_line"), tf.rejected, tf.data_rows,
+                       tf.blank_lines, tf.header, tf.notes)
+    return tf
+
+
+def read_table(path: str | Path, columns: list[str] | None = None) -> pl.DataFrame:
+    """The rows of :func:`read_table_file_of` without the line numbers (``_line``); lines the
+    reader rejected are left out (:func:`_rejected_skipped` counts them).
+
+    Raises:
+        FileNotFoundError, ValueError: as :func:`read_table_file_of`.
+    """
+    return read_table_file_of(path, columns).frame.drop("_line")
+
+
+def _rejected_skipped(tf: TableFile) -> dict[str, int]:
+    """The lines the reading layer rejected, by reason -> count (``rejected line (<reason>)``)."""
+    return {f"rejected line ({r})": n for r, n in tf.rejected_counts().items()}
 
 
 def _columns_of(path: Path) -> list[str]:
@@ -214,16 +249,7 @@ def _columns_of(path: Path) -> list[str]:
     Raises:
         ValueError: the file cannot be read as that kind of table.
     """
-    suffix = path.suffix.lower()
-    if suffix == ".parquet":
-        return parquet_columns(path)
-    try:
-        if suffix in (".jsonl", ".ndjson", ".json"):
-            return pl.read_ndjson(path, n_rows=1).columns
-        return pl.read_csv(path, n_rows=0, infer_schema=False).columns
-    except pl.exceptions.PolarsError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"{path}: cannot read as a {suffix or 'CSV'} table: {first}") from exc
+    return table_columns(path, _table_format(path))
 
 
 def read_categorical_column(path: str | Path, column: str) -> KeyStream:
@@ -240,12 +266,14 @@ def read_categorical_column(path: str | Path, column: str) -> KeyStream:
     header = _columns_of(path)
     if column not in header:
         raise ValueError(f"{path}: no column {column!r} (columns: {', '.join(header)})")
-    values = read_table(path, [column])[column].cast(pl.String)
+    tf = read_table_file_of(path, [column])
+    values = tf.frame[column].cast(pl.String)
     empty = values.is_null() | (values.str.strip_chars() == "")
     raw = pl.DataFrame({"value": values.filter(~empty)}).with_columns(
         pl.lit("access").alias("op"), pl.lit(1).alias("count"))
     return _finish(raw, ["value"], pl.col("value"), f"{path}:{column}", "column",
-                   {"empty value": int(empty.sum())}, (f"column {column!r}: one event per non-empty cell",))
+                   {"empty value": int(empty.sum()), **_rejected_skipped(tf)},
+                   (f"column {column!r}: one event per non-empty cell",))
 
 
 def rpc_log_key_stream(log: pl.DataFrame, source: str, skipped: dict[str, int] | None = None) -> KeyStream:
@@ -262,7 +290,8 @@ def rpc_log_key_stream(log: pl.DataFrame, source: str, skipped: dict[str, int] |
     Raises:
         ValueError: a required column (``op``, ``keys``, ``iteration``) is missing, an ``op``
             value is not one of :data:`~ddlscope.rpc.schema.OPS` (the file and line are named),
-            or ``keys`` is not a list of integers.
+            ``keys`` is not a list of integers, or ``iteration``, ``worker_id``, ``rpc_id`` or
+            ``table_id`` holds a value that is not a whole number within Int64 (file and line named).
     """
     columns = [c for c in log.columns if c not in ("log_file", "log_line")]
     missing = [c for c in ("op", "keys", "iteration") if c not in log.columns]
@@ -271,9 +300,14 @@ def rpc_log_key_stream(log: pl.DataFrame, source: str, skipped: dict[str, int] |
         raise ValueError(f"{source}: an RPC log needs columns {missing} for key analysis "
                          f"(columns: {', '.join(columns)}{dropped})")
     if not isinstance(log.schema["keys"], pl.List) or not log.schema["keys"].inner.is_integer():
-        hint = ("; CSV cannot hold lists: write the log as Parquet or JSON lines"
-                if log.schema["keys"] == pl.String else "")
+        csv_input = source.lower().endswith((".csv", ".tsv"))
+        hint = ("; CSV cannot hold lists: write the log as Parquet or JSON lines" if csv_input else
+                "; some line's 'keys' is not a list of integers, so the column was read as text")  \
+            if log.schema["keys"] == pl.String else ""
         raise ValueError(f"{source}: column 'keys' must be a list of integers, got {log.schema['keys']}{hint}")
+    for name in ("iteration", "worker_id", "rpc_id", "table_id"):
+        if name in log.columns:
+            log = log.with_columns(_integer_column(log, name, source))
     op = log["op"].cast(pl.String)
     bad = ~op.is_in(list(OPS)) | op.is_null()
     if bad.any():
@@ -302,7 +336,31 @@ def rpc_log_key_stream(log: pl.DataFrame, source: str, skipped: dict[str, int] |
         pl.format("{}:{}", pl.col("table_id"), pl.col("raw_key")))
     return _finish(raw, ["table_id", "raw_key"], label, source, "rpc_log",
                    {**(skipped or {}), "RPC without keys (null or empty 'keys', e.g. dense ops)": int(no_keys.sum())},
-                   ("one event per key of each RPC, ordered by client_issue_ns",))
+                   ("one event per key of each RPC, ordered by client_issue_ns",), log.height - int(no_keys.sum()))
+
+
+def _integer_column(log: pl.DataFrame, name: str, source: str) -> pl.Series:
+    """Column ``name`` of an RPC log as Int64.
+
+    Raises:
+        ValueError: a value that is not a whole number within Int64 (NaN, inf, 1.5, 1e300, text),
+            naming ``file:line`` (or the row) and the value.
+    """
+    col = log[name]
+    if col.dtype == pl.Int64:
+        return col
+    cast = col.cast(pl.Int64, strict=False)
+    if col.dtype.is_float():
+        as_float = cast.cast(pl.Float64)
+        bad = (cast.is_null() & col.is_not_null()) | (as_float != col).fill_null(False)
+    else:
+        bad = cast.is_null() & col.is_not_null()
+    if bad.any():
+        row = int(bad.arg_max())
+        where = (f"{log['log_file'][row]}:{log['log_line'][row]}" if "log_line" in log.columns
+                 else f"{source}: row {row}")
+        raise ValueError(f"{where}: {name} {col[row]!r} is not a whole number (expected an integer id)")
+    return cast
 
 
 def _reader_skipped(raw: RawRpcLog) -> dict[str, int]:
@@ -372,15 +430,16 @@ def read_update_table(path: str | Path) -> KeyStream:
     """A per-key update-count table (``iteration``, ``key``, ``updates``, optional ``table_id``).
 
     Every row with ``updates > 0`` is one ``push`` event of multiplicity ``updates``, ordered by
-    iteration (file order within an iteration). Rows with ``updates == 0`` or a null key are
-    skipped and counted.
+    iteration (file order within an iteration). Rows with ``updates == 0``, a null ``updates``
+    or a null key are skipped and counted (a null ``updates`` used to be dropped uncounted).
 
     Raises:
         ValueError: a required column is missing, or ``updates`` is negative or not an integer
             (the row is named).
     """
     path = Path(path)
-    table = read_table(path)
+    tf = read_table_file_of(path)
+    table = tf.frame.drop("_line")
     missing = [c for c in UPDATE_TABLE_COLUMNS if c not in table.columns]
     if missing:
         raise ValueError(f"{path}: an update-count table needs columns {list(UPDATE_TABLE_COLUMNS)}; "
@@ -397,9 +456,10 @@ def read_update_table(path: str | Path) -> KeyStream:
         table = table.with_columns(pl.lit(None, dtype=pl.Int64).alias("table_id"))
     table = table.with_columns(updates.alias("updates"), iteration.alias("iteration"))
     null_key = table["key"].is_null()
-    zero = (table["updates"] == 0) & ~null_key
+    no_updates = table["updates"].is_null() & ~null_key
+    zero = (table["updates"] == 0).fill_null(False) & ~null_key
     raw = (
-        table.filter(~null_key & ~zero).with_row_index("_row")
+        table.filter(~null_key & ~zero & ~no_updates).with_row_index("_row")
         .sort("iteration", "_row", maintain_order=True)
         .select(pl.col("key").alias("raw_key"), pl.col("table_id").cast(pl.Int64), pl.lit("push").alias("op"),
                 "iteration", pl.col("updates").alias("count"))
@@ -407,7 +467,8 @@ def read_update_table(path: str | Path) -> KeyStream:
     label = pl.when(pl.col("table_id").is_null()).then(pl.col("raw_key").cast(pl.String)).otherwise(
         pl.format("{}:{}", pl.col("table_id"), pl.col("raw_key")))
     return _finish(raw, ["table_id", "raw_key"], label, str(path), "update_table",
-                   {"null key": int(null_key.sum()), "zero updates": int(zero.sum())},
+                   {"null key": int(null_key.sum()), "zero updates": int(zero.sum()),
+                    "null updates": int(no_updates.sum()), **_rejected_skipped(tf)},
                    ("one push event of multiplicity 'updates' per row, ordered by iteration",))
 
 
@@ -442,7 +503,8 @@ def with_vocabulary(stream: KeyStream, path: str | Path) -> KeyStream:
     missing = int(keys["_name"].null_count())
     keys = keys.with_columns(pl.coalesce("_name", "label").alias("label")).drop("_name")
     note = f"labels from {path}" + (f" ({missing:,} keys not in it keep their number)" if missing else "")
-    return KeyStream(stream.events, keys, stream.source, stream.kind, stream.skipped, (*stream.notes, note))
+    return KeyStream(stream.events, keys, stream.source, stream.kind, stream.skipped, (*stream.notes, note),
+                     stream.used_rows)
 
 
 RPC_LOG_MIN_SCHEMA_COLUMNS = 3
@@ -451,18 +513,13 @@ RPC_LOG_MIN_SCHEMA_COLUMNS = 3
 
 def csv_header(path: str | Path) -> list[str]:
     """The column names on the first line of a CSV (``.tsv``: tab-separated) file, RFC 4180
-    quoting, trailing carriage returns dropped; ``[]`` for an empty file.
+    quoting, trailing carriage returns dropped; ``[]`` for an empty file
+    (:func:`ddlscope.tables.csv_header`).
 
     Raises:
         FileNotFoundError: no such file.
     """
-    path = Path(path)
-    with path.open("rb") as fh:
-        first = fh.readline(1 << 20).decode("utf-8", errors="replace").rstrip("\r\n")
-    if not first:
-        return []
-    sep = "\t" if path.suffix.lower() == ".tsv" else ","
-    return [c.strip() for c in next(csv.reader([first], delimiter=sep))]
+    return _csv_header(path)
 
 
 def table_kind(columns: list[str] | set[str]) -> str | None:
@@ -618,7 +675,8 @@ def emulate_training(stream: KeyStream, workers: int = DEFAULT_REPLAY_WORKERS,
     n_iter = math.ceil(stream.num_events / (workers * batch_events))
     note = (f"replayed as training: {workers} workers x {batch_events} events per mini-batch = "
             f"{n_iter} iterations; per worker and iteration one pull and one push per distinct key")
-    return KeyStream(events, stream.keys, stream.source, stream.kind, stream.skipped, (*stream.notes, note))
+    return KeyStream(events, stream.keys, stream.source, stream.kind, stream.skipped, (*stream.notes, note),
+                     stream.used_rows)
 
 
 def replay_hint(stream: KeyStream, workers: int, batch_events: int, target_iterations: int = 10) -> str | None:

@@ -1,0 +1,114 @@
+"""The reading layer: CSV lines accounted for, UTF-8 offsets, JSON documents, and the format registry."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import polars as pl
+import pytest
+
+from ddlscope.tables import (
+    FORMATS,
+    CsvOptions,
+    TableFormat,
+    check_utf8,
+    detect_format,
+    read_csv,
+    read_jsonl,
+    read_parquet,
+    read_table_file,
+    register_format,
+    scan_parquet,
+)
+
+
+def test_every_csv_line_is_kept_rejected_or_blank(tmp_path):
+    p = tmp_path / "t.csv"
+    # line 1 header (3 fields); 2 ok; 3 blank; 4 extra field; 5 short; 6 quoted comma ok; 7 cut (no newline)
+    p.write_bytes(b'a,b,c\n1,2,3\n\n4,5,6,7\n8,9\n"x,y",10,11\n12')
+    tf = read_csv(p)
+    assert tf.frame.select("_line", "a", "b", "c").rows() == [(2, "1", "2", "3"), (6, "x,y", "10", "11")]
+    assert tf.rejected.select("line", "reason", "detail").rows() == [
+        (4, "extra_fields", "expected 3 fields, got 4"),
+        (5, "missing_fields", "expected 3 fields, got 2"),
+        (7, "truncated_last_line", "the file ends without a newline in this line: 1 of 3 fields")]
+    # 6 data lines (2, 4, 5, 6, 7 and ... ) = 2 kept + 3 rejected; line 3 is blank
+    assert (tf.data_rows, tf.blank_lines, tf.balanced) == (5, 1, True)
+    padded = read_csv(p, CsvOptions(short_lines="pad"))
+    assert padded.frame.filter(pl.col("_line") == 5).select("a", "b", "c").row(0) == ("8", "9", None)
+
+
+def test_a_last_line_cut_inside_quotes_is_truncated_not_an_error(tmp_path):
+    p = tmp_path / "q.csv"
+    p.write_bytes(b'a,b\n1,"two"\n3,"fo')
+    tf = read_csv(p)
+    assert tf.frame["b"].to_list() == ["two"]
+    assert tf.rejected.select("line", "reason").rows() == [(3, "truncated_last_line")]
+    # an unclosed quote before the last line is an error naming its line
+    (tmp_path / "open.csv").write_bytes(b'a,b\n1,"two\n3,4\n')
+    with pytest.raises(ValueError, match=r"open\.csv:2: a quote is not closed on its line"):
+        read_csv(tmp_path / "open.csv")
+
+
+def test_check_utf8_gives_line_and_offsets():
+    data = b"ok\nab\xffc\nfine\n\xc3\x28\n"
+    fixed, problems = check_utf8(data)
+    assert fixed.split(b"\n") == [b"ok", "ab\ufffdc".encode(), b"fine", "\ufffd(".encode(), b""]
+    # 0xff at offset 5 = "ok\n" (3) + "ab" (2), byte 3 of line 2; 0xc3 at 3 + 5 + 5 = 13, byte 1 of line 4
+    assert [(p.line, p.offset, p.column, p.bad) for p in problems] == [(2, 5, 3, "ff"), (4, 13, 1, "c3")]
+    assert check_utf8(b"plain\n") == (b"plain\n", [])
+
+
+def test_gzip_csv_and_lazy_parquet(tmp_path):
+    (tmp_path / "t.csv.gz").write_bytes(gzip.compress(b"a,b\n1,2\n3,4\n"))
+    assert detect_format(tmp_path / "t.csv.gz") == "csv"
+    assert read_table_file(tmp_path / "t.csv.gz").frame["b"].to_list() == ["2", "4"]
+    pl.DataFrame({"x": [1, 2, 3], "y": ["a", "b", "c"]}).write_parquet(tmp_path / "t.parquet")
+    lf = scan_parquet(tmp_path / "t.parquet", ["y"])
+    assert isinstance(lf, pl.LazyFrame) and lf.collect().rows() == [(1, "a"), (2, "b"), (3, "c")]
+    assert read_parquet(tmp_path / "t.parquet").frame.columns == ["x", "y", "_line"]
+    with pytest.raises(ValueError, match=r"t\.parquet: no column\(s\) \['z'\] \(columns: x, y\)"):
+        scan_parquet(tmp_path / "t.parquet", ["z"])
+
+
+def test_jsonl_lines_and_documents(tmp_path):
+    p = tmp_path / "t.jsonl"
+    p.write_bytes(b'{"a": 1}\n\n[1, 2]\n{"a": 2}\n{"a": 3')
+    tf = read_jsonl(p)
+    assert tf.frame.select("_line", "a").rows() == [(1, 1), (4, 2)]
+    assert tf.rejected.select("line", "reason", "detail").rows() == [
+        (3, "unparseable_line", "expected a JSON object, got list"),
+        (5, "truncated_last_line", "the file ends without a newline inside this JSON object")]
+    assert (tf.data_rows, tf.blank_lines) == (4, 1)
+    doc = tmp_path / "doc.json"
+    doc.write_text(json.dumps({"a": 1, "b": [1, 2]}, indent=2))
+    with pytest.raises(ValueError, match=r"doc\.json: one JSON object with keys a, b, not JSON lines; expected JSON "
+                                         r"lines: one JSON object per line$"):
+        read_jsonl(doc)
+
+
+def test_a_new_format_is_one_registry_entry(tmp_path):
+    # a pipe-separated table: the CSV reader with another separator, registered under its own suffix
+    def read_psv(path, *, label=None, **options):
+        return read_csv(path, CsvOptions(separator="|", **options), label=label)
+
+    try:
+        register_format(TableFormat("psv", (".psv",), read_psv, description="pipe-separated values"))
+        (tmp_path / "t.psv").write_text("a|b\n1|2\n3|4|5\n")
+        assert detect_format(tmp_path / "t.psv") == "psv"
+        tf = read_table_file(tmp_path / "t.psv")
+        assert tf.frame["b"].to_list() == ["2"] and tf.rejected["reason"].to_list() == ["extra_fields"]
+    finally:
+        FORMATS.pop("psv", None)
+    with pytest.raises(ValueError, match=r"t\.psv: unknown suffix '\.psv'; expected one of csv \(\.csv\), "):
+        read_table_file(tmp_path / "t.psv")
+
+
+def test_json_suffix_is_sniffed_between_otlp_and_json_lines(tmp_path):
+    import ddlscope.rpc.readers  # noqa: F401 - registers otlp
+
+    (tmp_path / "spans.json").write_text('{"resourceSpans": []}\n')
+    (tmp_path / "rows.json").write_text('{"a": 1}\n')
+    assert detect_format(tmp_path / "spans.json") == "otlp"
+    assert detect_format(tmp_path / "rows.json") == "jsonl"
