@@ -40,6 +40,7 @@ Bytes
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -378,6 +379,7 @@ _HEAVY_TOKENS = frozenset(["mm", "bmm", "mv", "addmm", "addbmm", "baddbmm", "add
                            "geqrf", "orgqr", "ormqr", "lstsq"])
 
 
+@functools.cache
 def is_unpriced(packet: Any) -> bool:
     """Whether an op (OpOverloadPacket) is of a compute-heavy kind (matmul, convolution, attention,
     recurrent layer, linear algebra, FFT), where a per-element estimate would be far off, judged by its name. Such an op
@@ -387,7 +389,8 @@ def is_unpriced(packet: Any) -> bool:
     if packet in OWN_FLOP_FORMULAS or packet in flop_registry or packet in _EXTRA_MATMUL:
         return False
     name = str(packet).rpartition(".")[2].lower()
-    if "cell" in name:  # _thnn_fused_lstm_cell, _thnn_fused_gru_cell: the gates' element-wise part
+    if "cell" in name or "norm" in name:
+        # _thnn_fused_lstm_cell/_gru_cell (the gates' element-wise part), linalg_vector_norm (a reduction)
         return False
     tokens = [t for t in name.split("_") if t]
     return (any(w in name for w in _HEAVY_SUBSTRINGS) or any(t in _HEAVY_TOKENS for t in tokens)

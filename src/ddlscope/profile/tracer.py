@@ -510,6 +510,10 @@ class StepFunctionMode(TorchFunctionMode):
                 kwargs = {k: self._cast(v, torch.float32) for k, v in kwargs.items()}
         if func is _SDPA and self.fused_attention:
             return fused_attention(*args, **kwargs)
+        if func is torch.lstm_cell:
+            out = fused_lstm_cell(*args, **kwargs)
+            if out is not None:
+                return out
         if func in _RNN_MODES:
             out = fused_rnn(func, args, kwargs, self.amp_dtype, self._cast)
             if out is not None:
@@ -635,3 +639,18 @@ def fused_rnn(func: Any, args: tuple, kwargs: dict, amp_dtype: torch.dtype | Non
         x, list(params), per, x.new_empty(0), h0, c0, mode, h0.shape[-1], 0, num_layers, batch_first,
         float(dropout), bool(train), bool(bidirectional), [], None)
     return (out, hy, cy) if mode == 2 else (out, hy)
+
+
+def fused_lstm_cell(input: torch.Tensor, hx: Any, w_ih: torch.Tensor, w_hh: torch.Tensor,
+                    b_ih: torch.Tensor | None = None, b_hh: torch.Tensor | None = None) -> Any:
+    """``torch.lstm_cell`` (``nn.LSTMCell``) as a CUDA device runs it (``aten/src/ATen/native/RNN.cpp``,
+    ``LSTMCell`` with CUDA tensors): the two gate matmuls ``x W_ih^T`` and ``h W_hh^T``, then one
+    fused element-wise kernel ``aten._thnn_fused_lstm_cell`` (biases, gate non-linearities, cell and
+    hidden updates) and its one backward kernel, instead of the dozen element-wise ops of the meta
+    device's composite path. Returns ``(h', c')``; None (the caller runs the original) without biases
+    or for other argument forms."""
+    if b_ih is None or b_hh is None or not isinstance(hx, list | tuple) or len(hx) != 2 or not input.is_meta:
+        return None
+    h, c = hx
+    hy, cy, _ = torch.ops.aten._thnn_fused_lstm_cell(F.linear(input, w_ih), F.linear(h, w_hh), c, b_ih, b_hh)
+    return hy, cy

@@ -142,3 +142,134 @@ class CifarResNet(nn.Module):
 def resnet18_cifar(batch_size: int = 128, image_size: int = 32) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     """The CIFAR ResNet-18 (kuangliu/pytorch-cifar) and a batch of FP32 images with int64 labels."""
     return CifarResNet(), _batch(batch_size, image_size)
+
+
+def resnet101(batch_size: int = 64, image_size: int = 224) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """ResNet-101 v1.5 ([3, 4, 23, 3] bottlenecks) and a batch of FP32 images with int64 labels."""
+    return ResNet(Bottleneck, [3, 4, 23, 3]), _batch(batch_size, image_size)
+
+
+def resnet152(batch_size: int = 64, image_size: int = 224) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """ResNet-152 v1.5 ([3, 8, 36, 3] bottlenecks) and a batch of FP32 images with int64 labels."""
+    return ResNet(Bottleneck, [3, 8, 36, 3]), _batch(batch_size, image_size)
+
+
+class VGG16(nn.Module):
+    """VGG-16 (Simonyan and Zisserman, ICLR 2015, configuration D): 13 3x3 convolutions with ReLU in
+    five stages (64, 128, 256, 512, 512 channels) each ending in 2x2/2 max-pooling, then fully
+    connected 25,088-4,096-4,096-1,000 with dropout 0.5 (no batch normalisation, biases on every
+    layer); 138,357,544 parameters as torchvision's ``vgg16``.
+    ``forward(images (B, 3, 224, 224), labels (B,) int64) -> loss``."""
+
+    def __init__(self, num_classes: int = 1000):
+        super().__init__()
+        layers: list[nn.Module] = []
+        cin = 3
+        for width, convs in ((64, 2), (128, 2), (256, 3), (512, 3), (512, 3)):
+            for _ in range(convs):
+                layers += [nn.Conv2d(cin, width, 3, padding=1), nn.ReLU(inplace=True)]
+                cin = width
+            layers.append(nn.MaxPool2d(2, 2))
+        self.features = nn.Sequential(*layers)
+        self.avgpool = nn.AdaptiveAvgPool2d(7)
+        self.classifier = nn.Sequential(nn.Linear(512 * 49, 4096), nn.ReLU(inplace=True), nn.Dropout(),
+                                        nn.Linear(4096, 4096), nn.ReLU(inplace=True), nn.Dropout(),
+                                        nn.Linear(4096, num_classes))
+
+    def forward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy loss of the batch (a scalar)."""
+        x = torch.flatten(self.avgpool(self.features(images)), 1)
+        return F.cross_entropy(self.classifier(x), labels)
+
+
+def vgg16(batch_size: int = 64, image_size: int = 224) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """VGG-16 and a batch of FP32 images with int64 labels."""
+    return VGG16(), _batch(batch_size, image_size)
+
+
+# -- SSD300 (NVIDIA DeepLearningExamples PyTorch/Detection/SSD) ------------------------------------
+SSD_FEATURE_MAPS = (38, 19, 10, 5, 3, 1)
+SSD_BOXES_PER_LOCATION = (4, 6, 6, 6, 4, 4)
+SSD_DEFAULT_BOXES = sum(f * f * n for f, n in zip(SSD_FEATURE_MAPS, SSD_BOXES_PER_LOCATION, strict=True))
+"""8,732 default boxes of SSD300 (Liu et al., ECCV 2016, Table 2 / sec. 3.1)."""
+COCO_LABELS = 81
+"""80 COCO object classes plus background."""
+
+
+class SSD300(nn.Module):
+    """SSD300 v1.1 as NVIDIA DeepLearningExamples defines it (``Detection/SSD/ssd/model.py``): a
+    ResNet-50 trunk up to ``layer3`` with the first ``layer3`` block's strides set to 1 (38 x 38 x
+    1,024 features at 300 x 300), five extra blocks (1x1 conv to 256/256/128/128/128 channels, 3x3
+    conv to 512/512/256/256/256, the first three with stride 2 and padding 1, each with batch norm
+    and ReLU) giving 19, 10, 5, 3 and 1 squared maps, and 3x3 location (4 per box) and confidence
+    (81 per box) heads over 4, 6, 6, 6, 4, 4 boxes per location: 8,732 boxes (Liu et al., "SSD:
+    Single Shot MultiBox Detector", ECCV 2016).
+
+    Loss (DeepLearningExamples' ``Loss``): smooth-L1 of the encoded box offsets of positive boxes plus
+    cross-entropy of the positives and of the hard negatives (the ``3 x positives`` highest-loss
+    background boxes, found by two sorts), averaged over positives. ``con_neg[mask] = 0`` is written
+    as ``masked_fill`` (same values, no data-dependent shape).
+
+    ``forward(images (B, 3, 300, 300), boxes (B, 4, 8732), labels (B, 8732) int64) -> loss``, with
+    the ground truth already matched to the default boxes and encoded (as the data loader does).
+    """
+
+    def __init__(self, labels: int = COCO_LABELS):
+        super().__init__()
+        trunk = ResNet(Bottleneck, [3, 4, 6, 3])
+        block = trunk.layer3[0]
+        block.conv1.stride = (1, 1)
+        block.conv2.stride = (1, 1)
+        block.downsample[0].stride = (1, 1)
+        self.feature_extractor = nn.Sequential(trunk.conv1, trunk.bn1, trunk.relu, trunk.maxpool, trunk.layer1,
+                                               trunk.layer2, trunk.layer3)
+        out_channels = (1024, 512, 512, 256, 256, 256)
+        extra = []
+        for i, (cin, cout, mid) in enumerate(zip(out_channels[:-1], out_channels[1:], (256, 256, 128, 128, 128),
+                                                 strict=True)):
+            stride_pad = {"stride": 2, "padding": 1} if i < 3 else {}
+            extra.append(nn.Sequential(nn.Conv2d(cin, mid, 1, bias=False), nn.BatchNorm2d(mid), nn.ReLU(inplace=True),
+                                       nn.Conv2d(mid, cout, 3, bias=False, **stride_pad), nn.BatchNorm2d(cout),
+                                       nn.ReLU(inplace=True)))
+        self.additional_blocks = nn.ModuleList(extra)
+        self.labels = labels
+        self.loc = nn.ModuleList(nn.Conv2d(c, n * 4, 3, padding=1)
+                                 for c, n in zip(out_channels, SSD_BOXES_PER_LOCATION, strict=True))
+        self.conf = nn.ModuleList(nn.Conv2d(c, n * labels, 3, padding=1)
+                                  for c, n in zip(out_channels, SSD_BOXES_PER_LOCATION, strict=True))
+
+    def forward(self, images: torch.Tensor, gloc: torch.Tensor, glabel: torch.Tensor) -> torch.Tensor:
+        """The SSD multibox loss of the batch (a scalar)."""
+        x = self.feature_extractor(images)
+        sources = [x]
+        for block in self.additional_blocks:
+            x = block(x)
+            sources.append(x)
+        b = images.shape[0]
+        ploc = torch.cat([head(s).reshape(b, 4, -1) for s, head in zip(sources, self.loc, strict=True)], 2)
+        plabel = torch.cat([head(s).reshape(b, self.labels, -1) for s, head in zip(sources, self.conf, strict=True)],
+                           2)
+        mask = glabel > 0
+        pos_num = mask.sum(dim=1)
+        sl1 = (mask.float() * F.smooth_l1_loss(ploc, gloc, reduction="none").sum(dim=1)).sum(dim=1)
+        con = F.cross_entropy(plabel, glabel, reduction="none")
+        con_neg = con.clone().masked_fill(mask, 0.0)
+        _, con_idx = con_neg.sort(dim=1, descending=True)
+        _, con_rank = con_idx.sort(dim=1)
+        neg_num = torch.clamp(3 * pos_num, max=mask.size(1)).unsqueeze(-1)
+        neg_mask = con_rank < neg_num
+        closs = (con * (mask.float() + neg_mask.float())).sum(dim=1)
+        num_mask = (pos_num > 0).float()
+        return ((sl1 + closs) * num_mask / pos_num.float().clamp(min=1e-6)).mean(dim=0)
+
+
+def ssd300(batch_size: int = 48, image_size: int = 300) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """SSD300 and a batch of images with matched, encoded ground truth for the 8,732 default boxes.
+
+    Raises:
+        ValueError: ``image_size`` other than 300 (the default boxes are laid out for 300 x 300).
+    """
+    if image_size != 300:
+        raise ValueError(f"image_size: SSD300's default boxes need 300 x 300 images, got {image_size}")
+    return SSD300(), (torch.empty(batch_size, 3, 300, 300), torch.empty(batch_size, 4, SSD_DEFAULT_BOXES),
+                      torch.zeros(batch_size, SSD_DEFAULT_BOXES, dtype=torch.long))
