@@ -231,3 +231,20 @@ def test_recurrent_layers_are_one_fused_compute_bound_op(bidirectional):
     assert gru["flops"].to_list() == [2 * 3 * (64 * d + 16) * 16 * b * t, 4 * 3 * (64 * d + 16) * 16 * b * t]
     # every LSTM/GRU weight got its gradient (the SGD update runs on all of them)
     assert r.totals["num_gradient_tensors"] == 4 * 2 * d + 4
+
+
+def test_recurrent_layers_under_amp_run_in_16_bit():
+    # CUDA autocast runs cuDNN RNNs in float16 (aten/src/ATen/cudnn/AutocastRNN.cpp); a second nn.LSTM fed the
+    # first one's float16 output must be accepted (its input check sees autocast enabled)
+    class Stacked(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.LSTM(8, 16), nn.LSTM(16, 16)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(self.a(x)[0])[0].float().sum()
+
+    r = profile_model(lambda: (Stacked(), torch.zeros(5, 3, 8)), precision="fp16")
+    rnn = r.ops.filter(pl.col("op").str.starts_with("aten._cudnn_rnn"))
+    assert rnn.height == 4 and (rnn["dtype"] == "float16").all()
+    assert not torch._C._is_any_autocast_enabled()  # the check is restored after the trace

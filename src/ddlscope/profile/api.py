@@ -20,7 +20,7 @@ import polars as pl
 import torch
 
 from ddlscope.profile.costs import COMPUTE_BOUND_OPS, rows_touched, tensor_bytes, tensors_in
-from ddlscope.profile.tracer import PHASES, StepFunctionMode, StepRecorder, storage_key
+from ddlscope.profile.tracer import PHASES, StepFunctionMode, StepRecorder, rnn_autocast_check, storage_key
 from ddlscope.specs.catalog import Catalog, builtin_catalog
 from ddlscope.specs.system import GPUSpec
 from ddlscope.specs.workload import Workload
@@ -437,7 +437,7 @@ def _trace_step(name: str, module: torch.nn.Module, batch: Any, precision: str, 
             try:
                 with rec:
                     rec.phase = "forward"
-                    with fmode:
+                    with fmode, rnn_autocast_check(amp_dtype is not None):
                         output = _run_model(module, batch)
                         loss = _loss_of(name, output)
                     fmode.clear_cache()  # as leaving torch.autocast does; autograd keeps what it saved

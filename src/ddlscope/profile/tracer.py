@@ -22,10 +22,11 @@ Two PyTorch modes cooperate:
 
 from __future__ import annotations
 
+import contextlib
 import types
 import weakref
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -654,3 +655,19 @@ def fused_lstm_cell(input: torch.Tensor, hx: Any, w_ih: torch.Tensor, w_hh: torc
     h, c = hx
     hy, cy, _ = torch.ops.aten._thnn_fused_lstm_cell(F.linear(input, w_ih), F.linear(h, w_hh), c, b_ih, b_hh)
     return hy, cy
+
+
+@contextlib.contextmanager
+def rnn_autocast_check(active: bool) -> Iterator[None]:
+    """While ``active``, make ``nn.LSTM``/``nn.GRU``'s input check see autocast as enabled
+    (``torch._C._is_any_autocast_enabled``, the one eager use of that flag, ``torch/nn/modules/rnn.py``):
+    under CUDA autocast an RNN accepts a 16-bit input with FP32 weights, as our AMP emulation gives it."""
+    if not active:
+        yield
+        return
+    original = torch._C._is_any_autocast_enabled
+    torch._C._is_any_autocast_enabled = lambda: True
+    try:
+        yield
+    finally:
+        torch._C._is_any_autocast_enabled = original
