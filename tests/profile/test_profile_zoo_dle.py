@@ -122,10 +122,28 @@ def test_ncf_dle_parameter_count():
     assert _params("ncf_dle") == 165_237 * 192 + 65_792 + 32_896 + 8_256 + 129 == 31_832_577
 
 
+def _waveglow_hand_count(c: int) -> int:
+    # one WN of n_half = h and c channels (weight norm: weight_v, weight_g (one per output channel) and bias):
+    # start c h + 2c; end 2h c + 2h; 8 dilated 3-wide in-layers 2c x c x 3 + 4c; 8 conditioning 1x1 from 640
+    # mel x group channels 2c x 640 + 4c; 7 residual/skip 1x1 2c x c + 4c and the last c x c + 2c
+    def wn(h: int) -> int:
+        return (c * h + 2 * c + 2 * h * c + 2 * h + 8 * (2 * c * c * 3 + 4 * c) + 8 * (2 * c * 640 + 4 * c)
+                + 7 * (2 * c * c + 4 * c) + c * c + 2 * c)
+
+    # upsampling ConvTranspose1d(80, 80, 1024) + bias; 1x1 invertible convolutions of 8, 6, 4 channels, 4 of each
+    return 80 * 80 * 1024 + 80 + 4 * (64 + 36 + 16) + 4 * (wn(4) + wn(3) + wn(2))
+
+
 def test_speech_parameter_counts():
-    # WaveGlow: Prenger et al., ICASSP 2019: 87.88 M parameters (WN 8 layers x 256 channels, 12 flows)
-    assert _params("waveglow") == pytest.approx(87.88e6, rel=1e-3)
-    assert _params("waveglow") == 87_879_272
+    from ddlscope.profile.zoo.speech import WaveGlow
+
+    # WaveGlow with NVIDIA/waveglow's 256 WN channels: Prenger et al., ICASSP 2019: 87.88 M parameters
+    with torch.device("meta"):
+        paper = sum(p.numel() for p in WaveGlow(channels=256).parameters())
+    assert paper == _waveglow_hand_count(256) == 87_879_272
+    assert paper == pytest.approx(87.88e6, rel=1e-4)
+    # the zoo entry: DeepLearningExamples' default --wn-channels 512 (what Lambda ran)
+    assert _params("waveglow") == _waveglow_hand_count(512) == 268_294_760
     # Tacotron 2 as DeepLearningExamples defines it: 28,193,153 (about 28.2 M)
     assert _params("tacotron2") == 28_193_153
 

@@ -31,7 +31,7 @@ gnmt               GNMT v2 (NVIDIA DLE), 160.7 M                           batch
 transformer_xl_*   Transformer-XL base / large on WikiText-103 (DLE)       base 8 x 192, large 2 x 256
 ncf_dle            NeuMF on MovieLens 20M (NVIDIA DLE), 31.8 M             batch 1,048,576
 tacotron2          Tacotron 2 (NVIDIA DLE), 28.2 M                         batch 48, 566 mel frames
-waveglow           WaveGlow (NVIDIA DLE), 87.9 M                           batch 8, 8,000 samples
+waveglow           WaveGlow (NVIDIA DLE, WN 512 channels), 268.3 M         batch 8, 8,000 samples
 =================  ======================================================  ==========================
 """
 
@@ -283,9 +283,10 @@ ZOO: dict[str, ZooEntry] = {e.name: e for e in (
         size_meaning="batch_size utterances of seq_len mel frames (and 100 input symbols)"),
     ZooEntry(
         "waveglow", "speech", "WaveGlow flow-based vocoder (negative log-likelihood)",
-        "Prenger, Valle and Catanzaro, 'WaveGlow', ICASSP 2019 (87.88 M parameters); NVIDIA DeepLearningExamples "
-        "waveglow defaults: 12 flows, group 8, early output 2 every 4, WN 8 layers x 256 channels; segment "
-        "8,000 samples and batch 8 as Lambda's runs (config_v1 --segment-length 8000); 87,879,272 parameters",
+        "Prenger, Valle and Catanzaro, 'WaveGlow', ICASSP 2019; NVIDIA DeepLearningExamples waveglow/arg_parser.py "
+        "defaults: 12 flows, group 8, early output 2 every 4, WN 8 layers x 512 channels (--wn-channels 512; "
+        "NVIDIA/waveglow's 256 channels give the 87.88 M of the paper); segment 8,000 samples and batch 8 as "
+        "Lambda's runs (config_v1 --segment-length 8000); 268,294,760 parameters",
         _lazy("speech", "waveglow"), batch_size=8, seq_len=8000,
         size_meaning="batch_size audio segments of seq_len samples at 22,050 Hz with their mel spectrograms"),
 )}

@@ -193,11 +193,12 @@ def tacotron2(batch_size: int = 48, seq_len: int = 566,
 
 
 class WN(nn.Module):
-    """WaveGlow's affine-coupling network (a non-causal WaveNet; NVIDIA/waveglow ``glow.py``): a
-    weight-normalised 1x1 start convolution to ``channels``, ``layers`` dilated (2^i) width-3
-    convolutions to ``2 x channels`` added to a slice of one weight-normalised 1x1 conditioning
-    convolution of the upsampled mel, gated ``tanh x sigmoid``, 1x1 residual/skip convolutions
-    (the last one skip only), and a 1x1 end convolution to ``2 x n_in`` (log-scale and shift)."""
+    """WaveGlow's affine-coupling network (a non-causal WaveNet; DeepLearningExamples
+    ``waveglow/model.py``): a weight-normalised 1x1 start convolution to ``channels``, ``layers``
+    dilated (2^i) width-3 convolutions to ``2 x channels`` added to a per-layer weight-normalised
+    1x1 conditioning convolution of the upsampled mel, gated ``tanh x sigmoid``, weight-normalised
+    1x1 residual/skip convolutions (the last one skip only), and a 1x1 end convolution to ``2 x
+    n_in`` (log-scale and shift)."""
 
     def __init__(self, n_in: int, n_cond: int, layers: int = 8, channels: int = 256, kernel: int = 3):
         super().__init__()
@@ -210,7 +211,7 @@ class WN(nn.Module):
         self.layers, self.channels = layers, channels
         self.start = wn(nn.Conv1d(n_in, channels, 1))
         self.end = nn.Conv1d(channels, 2 * n_in, 1)
-        self.cond_layer = wn(nn.Conv1d(n_cond, 2 * channels * layers, 1))
+        self.cond_layers = nn.ModuleList(wn(nn.Conv1d(n_cond, 2 * channels, 1)) for _ in range(layers))
         self.in_layers = nn.ModuleList(wn(nn.Conv1d(channels, 2 * channels, kernel, dilation=2**i,
                                                     padding=(kernel * 2**i - 2**i) // 2)) for i in range(layers))
         self.res_skip_layers = nn.ModuleList(wn(nn.Conv1d(channels, 2 * channels if i < layers - 1 else channels, 1))
@@ -219,18 +220,18 @@ class WN(nn.Module):
     def forward(self, audio: torch.Tensor, spect: torch.Tensor) -> torch.Tensor:
         """``audio (B, n_in, L)``, ``spect (B, n_cond, L)`` -> ``(B, 2 n_in, L)``."""
         audio = self.start(audio)
-        output = torch.zeros_like(audio)
-        spect = self.cond_layer(spect)
         c = self.channels
+        output: torch.Tensor | None = None
         for i in range(self.layers):
-            acts = self.in_layers[i](audio) + spect[:, i * 2 * c:(i + 1) * 2 * c]
+            acts = self.in_layers[i](audio) + self.cond_layers[i](spect)
             acts = torch.tanh(acts[:, :c]) * torch.sigmoid(acts[:, c:])
             res_skip = self.res_skip_layers[i](acts)
             if i < self.layers - 1:
-                audio = audio + res_skip[:, :c]
-                output = output + res_skip[:, c:]
+                audio = res_skip[:, :c] + audio
+                skip = res_skip[:, c:]
             else:
-                output = output + res_skip
+                skip = res_skip
+            output = skip if output is None else skip + output
         return self.end(output)
 
 
@@ -238,7 +239,8 @@ class WaveGlow(nn.Module):
     """WaveGlow (Prenger, Valle and Catanzaro, "WaveGlow: A Flow-based Generative Network for Speech
     Synthesis", ICASSP 2019) with DeepLearningExamples' defaults (``waveglow/arg_parser.py``): 12
     flows over groups of 8 audio samples, 2 channels output early every 4 flows, invertible 1x1
-    convolutions, WN of 8 layers and 256 channels; the mel upsampled by a transposed convolution
+    convolutions, WN of 8 layers and 512 channels (``--wn-channels 512``; the paper's 87.88 M
+    parameters are NVIDIA/waveglow's 256 channels); the mel upsampled by a transposed convolution
     (80 channels, width 1,024, stride 256). Training loss: ``sum(z^2) / (2 sigma^2) - sum(log s) -
     sum(log det W)`` over all elements, sigma = 1.
 
@@ -247,7 +249,7 @@ class WaveGlow(nn.Module):
     """
 
     def __init__(self, flows: int = 12, group: int = 8, early_every: int = 4, early_size: int = 2,
-                 layers: int = 8, channels: int = 256):
+                 layers: int = 8, channels: int = 512):
         super().__init__()
         self.upsample = nn.ConvTranspose1d(N_MELS, N_MELS, 1024, stride=256)
         self.group, self.early_every, self.early_size = group, early_every, early_size
