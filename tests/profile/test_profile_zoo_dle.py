@@ -165,3 +165,34 @@ def test_waveglow_logdet_is_listed_unpriced():
     r = profile_model("waveglow", batch_size=1, seq_len=512)
     assert set(r.totals["unpriced_ops"]) <= {"aten._linalg_slogdet", "aten.linalg_lu_solve", "aten.linalg_lu_factor_ex"}
     assert r.totals["unpriced_ops"].get("aten._linalg_slogdet") == 12
+
+
+def test_more_vision_parameter_counts_and_macs():
+    # torchvision's model documentation: ResNet-101 44,549,160, ResNet-152 60,192,808, VGG-16 138,357,544,
+    # MobileNetV2 3,504,872 parameters
+    assert _params("resnet101") == 44_549_160
+    assert _params("resnet152") == 60_192_808
+    assert _params("vgg16") == 138_357_544
+    assert _params("mobilenet_v2") == 3_504_872
+    # MobileNetV2: Sandler et al. 2018, Table 4: 300 M multiply-adds per 224 x 224 image (its depthwise
+    # convolutions priced with C_in / groups = 1 input channel per output); within 3 %
+    r = profile_model("mobilenet_v2", batch_size=2)
+    fwd = r.ops.filter((pl.col("phase") == "forward") & (pl.col("class_by_type") == "compute_bound"))
+    assert fwd["flops"].sum() / 2 / 2 == pytest.approx(300e6, rel=0.03)
+
+
+def test_transformer_big_and_lstm_lm_parameter_counts():
+    # Vaswani et al. 2017, Table 3: big 213 M. Hand count: shared embedding 37,000 x 1024; encoder layer
+    # 4 x 1024^2 + 4 x 1024 + 2 x 1024 x 4096 + 4096 + 1024 + 4 x 1024 = 12,596,224; decoder layer adds
+    # cross-attention 4 x 1024^2 + 4 x 1024 and a layer norm 2 x 1024; final norms 2 x 2 x 1024
+    enc = 4 * 1024**2 + 4 * 1024 + 2 * 1024 * 4096 + 4096 + 1024 + 4 * 1024
+    dec = enc + 4 * 1024**2 + 4 * 1024 + 2 * 1024
+    assert _params("transformer_big") == 37_000 * 1024 + 6 * enc + 6 * dec + 4 * 1024 == 214_249_472
+    assert _params("transformer_big") == pytest.approx(213e6, rel=0.01)
+    # Zaremba et al. 2014, large: 66 M. Embedding 10,000 x 1,500; 2 LSTM layers 4 x 1500 x 3000 + 8 x 1500;
+    # softmax 1,500 x 10,000 + 10,000
+    assert _params("lstm_lm") == 15_000_000 + 2 * (18_000_000 + 12_000) + 15_010_000 == 66_034_000
+    # training FLOPs: LSTM 3 x 2 x 2 layers x 4 x 3000 x 1500 per token, softmax 3 x 2 x 1500 x 10,000 per
+    # token, over 20 x 35 = 700 tokens
+    r = profile_model("lstm_lm")
+    assert r.totals["compute_bound_flops"] == 700 * (3 * 2 * 2 * 4 * 3000 * 1500 + 3 * 2 * 1500 * 10_000)

@@ -24,6 +24,9 @@ gcn_reddit         2-layer GCN (Kipf and Welling 2017) on a Reddit-sized   batch
 wav2vec2_base      wav2vec 2.0 base + CTC head (Baevski et al. 2020)       batch 8, 15 s of 16 kHz
 resnet101/152      ResNet-101 / -152 v1.5, 44.5 M / 60.2 M                 batch 64, 224 x 224
 vgg16              VGG-16 (Simonyan and Zisserman 2015), 138.4 M           batch 64, 224 x 224
+mobilenet_v2       MobileNetV2 1.0 (Sandler et al. 2018), 3.5 M            batch 64, 224 x 224
+transformer_big    Transformer big (Vaswani et al. 2017), 214.2 M          batch 96 pairs, 32 tokens
+lstm_lm            2 x 1500 LSTM language model (Zaremba et al. 2014)      batch 20, 35 steps
 ssd300             SSD300 v1.1, ResNet-50 trunk (NVIDIA DLE), COCO         batch 48, 300 x 300
 bert_base_squad    BERT-base + SQuAD span head (NVIDIA DLE run_squad)      batch 24, sequence 384
 bert_large_squad   BERT-large + SQuAD span head                            batch 8, sequence 384
@@ -221,6 +224,25 @@ ZOO: dict[str, ZooEntry] = {e.name: e for e in (
         _lazy("vision", "vgg16"), batch_size=64, image_size=224,
         size_meaning="batch_size images of image_size x image_size x 3",
         stored_input_bytes_per_sample=IMAGENET_MEAN_JPEG_BYTES),
+    ZooEntry(
+        "mobilenet_v2", "vision", "MobileNetV2 1.0 image classifier (depthwise separable), 1000 classes",
+        "Sandler et al., 'MobileNetV2: Inverted Residuals and Linear Bottlenecks', CVPR 2018, Table 2 (3.4 M "
+        "parameters, 300 M multiply-adds); 3,504,872 parameters as torchvision's mobilenet_v2",
+        _lazy("vision", "mobilenet_v2"), batch_size=64, image_size=224,
+        size_meaning="batch_size images of image_size x image_size x 3",
+        stored_input_bytes_per_sample=IMAGENET_MEAN_JPEG_BYTES),
+    ZooEntry(
+        "transformer_big", "nlp", "Transformer big encoder-decoder for translation, label-smoothed cross-entropy",
+        "Vaswani et al., NeurIPS 2017, Table 3 'big': d_model 1024, 16 heads, d_ff 4096, dropout 0.3, 6 + 6 layers "
+        "(213 M); the shared 37,000-token vocabulary of the base model; 214,249,472 parameters",
+        _lazy("nlp", "transformer_big"), batch_size=96, seq_len=32,
+        size_meaning="batch_size sentence pairs of seq_len source and seq_len target tokens"),
+    ZooEntry(
+        "lstm_lm", "nlp", "Large regularised 2-layer LSTM word language model (Penn Treebank)",
+        "Zaremba, Sutskever and Vinyals, 'Recurrent Neural Network Regularization', 2014, sec. 4.1: 2 layers of "
+        "1,500 units, 10,000 words, dropout 0.65, 35 unrolled steps, batch 20, 66 M parameters; 66,034,000 here",
+        _lazy("nlp", "lstm_lm"), batch_size=20, seq_len=35,
+        size_meaning="batch_size token streams of seq_len steps"),
     ZooEntry(
         "ssd300", "vision", "SSD300 v1.1 object detector (ResNet-50 trunk), COCO, multibox loss",
         "Liu et al., 'SSD: Single Shot MultiBox Detector', ECCV 2016 (300 x 300, 8,732 default boxes); NVIDIA "

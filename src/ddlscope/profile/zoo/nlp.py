@@ -62,6 +62,42 @@ def transformer_nmt(batch_size: int = 96, seq_len: int = 32) -> tuple[nn.Module,
     return TransformerNMT(), (tokens, tokens.clone(), tokens.clone())
 
 
+def transformer_big(batch_size: int = 96, seq_len: int = 32) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """Transformer big (Vaswani et al. 2017, Table 3: d_model 1024, 16 heads, d_ff 4096, dropout 0.3,
+    6 + 6 layers, 213 M parameters) with the base model's shared 37,000-token vocabulary, and
+    ``batch_size`` sentence pairs of ``seq_len`` tokens each side."""
+    tokens = torch.zeros(batch_size, seq_len, dtype=torch.long)
+    return TransformerNMT(d_model=1024, heads=16, d_ff=4096, dropout=0.3), (tokens, tokens.clone(), tokens.clone())
+
+
+# -- LSTM language model (Zaremba et al. 2014) ---------------------------------------------------
+class LSTMLanguageModel(nn.Module):
+    """The large regularised LSTM language model of Zaremba, Sutskever and Vinyals, "Recurrent Neural
+    Network Regularization", 2014 (sec. 4.1, Penn Treebank): 10,000-word vocabulary, embedding and
+    two LSTM layers of 1,500 units, dropout 0.65 on the non-recurrent connections, a 1,500 x 10,000
+    softmax, 35 unrolled steps, batch 20; 66 M parameters. The LSTM runs as one fused cuDNN call.
+    ``forward(tokens (B, T) int64, targets (B, T) int64) -> loss`` (the initial state zero)."""
+
+    def __init__(self, vocab: int = 10_000, hidden: int = 1500, layers: int = 2, dropout: float = 0.65):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+        self.rnn = nn.LSTM(hidden, hidden, layers, dropout=dropout, batch_first=True)
+        self.drop = nn.Dropout(dropout)
+        self.decoder = nn.Linear(hidden, vocab)
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean next-word cross-entropy (a scalar)."""
+        out = self.drop(self.rnn(self.drop(self.embed(tokens)))[0])
+        logits = self.decoder(out)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def lstm_lm(batch_size: int = 20, seq_len: int = 35) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """The large PTB LSTM language model and ``batch_size`` streams of ``seq_len`` tokens."""
+    tokens = torch.zeros(batch_size, seq_len, dtype=torch.long)
+    return LSTMLanguageModel(), (tokens, tokens.clone())
+
+
 # -- BERT (Devlin et al. 2019) and GPT-2 (Radford et al. 2019) via Hugging Face ------------------
 def _transformers() -> Any:
     try:

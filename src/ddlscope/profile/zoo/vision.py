@@ -273,3 +273,58 @@ def ssd300(batch_size: int = 48, image_size: int = 300) -> tuple[nn.Module, tupl
         raise ValueError(f"image_size: SSD300's default boxes need 300 x 300 images, got {image_size}")
     return SSD300(), (torch.empty(batch_size, 3, 300, 300), torch.empty(batch_size, 4, SSD_DEFAULT_BOXES),
                       torch.zeros(batch_size, SSD_DEFAULT_BOXES, dtype=torch.long))
+
+
+class InvertedResidual(nn.Module):
+    """MobileNetV2's inverted residual block (Sandler et al., CVPR 2018, Table 1): 1x1 expansion by
+    ``t`` (ReLU6; absent for t = 1), 3x3 depthwise convolution carrying the stride (ReLU6), 1x1
+    linear projection; identity shortcut when the stride is 1 and the widths agree."""
+
+    def __init__(self, cin: int, cout: int, stride: int, expand: int):
+        super().__init__()
+        hidden = cin * expand
+        layers: list[nn.Module] = []
+        if expand != 1:
+            layers += [nn.Conv2d(cin, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6(inplace=True)]
+        layers += [nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False), nn.BatchNorm2d(hidden),
+                   nn.ReLU6(inplace=True), nn.Conv2d(hidden, cout, 1, bias=False), nn.BatchNorm2d(cout)]
+        self.conv = nn.Sequential(*layers)
+        self.use_res = stride == 1 and cin == cout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, cin, H, W) -> (B, cout, H/stride, W/stride)``."""
+        return x + self.conv(x) if self.use_res else self.conv(x)
+
+
+class MobileNetV2(nn.Module):
+    """MobileNetV2 1.0 (Sandler et al., "MobileNetV2: Inverted Residuals and Linear Bottlenecks", CVPR
+    2018, Table 2): a 3x3/2 stem of 32, 17 inverted residual blocks (t, c, n, s) = (1, 16, 1, 1), (6, 24,
+    2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1), a 1x1 convolution
+    to 1,280, global pooling, dropout 0.2 and a 1000-way classifier; 3,504,872 parameters as
+    torchvision's ``mobilenet_v2`` (the paper: 3.4 M, 300 M multiply-adds at 224 x 224).
+    ``forward(images (B, 3, H, W), labels (B,) int64) -> loss``."""
+
+    SETTINGS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+                (6, 320, 1, 1))
+
+    def __init__(self, num_classes: int = 1000):
+        super().__init__()
+        layers: list[nn.Module] = [nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU6(inplace=True)]
+        cin = 32
+        for t, c, n, s in self.SETTINGS:
+            for i in range(n):
+                layers.append(InvertedResidual(cin, c, s if i == 0 else 1, t))
+                cin = c
+        layers += [nn.Conv2d(cin, 1280, 1, bias=False), nn.BatchNorm2d(1280), nn.ReLU6(inplace=True)]
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(1280, num_classes))
+
+    def forward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy loss of the batch (a scalar)."""
+        x = F.adaptive_avg_pool2d(self.features(images), 1).flatten(1)
+        return F.cross_entropy(self.classifier(x), labels)
+
+
+def mobilenet_v2(batch_size: int = 64, image_size: int = 224) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """MobileNetV2 1.0 and a batch of FP32 images with int64 labels."""
+    return MobileNetV2(), _batch(batch_size, image_size)
