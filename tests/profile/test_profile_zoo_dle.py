@@ -179,6 +179,11 @@ def test_more_vision_parameter_counts_and_macs():
     r = profile_model("mobilenet_v2", batch_size=2)
     fwd = r.ops.filter((pl.col("phase") == "forward") & (pl.col("class_by_type") == "compute_bound"))
     assert fwd["flops"].sum() / 2 / 2 == pytest.approx(300e6, rel=0.03)
+    # ShuffleNet V2 1.0x: torchvision 2,278,604 parameters; Ma et al. 2018, Table 5: 146 M multiply-adds
+    assert _params("shufflenet_v2") == 2_278_604
+    r = profile_model("shufflenet_v2", batch_size=2)
+    fwd = r.ops.filter((pl.col("phase") == "forward") & (pl.col("class_by_type") == "compute_bound"))
+    assert fwd["flops"].sum() / 2 / 2 == pytest.approx(146e6, rel=0.03)
 
 
 def test_transformer_big_and_lstm_lm_parameter_counts():

@@ -328,3 +328,69 @@ class MobileNetV2(nn.Module):
 def mobilenet_v2(batch_size: int = 64, image_size: int = 224) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     """MobileNetV2 1.0 and a batch of FP32 images with int64 labels."""
     return MobileNetV2(), _batch(batch_size, image_size)
+
+
+def _channel_shuffle(x: torch.Tensor, groups: int) -> torch.Tensor:
+    b, c, h, w = x.shape
+    return x.view(b, groups, c // groups, h, w).transpose(1, 2).contiguous().view(b, c, h, w)
+
+
+class ShuffleUnit(nn.Module):
+    """ShuffleNet V2 unit (Ma et al., ECCV 2018, Fig. 3 (c)/(d)): stride 1 splits the channels in two and
+    runs one half through 1x1 - 3x3 depthwise - 1x1; stride 2 runs both a depthwise-then-1x1 branch and
+    that branch on the whole input; the halves are concatenated and channel-shuffled (2 groups)."""
+
+    def __init__(self, cin: int, cout: int, stride: int):
+        super().__init__()
+        half = cout // 2
+        self.stride = stride
+        if stride > 1:
+            self.branch1 = nn.Sequential(
+                nn.Conv2d(cin, cin, 3, stride, 1, groups=cin, bias=False), nn.BatchNorm2d(cin),
+                nn.Conv2d(cin, half, 1, bias=False), nn.BatchNorm2d(half), nn.ReLU(inplace=True))
+        self.branch2 = nn.Sequential(
+            nn.Conv2d(cin if stride > 1 else half, half, 1, bias=False), nn.BatchNorm2d(half), nn.ReLU(inplace=True),
+            nn.Conv2d(half, half, 3, stride, 1, groups=half, bias=False), nn.BatchNorm2d(half),
+            nn.Conv2d(half, half, 1, bias=False), nn.BatchNorm2d(half), nn.ReLU(inplace=True))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, cin, H, W) -> (B, cout, H/stride, W/stride)``."""
+        if self.stride == 1:
+            x1, x2 = x.chunk(2, dim=1)
+            out = torch.cat((x1, self.branch2(x2)), dim=1)
+        else:
+            out = torch.cat((self.branch1(x), self.branch2(x)), dim=1)
+        return _channel_shuffle(out, 2)
+
+
+class ShuffleNetV2(nn.Module):
+    """ShuffleNet V2 1.0x (Ma et al., "ShuffleNet V2: Practical Guidelines for Efficient CNN Architecture
+    Design", ECCV 2018, Table 5): 3x3/2 stem of 24 and 3x3/2 max-pooling, stages of 4, 8 and 4 units
+    (116, 232, 464 channels), a 1x1 convolution to 1,024, global pooling and a 1000-way classifier;
+    2,278,604 parameters as torchvision's ``shufflenet_v2_x1_0`` (the paper: 2.3 M, 146 M FLOPs, which
+    it counts as multiply-adds). ``forward(images (B, 3, H, W), labels (B,) int64) -> loss``."""
+
+    def __init__(self, repeats: tuple[int, ...] = (4, 8, 4), channels: tuple[int, ...] = (24, 116, 232, 464, 1024),
+                 num_classes: int = 1000):
+        super().__init__()
+        self.conv1 = nn.Sequential(nn.Conv2d(3, channels[0], 3, 2, 1, bias=False), nn.BatchNorm2d(channels[0]),
+                                   nn.ReLU(inplace=True))
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        cin, stages = channels[0], []
+        for n, cout in zip(repeats, channels[1:-1], strict=True):
+            stages.append(nn.Sequential(ShuffleUnit(cin, cout, 2), *[ShuffleUnit(cout, cout, 1) for _ in range(n - 1)]))
+            cin = cout
+        self.stage2, self.stage3, self.stage4 = stages
+        self.conv5 = nn.Sequential(nn.Conv2d(cin, channels[-1], 1, bias=False), nn.BatchNorm2d(channels[-1]),
+                                   nn.ReLU(inplace=True))
+        self.fc = nn.Linear(channels[-1], num_classes)
+
+    def forward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy loss of the batch (a scalar)."""
+        x = self.stage4(self.stage3(self.stage2(self.maxpool(self.conv1(images)))))
+        return F.cross_entropy(self.fc(self.conv5(x).mean([2, 3])), labels)
+
+
+def shufflenet_v2(batch_size: int = 64, image_size: int = 224) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """ShuffleNet V2 1.0x and a batch of FP32 images with int64 labels."""
+    return ShuffleNetV2(), _batch(batch_size, image_size)
