@@ -201,3 +201,21 @@ def test_transformer_big_and_lstm_lm_parameter_counts():
     # token, over 20 x 35 = 700 tokens
     r = profile_model("lstm_lm")
     assert r.totals["compute_bound_flops"] == 700 * (3 * 2 * 2 * 4 * 3000 * 1500 + 3 * 2 * 1500 * 10_000)
+
+
+def test_deepspeech2_parameters_and_rnn_flops():
+    # convolutions 32 x 41 x 11 + 32 and 32 x 32 x 21 x 11 + 32 with batch norms 2 x 64; the spectrogram's 161
+    # bins become (161 + 40 - 41) // 2 + 1 = 81, then (81 + 20 - 21) // 2 + 1 = 41: RNN input 32 x 41 = 1,312.
+    # BiLSTM(i, 1024): 2 (4 x 1024 (i + 1024) + 8 x 1024); four more BiLSTM(1024, 1024) each after a batch norm
+    # (2,048); classifier batch norm 2,048 and 1,024 x 29 without bias
+    bilstm = lambda i: 2 * (4 * 1024 * (i + 1024) + 8 * 1024)  # noqa: E731
+    expected = (32 * 41 * 11 + 32 + 64 + 32 * 32 * 21 * 11 + 32 + 64 + bilstm(1312) + 4 * (2048 + bilstm(1024))
+                + 2048 + 1024 * 29)
+    assert _params("deepspeech2") == expected == 86_618_400
+    b, t = 2, 64
+    r = profile_model("deepspeech2", batch_size=b, seq_len=t)
+    fwd = r.ops.filter(pl.col("op") == "aten._cudnn_rnn")
+    # time is halved by the first convolution: 32 steps; per step and direction 2 x 4 (i + 1024) x 1024 FLOPs
+    steps = t // 2
+    assert fwd["flops"].to_list() == [2 * 2 * 4 * (i + 1024) * 1024 * b * steps for i in (1312, 1024, 1024, 1024, 1024)]
+    assert (fwd["class_by_type"] == "compute_bound").all()

@@ -36,6 +36,7 @@ transformer_xl_*   Transformer-XL base / large on WikiText-103 (DLE)       base 
 ncf_dle            NeuMF on MovieLens 20M (NVIDIA DLE), 31.8 M             batch 1,048,576
 tacotron2          Tacotron 2 (NVIDIA DLE), 28.2 M                         batch 48, 566 mel frames
 waveglow           WaveGlow (NVIDIA DLE, WN 512 channels), 268.3 M         batch 8, 8,000 samples
+deepspeech2        DeepSpeech 2 (deepspeech.pytorch), 86.6 M               batch 64, 1,230 frames (12.3 s)
 =================  ======================================================  ==========================
 """
 
@@ -319,5 +320,12 @@ ZOO: dict[str, ZooEntry] = {e.name: e for e in (
         "Lambda's runs (config_v1 --segment-length 8000); 268,294,760 parameters",
         _lazy("speech", "waveglow"), batch_size=8, seq_len=8000,
         size_meaning="batch_size audio segments of seq_len samples at 22,050 Hz with their mel spectrograms"),
+    ZooEntry(
+        "deepspeech2", "speech", "DeepSpeech 2 speech recognizer (2 conv + 5 BiLSTM), CTC loss",
+        "Amodei et al., 'Deep Speech 2', ICML 2016; SeanNaren/deepspeech.pytorch model.py with BiDirectionalConfig "
+        "(LSTM, hidden 1024, 5 layers), 161-bin spectrogram (20 ms window, 10 ms stride, 16 kHz), 29 characters, "
+        "batch 64; 86,618,400 parameters; LibriSpeech's mean utterance 12.3 s = 1,230 frames",
+        _lazy("speech", "deepspeech2"), batch_size=64, seq_len=1230,
+        size_meaning="batch_size utterances of seq_len spectrogram frames (10 ms each)"),
 )}
 """All zoo models by name."""

@@ -299,3 +299,67 @@ def waveglow(batch_size: int = 8, seq_len: int = 8000) -> tuple[nn.Module, tuple
         raise ValueError(f"seq_len: WaveGlow groups 8 audio samples; {seq_len} is not a multiple of 8")
     frames = seq_len // WAVEGLOW_HOP + 1
     return WaveGlow(), (torch.empty(batch_size, N_MELS, frames), torch.empty(batch_size, seq_len))
+
+
+# -- DeepSpeech 2 (Amodei et al. 2016) as deepspeech.pytorch defines it ---------------------------
+DS2_LABELS = 29
+"""Output characters of deepspeech.pytorch's English ``labels.json``: blank, apostrophe, A-Z, space."""
+DS2_FREQ_BINS = 161
+"""Spectrogram bins: a 20 ms Hamming window at 16 kHz (320 samples) gives 320 / 2 + 1 = 161."""
+
+
+class DeepSpeech2(nn.Module):
+    """DeepSpeech 2 (Amodei et al., "Deep Speech 2: End-to-End Speech Recognition in English and
+    Mandarin", ICML 2016) in the configuration of SeanNaren/deepspeech.pytorch
+    (``deepspeech_pytorch/model.py`` with ``BiDirectionalConfig``): two 2-D convolutions over the
+    161-bin spectrogram (32 channels, 41 x 11 stride 2 x 2 and 21 x 11 stride 2 x 1, batch norm,
+    hardtanh 0-20), five bidirectional LSTMs of 1,024 (the directions summed; batch norm before all
+    but the first), batch norm and a bias-free 1,024 x 29 classifier, CTC loss summed over the batch.
+    Every utterance is full length (no masking or packing).
+
+    ``forward(spect (B, 1, 161, T), targets (B, S) int64) -> loss``.
+    """
+
+    def __init__(self, hidden: int = 1024, layers: int = 5, labels: int = DS2_LABELS):
+        super().__init__()
+        self.conv = nn.Sequential(
+            nn.Conv2d(1, 32, (41, 11), stride=(2, 2), padding=(20, 5)), nn.BatchNorm2d(32),
+            nn.Hardtanh(0, 20, inplace=True),
+            nn.Conv2d(32, 32, (21, 11), stride=(2, 1), padding=(10, 5)), nn.BatchNorm2d(32),
+            nn.Hardtanh(0, 20, inplace=True))
+        freq = (DS2_FREQ_BINS + 2 * 20 - 41) // 2 + 1
+        freq = (freq + 2 * 10 - 21) // 2 + 1
+        self.rnns = nn.ModuleList(nn.LSTM(32 * freq if i == 0 else hidden, hidden, bidirectional=True)
+                                  for i in range(layers))
+        self.norms = nn.ModuleList(nn.BatchNorm1d(hidden) for _ in range(layers - 1))
+        self.fc_norm = nn.BatchNorm1d(hidden)
+        self.fc = nn.Linear(hidden, labels, bias=False)
+        self.hidden = hidden
+
+    def forward(self, spect: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """CTC loss of the batch, summed (a scalar)."""
+        x = self.conv(spect)
+        b, c, f, t = x.shape
+        x = x.view(b, c * f, t).permute(2, 0, 1).contiguous()  # (T, B, H)
+        for i, rnn in enumerate(self.rnns):
+            if i > 0:
+                x = self.norms[i - 1](x.view(t * b, -1)).view(t, b, -1)
+            x = rnn(x)[0].view(t, b, 2, self.hidden).sum(2)
+        logits = self.fc(self.fc_norm(x.view(t * b, -1))).view(t, b, -1)
+        log_probs = logits.log_softmax(-1)
+        input_lengths = torch.full((b,), t, dtype=torch.long, device=x.device)
+        target_lengths = torch.full((b,), targets.shape[1], dtype=torch.long, device=x.device)
+        return F.ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="sum",
+                          zero_infinity=True)
+
+
+def deepspeech2(batch_size: int = 64, seq_len: int = 1230) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """DeepSpeech 2 and ``batch_size`` utterances of ``seq_len`` spectrogram frames (10 ms each) with
+    padded character targets (``seq_len / 6``: about 16 characters a second).
+
+    Defaults: deepspeech.pytorch's batch 64; LibriSpeech's 960 training hours in 281,241 utterances
+    average 12.3 s, 1,230 frames."""
+    _register_ctc_meta()
+    targets = max(1, seq_len // 6)
+    return DeepSpeech2(), (torch.empty(batch_size, 1, DS2_FREQ_BINS, seq_len),
+                           torch.ones(batch_size, targets, dtype=torch.long))
