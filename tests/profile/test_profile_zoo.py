@@ -155,7 +155,7 @@ LAMBDA_MODELS = {"ssd300", "bert_base_squad", "bert_large_squad", "gnmt", "ncf_d
 def test_zoo_names():
     assert set(ZOO) == PROFILED_ABOVE | LAMBDA_MODELS | {
         "transformer_nmt", "bert_large", "mind", "wav2vec2_base", "resnet18_cifar", "ncf", "resnet101", "resnet152",
-        "vgg16", "mobilenet_v2", "shufflenet_v2", "transformer_big", "lstm_lm", "deepspeech2"}
+        "vgg16", "mobilenet_v2", "shufflenet_v2", "transformer_big", "lstm_lm", "deepspeech2", "inception_v3"}
 
 
 @pytest.mark.parametrize("name", sorted(set(ZOO) - PROFILED_ABOVE))
@@ -165,7 +165,7 @@ def test_every_other_zoo_model_profiles(name):
     if entry.seq_len is not None:
         small["seq_len"] = {"wav2vec2_base": 16_000, "deepspeech2": 64}.get(name, 16)
     if entry.image_size is not None:
-        small["image_size"] = {"resnet18_cifar": 32, "ssd300": 300}.get(name, 64)
+        small["image_size"] = {"resnet18_cifar": 32, "ssd300": 300, "inception_v3": 299}.get(name, 64)
     if name == "waveglow":
         small["seq_len"] = 512
     r = profile_model(name, **small)

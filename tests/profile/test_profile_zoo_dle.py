@@ -184,6 +184,13 @@ def test_more_vision_parameter_counts_and_macs():
     r = profile_model("shufflenet_v2", batch_size=2)
     fwd = r.ops.filter((pl.col("phase") == "forward") & (pl.col("class_by_type") == "compute_bound"))
     assert fwd["flops"].sum() / 2 / 2 == pytest.approx(146e6, rel=0.03)
+    # Inception-v3: torchvision 27,161,264 parameters (auxiliary head included) and 5.71 G multiply-adds per
+    # 299 x 299 image without the auxiliary head (which inference does not run); within 3 %
+    assert _params("inception_v3") == 27_161_264
+    r = profile_model("inception_v3", batch_size=2)
+    fwd = r.ops.filter((pl.col("phase") == "forward") & (pl.col("class_by_type") == "compute_bound")
+                       & ~pl.col("module").str.starts_with("aux"))
+    assert fwd["flops"].sum() / 2 / 2 == pytest.approx(5.71e9, rel=0.03)
 
 
 def test_transformer_big_and_lstm_lm_parameter_counts():

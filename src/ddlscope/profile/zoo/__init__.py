@@ -26,6 +26,7 @@ resnet101/152      ResNet-101 / -152 v1.5, 44.5 M / 60.2 M                 batch
 vgg16              VGG-16 (Simonyan and Zisserman 2015), 138.4 M           batch 64, 224 x 224
 mobilenet_v2       MobileNetV2 1.0 (Sandler et al. 2018), 3.5 M            batch 64, 224 x 224
 shufflenet_v2      ShuffleNet V2 1.0x (Ma et al. 2018), 2.3 M              batch 64, 224 x 224
+inception_v3       Inception-v3 (Szegedy et al. 2016), 27.2 M              batch 64, 299 x 299
 transformer_big    Transformer big (Vaswani et al. 2017), 214.2 M          batch 96 pairs, 32 tokens
 lstm_lm            2 x 1500 LSTM language model (Zaremba et al. 2014)      batch 20, 35 steps
 ssd300             SSD300 v1.1, ResNet-50 trunk (NVIDIA DLE), COCO         batch 48, 300 x 300
@@ -238,6 +239,14 @@ ZOO: dict[str, ZooEntry] = {e.name: e for e in (
         "Ma et al., 'ShuffleNet V2: Practical Guidelines for Efficient CNN Architecture Design', ECCV 2018, Table 5 "
         "(1.0x: 2.3 M parameters, 146 M multiply-adds); 2,278,604 parameters as torchvision's shufflenet_v2_x1_0",
         _lazy("vision", "shufflenet_v2"), batch_size=64, image_size=224,
+        size_meaning="batch_size images of image_size x image_size x 3",
+        stored_input_bytes_per_sample=IMAGENET_MEAN_JPEG_BYTES),
+    ZooEntry(
+        "inception_v3", "vision", "Inception-v3 image classifier with its auxiliary head, 1000 classes",
+        "Szegedy et al., 'Rethinking the Inception Architecture for Computer Vision', CVPR 2016, Table 1; "
+        "torchvision's inception_v3 layout (27,161,264 parameters with the auxiliary classifier; 5.71 G "
+        "multiply-adds at 299 x 299); loss = CE + 0.4 x auxiliary CE as torchvision's reference training",
+        _lazy("vision", "inception_v3"), batch_size=64, image_size=299,
         size_meaning="batch_size images of image_size x image_size x 3",
         stored_input_bytes_per_sample=IMAGENET_MEAN_JPEG_BYTES),
     ZooEntry(

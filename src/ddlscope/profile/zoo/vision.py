@@ -394,3 +394,116 @@ class ShuffleNetV2(nn.Module):
 def shufflenet_v2(batch_size: int = 64, image_size: int = 224) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     """ShuffleNet V2 1.0x and a batch of FP32 images with int64 labels."""
     return ShuffleNetV2(), _batch(batch_size, image_size)
+
+
+# -- Inception-v3 (Szegedy et al., CVPR 2016), torchvision's layout ---------------------------------
+class _BasicConv(nn.Sequential):
+    def __init__(self, cin: int, cout: int, kernel: int | tuple[int, int], stride: int = 1,
+                 padding: int | tuple[int, int] = 0):
+        super().__init__(nn.Conv2d(cin, cout, kernel, stride, padding, bias=False), nn.BatchNorm2d(cout, eps=0.001),
+                         nn.ReLU(inplace=True))
+
+
+class _InceptionA(nn.Module):
+    def __init__(self, cin: int, pool: int):
+        super().__init__()
+        self.b1 = _BasicConv(cin, 64, 1)
+        self.b5 = nn.Sequential(_BasicConv(cin, 48, 1), _BasicConv(48, 64, 5, padding=2))
+        self.b3 = nn.Sequential(_BasicConv(cin, 64, 1), _BasicConv(64, 96, 3, padding=1),
+                                _BasicConv(96, 96, 3, padding=1))
+        self.bp = _BasicConv(cin, pool, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.b1(x), self.b5(x), self.b3(x), self.bp(F.avg_pool2d(x, 3, 1, 1))], 1)
+
+
+class _InceptionB(nn.Module):
+    def __init__(self, cin: int):
+        super().__init__()
+        self.b3 = _BasicConv(cin, 384, 3, stride=2)
+        self.bd = nn.Sequential(_BasicConv(cin, 64, 1), _BasicConv(64, 96, 3, padding=1),
+                                _BasicConv(96, 96, 3, stride=2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.b3(x), self.bd(x), F.max_pool2d(x, 3, 2)], 1)
+
+
+class _InceptionC(nn.Module):
+    def __init__(self, cin: int, c7: int):
+        super().__init__()
+        self.b1 = _BasicConv(cin, 192, 1)
+        self.b7 = nn.Sequential(_BasicConv(cin, c7, 1), _BasicConv(c7, c7, (1, 7), padding=(0, 3)),
+                                _BasicConv(c7, 192, (7, 1), padding=(3, 0)))
+        self.bd = nn.Sequential(_BasicConv(cin, c7, 1), _BasicConv(c7, c7, (7, 1), padding=(3, 0)),
+                                _BasicConv(c7, c7, (1, 7), padding=(0, 3)), _BasicConv(c7, c7, (7, 1), padding=(3, 0)),
+                                _BasicConv(c7, 192, (1, 7), padding=(0, 3)))
+        self.bp = _BasicConv(cin, 192, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.b1(x), self.b7(x), self.bd(x), self.bp(F.avg_pool2d(x, 3, 1, 1))], 1)
+
+
+class _InceptionD(nn.Module):
+    def __init__(self, cin: int):
+        super().__init__()
+        self.b3 = nn.Sequential(_BasicConv(cin, 192, 1), _BasicConv(192, 320, 3, stride=2))
+        self.b7 = nn.Sequential(_BasicConv(cin, 192, 1), _BasicConv(192, 192, (1, 7), padding=(0, 3)),
+                                _BasicConv(192, 192, (7, 1), padding=(3, 0)), _BasicConv(192, 192, 3, stride=2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.b3(x), self.b7(x), F.max_pool2d(x, 3, 2)], 1)
+
+
+class _InceptionE(nn.Module):
+    def __init__(self, cin: int):
+        super().__init__()
+        self.b1 = _BasicConv(cin, 320, 1)
+        self.b3_1 = _BasicConv(cin, 384, 1)
+        self.b3_a = _BasicConv(384, 384, (1, 3), padding=(0, 1))
+        self.b3_b = _BasicConv(384, 384, (3, 1), padding=(1, 0))
+        self.bd_1 = nn.Sequential(_BasicConv(cin, 448, 1), _BasicConv(448, 384, 3, padding=1))
+        self.bd_a = _BasicConv(384, 384, (1, 3), padding=(0, 1))
+        self.bd_b = _BasicConv(384, 384, (3, 1), padding=(1, 0))
+        self.bp = _BasicConv(cin, 192, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y, z = self.b3_1(x), self.bd_1(x)
+        return torch.cat([self.b1(x), self.b3_a(y), self.b3_b(y), self.bd_a(z), self.bd_b(z),
+                          self.bp(F.avg_pool2d(x, 3, 1, 1))], 1)
+
+
+class InceptionV3(nn.Module):
+    """Inception-v3 (Szegedy et al., "Rethinking the Inception Architecture for Computer Vision", CVPR
+    2016, Table 1) in torchvision's layout: stem of five convolutions and two max-poolings, 3 x
+    Inception-A (35 x 35), a grid reduction, 4 x Inception-C with factorised 7x7 (17 x 17), an
+    auxiliary classifier on the 17 x 17 grid, a reduction, 2 x Inception-E (8 x 8), pooling, dropout
+    0.5 and the classifier; batch norm (eps 0.001) after every bias-free convolution; 27,161,264
+    parameters with the auxiliary head, as torchvision's ``inception_v3``. Training loss: cross-entropy
+    + 0.4 x the auxiliary head's (torchvision's reference training script).
+    ``forward(images (B, 3, 299, 299), labels (B,) int64) -> loss``."""
+
+    def __init__(self, num_classes: int = 1000):
+        super().__init__()
+        self.stem = nn.Sequential(_BasicConv(3, 32, 3, stride=2), _BasicConv(32, 32, 3),
+                                  _BasicConv(32, 64, 3, padding=1), nn.MaxPool2d(3, 2), _BasicConv(64, 80, 1),
+                                  _BasicConv(80, 192, 3), nn.MaxPool2d(3, 2))
+        self.mixed_5 = nn.Sequential(_InceptionA(192, 32), _InceptionA(256, 64), _InceptionA(288, 64))
+        self.mixed_6 = nn.Sequential(_InceptionB(288), _InceptionC(768, 128), _InceptionC(768, 160),
+                                     _InceptionC(768, 160), _InceptionC(768, 192))
+        self.aux = nn.Sequential(nn.AvgPool2d(5, 3), _BasicConv(768, 128, 1), _BasicConv(128, 768, 5),
+                                 nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(768, num_classes))
+        self.mixed_7 = nn.Sequential(_InceptionD(768), _InceptionE(1280), _InceptionE(2048))
+        self.dropout = nn.Dropout(0.5)
+        self.fc = nn.Linear(2048, num_classes)
+
+    def forward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy of the main and (x 0.4) auxiliary classifiers (a scalar)."""
+        x = self.mixed_6(self.mixed_5(self.stem(images)))
+        aux = self.aux(x)
+        x = F.adaptive_avg_pool2d(self.mixed_7(x), 1).flatten(1)
+        return F.cross_entropy(self.fc(self.dropout(x)), labels) + 0.4 * F.cross_entropy(aux, labels)
+
+
+def inception_v3(batch_size: int = 64, image_size: int = 299) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """Inception-v3 and a batch of FP32 images with int64 labels (299 x 299 by default)."""
+    return InceptionV3(), _batch(batch_size, image_size)
