@@ -148,9 +148,14 @@ def test_gcn_message_passing_flops():
 PROFILED_ABOVE = {"resnet18", "resnet50", "bert_base", "gpt2", "dlrm", "gcn_reddit"}
 
 
+LAMBDA_MODELS = {"ssd300", "bert_base_squad", "bert_large_squad", "gnmt", "ncf_dle", "tacotron2", "waveglow",
+                 "transformer_xl_base", "transformer_xl_large"}
+
+
 def test_zoo_names():
-    assert set(ZOO) == PROFILED_ABOVE | {"transformer_nmt", "bert_large", "mind", "wav2vec2_base", "resnet18_cifar",
-                        "ncf"}
+    assert set(ZOO) == PROFILED_ABOVE | LAMBDA_MODELS | {
+        "transformer_nmt", "bert_large", "mind", "wav2vec2_base", "resnet18_cifar", "ncf", "resnet101", "resnet152",
+        "vgg16", "mobilenet_v2", "shufflenet_v2", "transformer_big", "lstm_lm", "deepspeech2", "inception_v3"}
 
 
 @pytest.mark.parametrize("name", sorted(set(ZOO) - PROFILED_ABOVE))
@@ -158,9 +163,11 @@ def test_every_other_zoo_model_profiles(name):
     entry = ZOO[name]
     small = {"batch_size": 1000 if name == "gcn_reddit" else 2}
     if entry.seq_len is not None:
-        small["seq_len"] = 16_000 if name == "wav2vec2_base" else 16
+        small["seq_len"] = {"wav2vec2_base": 16_000, "deepspeech2": 64}.get(name, 16)
     if entry.image_size is not None:
-        small["image_size"] = 32 if name == "resnet18_cifar" else 64
+        small["image_size"] = {"resnet18_cifar": 32, "ssd300": 300, "inception_v3": 299}.get(name, 64)
+    if name == "waveglow":
+        small["seq_len"] = 512
     r = profile_model(name, **small)
     t = r.totals
     assert t["forward_flops"] > 0 and t["backward_flops"] > t["forward_flops"] * 0.9

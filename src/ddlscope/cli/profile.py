@@ -73,6 +73,8 @@ def _totals_lines(t: dict[str, Any]) -> dict[str, Any]:
         "peak memory bytes (weights+grads+state+activations)": t["peak_memory_bytes"],
         "ideal step time on the reference GPU (roofline, s)": t["roofline_time_s"],
         "ops traced (views, host ops)": f"{t['ops']} ({t['view_ops']}, {t['host_ops']})",
+        "unpriced ops (no FLOP formula; FLOPs 0, bytes counted)":
+            ", ".join(f"{op} x{n}" for op, n in t.get("unpriced_ops", {}).items()) or "none",
     }
 
 

@@ -20,7 +20,7 @@ import polars as pl
 import torch
 
 from ddlscope.profile.costs import COMPUTE_BOUND_OPS, rows_touched, tensor_bytes, tensors_in
-from ddlscope.profile.tracer import PHASES, StepFunctionMode, StepRecorder, storage_key
+from ddlscope.profile.tracer import PHASES, StepFunctionMode, StepRecorder, rnn_autocast_check, storage_key
 from ddlscope.specs.catalog import Catalog, builtin_catalog
 from ddlscope.specs.system import GPUSpec
 from ddlscope.specs.workload import Workload
@@ -55,6 +55,9 @@ OP_COLUMNS: dict[str, str] = {
     "class_by_roofline": "compute_bound when the intensity reaches the reference GPU's ridge point",
     "roofline_s": "ideal time on the reference GPU: max(flops / peak, total_bytes / bandwidth)",
     "estimated": "true for analytic rows (sparse-table updates, AMP gradient unscaling), false if traced",
+    "unpriced": "true for an op of a compute-heavy kind (matmul, convolution, attention, recurrent, linear "
+                "algebra, FFT) that has no FLOP formula: its flops are 0 (not estimated), its bytes are counted; "
+                "totals['unpriced_ops'] lists them",
 }
 """Columns of :attr:`ProfileResult.ops`, one row per op call that does work, with meanings."""
 
@@ -434,7 +437,7 @@ def _trace_step(name: str, module: torch.nn.Module, batch: Any, precision: str, 
             try:
                 with rec:
                     rec.phase = "forward"
-                    with fmode:
+                    with fmode, rnn_autocast_check(amp_dtype is not None):
                         output = _run_model(module, batch)
                         loss = _loss_of(name, output)
                     fmode.clear_cache()  # as leaving torch.autocast does; autograd keeps what it saved
@@ -551,6 +554,7 @@ def _append(rec: StepRecorder, phase: str, op: str, module: str, table: str | No
     r["read_bytes"].append(round(read))
     r["write_bytes"].append(round(write))
     r["estimated"].append(True)
+    r["unpriced"].append(False)
     rec.op_index += 1
 
 
@@ -571,7 +575,7 @@ def _finish_ops(records: dict[str, list[Any]], gpu: GPUSpec, precision: str) -> 
     frame = pl.DataFrame(records, schema={
         "op_index": pl.Int64, "phase": PhaseEnum, "op": pl.String, "module": pl.String, "table": pl.String,
         "dtype": pl.String, "shape": pl.String, "flops": pl.Float64, "read_bytes": pl.Int64,
-        "write_bytes": pl.Int64, "estimated": pl.Boolean,
+        "write_bytes": pl.Int64, "estimated": pl.Boolean, "unpriced": pl.Boolean,
     })
     is_cb = c("op").is_in(list(COMPUTE_BOUND_NAMES))
     peak_expr = (
@@ -679,6 +683,7 @@ def _totals(name: str, ops: pl.DataFrame, params: pl.DataFrame, trace: dict[str,
         "optimizer_state_bytes": state_bytes,
         "peak_memory_bytes": param_bytes + state_bytes + input_bytes + peak_live,
         "ops": ops.height,
+        "unpriced_ops": {op: int(n) for op, n in ops.filter(c("unpriced")).group_by("op").len().sort("op").iter_rows()},
         "view_ops": int(trace["view_ops"]),
         "host_ops": int(trace["host_ops"]),
         "trace_s": trace_s,

@@ -4,12 +4,16 @@ Every rule here works on tensor *metadata* only (sizes, strides, dtypes), so it 
 device. The functions are pure; :mod:`ddlscope.profile.tracer` calls them once per dispatched op.
 
 FLOPs
-    Matmul-class ops (``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``convolution`` and its backward,
-    the fused scaled-dot-product-attention kernels) use the formulas PyTorch registers in
-    ``torch.utils.flop_counter`` (2 FLOPs per multiply-accumulate; bias additions not counted;
-    the attention backward counts the recomputation of ``Q K^T``, five matmuls, as FlashAttention
-    does: Dao et al., "FlashAttention", NeurIPS 2022, sec. 3.1). ``mv``, ``addmv``, ``dot`` and
-    ``vdot`` are added here with the same convention (``2 m n`` and ``2 n``).
+    Matmul-class ops (``mm``, ``addmm``, ``bmm``, ``baddbmm``...) use the formulas PyTorch registers
+    in ``torch.utils.flop_counter`` (2 FLOPs per multiply-accumulate; bias additions not counted).
+    Convolutions (forward and backward), the fused scaled-dot-product-attention kernels and cuDNN's
+    fused RNN use ours (:data:`OWN_FLOP_FORMULAS`): :func:`conv_macs` (PyTorch's weight-gradient
+    formula is ``groups`` times too high), :func:`attention_flops` (``4 B H Lq Lk D`` forward,
+    2.5x that backward, the recomputation of ``Q K^T`` included: Dao, "FlashAttention-2", 2023,
+    sec. 4.1) and :func:`rnn_macs`. ``mv``, ``addmv``, ``dot`` and ``vdot`` are added with the same
+    convention (``2 m n`` and ``2 n``). An op of a compute-heavy kind with no formula (linear
+    algebra, FFT, an unknown matmul or convolution kernel: :func:`is_unpriced`) gets 0 FLOPs and
+    is flagged *unpriced*, never estimated per element.
     Every other op is memory-bound and gets an *estimate*: ``k`` FLOPs per element of its largest
     operand, ``k`` from :data:`FLOPS_PER_ELEMENT` (1 by default; 0 for pure data movement such as
     copies, concatenation, gathers and fills); scatter-accumulations (``index_add_``,
@@ -36,6 +40,7 @@ Bytes
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -45,10 +50,146 @@ from torch.utils.flop_counter import flop_registry
 
 aten = torch.ops.aten
 
+# -- FLOP formulas of compute-class ops (ours, where torch's are missing or wrong) ---------------
+def conv_macs(x_shape: Sequence[int], w_shape: Sequence[int], out_shape: Sequence[int], transposed: bool) -> int:
+    """Multiply-accumulates of one (grouped) convolution, the same for each of its three passes
+    (forward, input gradient, weight gradient): ``N x prod(output spatial) x C_out x (C_in / groups)
+    x prod(kernel)`` for a plain convolution. The weight's shape already holds the per-group
+    channel count: ``(C_out, C_in / groups, *kernel)``, so MACs = ``N x prod(out spatial) x
+    w[0] x w[1] x prod(kernel)``. A transposed convolution is the input-gradient of a plain one from
+    its output to its input: weight ``(C_in, C_out / groups, *kernel)``, MACs = ``N x prod(input
+    spatial) x w[0] x w[1] x prod(kernel)``.
+
+    Each output element of a plain convolution is a dot product of ``(C_in / groups) x
+    prod(kernel)`` terms; the input gradient and the weight gradient are convolutions over the same
+    ``(output position, output channel, per-group input channel, kernel tap)`` index space, so they
+    do the same number of multiply-accumulates (the standard accounting: e.g. Chetlur et al.,
+    "cuDNN: Efficient Primitives for Deep Learning", 2014, sec. 2). ``torch.utils.flop_counter``
+    multiplies the weight-gradient count by ``groups`` (its ``conv_backward_flop`` transposes the
+    batch and channel axes of the full ``C_in``): 32x too high for a 32-channel depthwise layer.
+    Padding is not discounted (the kernel's taps on the border are computed, as cuDNN does).
+    """
+    spatial = (x_shape if transposed else out_shape)[2:]
+    return int(x_shape[0]) * math.prod(spatial) * int(w_shape[0]) * int(w_shape[1]) * math.prod(w_shape[2:])
+
+
+def _conv_flops(args: Sequence[Any], out: Any) -> float:
+    # convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+    x, w, transposed = args[0], args[1], bool(args[6])
+    y = out if isinstance(out, torch.Tensor) else out[0]
+    return 2.0 * conv_macs(x.shape, w.shape, y.shape, transposed)
+
+
+def _conv_backward_flops(args: Sequence[Any], out: Any) -> float:
+    # convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
+    #                      output_padding, groups, output_mask) -> (grad_input, grad_weight, grad_bias)
+    grad_out, x, w, transposed, mask = args[0], args[1], args[2], bool(args[7]), args[10]
+    macs = conv_macs(x.shape, w.shape, grad_out.shape, transposed)
+    return 2.0 * macs * (int(bool(mask[0])) + int(bool(mask[1])))
+
+
+def attention_flops(q_shape: Sequence[int], k_shape: Sequence[int], v_shape: Sequence[int]) -> float:
+    """Forward FLOPs of fused scaled-dot-product attention on ``query (B, H, Lq, D)``, ``key (B, H_kv,
+    Lk, D)``, ``value (B, H_kv, Lk, Dv)``: the two matmuls ``Q K^T`` and ``P V``, ``2 B H Lq Lk (D +
+    Dv)`` = ``4 B H Lq Lk D`` for ``Dv = D`` (grouped-query K/V heads are broadcast to the ``H`` query
+    heads; softmax and scaling are not counted). The convention of Dao, "FlashAttention-2", 2023,
+    sec. 4.1 ("the forward pass FLOPs: 4 seqlen^2 head_dimension number_of_heads"); a causal mask
+    is not discounted."""
+    b, h, lq, d = (int(s) for s in q_shape)
+    lk, dv = int(k_shape[2]), int(v_shape[3])
+    return 2.0 * b * h * lq * lk * (d + dv)
+
+
+ATTENTION_BACKWARD_FACTOR = 2.5
+"""Backward FLOPs of fused attention over its forward FLOPs: five matmuls (``Q K^T`` recomputed,
+``dV``, ``dP``, ``dQ``, ``dK``) against two, "the backward pass FLOPs are 2.5 times the forward"
+(Dao, "FlashAttention-2", 2023, sec. 4.1; the recomputation is FlashAttention's, Dao et al.,
+NeurIPS 2022, sec. 3.1). Equals ``torch.utils.flop_counter``'s ``sdpa_backward_flop_count``."""
+
+
+def _attention_forward_flops(args: Sequence[Any], out: Any) -> float:
+    return attention_flops(args[0].shape, args[1].shape, args[2].shape)
+
+
+def _attention_backward_flops(args: Sequence[Any], out: Any) -> float:
+    # (grad_out, query, key, value, ...)
+    return ATTENTION_BACKWARD_FACTOR * attention_flops(args[1].shape, args[2].shape, args[3].shape)
+
+
+RNN_GATES: dict[int, int] = {0: 1, 1: 1, 2: 4, 3: 3}
+"""Gates per cell of the cuDNN RNN modes (``cudnnRNNMode_t``: 0 RNN_RELU, 1 RNN_TANH, 2 LSTM, 3 GRU)."""
+
+
+def rnn_macs(mode: int, input_size: int, hidden_size: int, num_layers: int, bidirectional: bool,
+             batch_steps: int) -> int:
+    """Multiply-accumulates of the forward of a multi-layer RNN as cuDNN runs it (one fused call):
+    per layer and direction, ``G (input + hidden) hidden`` per token for the input and recurrent
+    matmuls ``W_ih x_t`` and ``W_hh h_(t-1)`` of the ``G`` gates (4 for LSTM, 3 for GRU, 1 for a
+    plain RNN), times ``batch_steps`` = batch x time steps (the sum of the batch sizes of a packed
+    sequence). Layers after the first take the previous layer's output (``hidden x directions``
+    wide). Gate non-linearities and biases are not counted. The backward does the same MACs twice:
+    once for the data gradients (``dx``, ``dh``) and once for the weight gradients (cuDNN's
+    ``cudnnRNNBackwardData`` and ``cudnnRNNBackwardWeights``), so a training step is 3x forward.
+    """
+    gates, dirs = RNN_GATES.get(int(mode), 1), 2 if bidirectional else 1
+    macs = 0
+    for layer in range(num_layers):
+        width = input_size if layer == 0 else hidden_size * dirs
+        macs += dirs * gates * (width + hidden_size) * hidden_size * batch_steps
+    return macs
+
+
+def _rnn_args(args: Sequence[Any], offset: int) -> tuple[int, int, int, int, bool, int]:
+    """(mode, input_size, hidden_size, layers, bidirectional, batch x steps) of ``_cudnn_rnn`` (offset 0)
+    or ``_cudnn_rnn_backward`` (offset: its extra output/grad arguments)."""
+    x = args[0]
+    mode, hidden, layers = int(args[6 + offset]), int(args[7 + offset]), int(args[9 + offset])
+    batch_first, bidirectional, batch_sizes = bool(args[10 + offset]), bool(args[13 + offset]), args[14 + offset]
+    del batch_first  # batch x steps is the product of the first two dimensions either way
+    batch_steps = sum(int(b) for b in batch_sizes) if batch_sizes else int(x.shape[0]) * int(x.shape[1])
+    return mode, int(x.shape[-1]), hidden, layers, bidirectional, batch_steps
+
+
+def _rnn_forward_flops(args: Sequence[Any], out: Any) -> float:
+    return 2.0 * rnn_macs(*_rnn_args(args, 0))
+
+
+def _rnn_backward_flops(args: Sequence[Any], out: Any) -> float:
+    # _cudnn_rnn_backward(input, weight, weight_stride0, weight_buf, hx, cx, output, grad_output, grad_hy,
+    #                     grad_cy, mode, ...): mode at 10 = 6 + 4; output_mask last
+    mask = args[21]
+    return 2.0 * rnn_macs(*_rnn_args(args, 4)) * (1 + int(bool(mask[3])))
+
+
+OWN_FLOP_FORMULAS: dict[Any, Any] = {
+    aten.convolution: _conv_flops,
+    aten._convolution: _conv_flops,
+    aten.convolution_overrideable: _conv_flops,
+    aten.convolution_backward: _conv_backward_flops,
+    aten.convolution_backward_overrideable: _conv_backward_flops,
+    aten._scaled_dot_product_flash_attention: _attention_forward_flops,
+    aten._scaled_dot_product_efficient_attention: _attention_forward_flops,
+    aten._scaled_dot_product_cudnn_attention: _attention_forward_flops,
+    aten._scaled_dot_product_flash_attention_for_cpu: _attention_forward_flops,
+    aten._scaled_dot_product_fused_attention_overrideable: _attention_forward_flops,
+    aten._scaled_dot_product_flash_attention_backward: _attention_backward_flops,
+    aten._scaled_dot_product_efficient_attention_backward: _attention_backward_flops,
+    aten._scaled_dot_product_cudnn_attention_backward: _attention_backward_flops,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward: _attention_backward_flops,
+    aten._scaled_dot_product_fused_attention_overrideable_backward: _attention_backward_flops,
+    aten._cudnn_rnn: _rnn_forward_flops,
+    aten._cudnn_rnn_backward: _rnn_backward_flops,
+}
+"""ddlscope's own FLOP formulas (``f(args, out) -> FLOPs``), used before ``torch.utils.flop_counter``'s:
+convolutions (:func:`conv_macs`, correct for grouped and depthwise convolutions), the fused
+scaled-dot-product-attention kernels (:func:`attention_flops`, backward x
+:data:`ATTENTION_BACKWARD_FACTOR`; including the CPU flash and "overrideable" kernels PyTorch has
+no formula for) and cuDNN's fused RNN (:func:`rnn_macs`)."""
+
 # -- classification by op type (the PAI study's way) ----------------------------------------------
 _EXTRA_MATMUL = (aten.mv, aten.addmv, aten.dot, aten.vdot)
 
-COMPUTE_BOUND_OPS: frozenset[Any] = frozenset([*flop_registry, *_EXTRA_MATMUL])
+COMPUTE_BOUND_OPS: frozenset[Any] = frozenset([*flop_registry, *_EXTRA_MATMUL, *OWN_FLOP_FORMULAS])
 """Op packets counted as compute-bound *by type*: convolution and matrix-multiply class kernels
 (GEMM/GEMV, convolution, fused attention). Everything else is memory-bound. Reconstruction of the
 PAI study's split (Wang et al., IISWC 2019: "compute-bound" = convolution/GEMM-class operations,
@@ -205,9 +346,14 @@ def op_flops(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any, o
     ``torch.utils.flop_counter`` formula for matmul-class ops, else an estimate of ``k`` FLOPs per
     element of the largest operand."""
     packet = func.overloadpacket
+    own = OWN_FLOP_FORMULAS.get(packet)
+    if own is not None:
+        return float(own(args, out))
     formula = flop_registry.get(packet)
     if formula is not None:
         return float(formula(*args, **kwargs, out_val=out))
+    if is_unpriced(packet):
+        return 0.0
     if packet in (aten.mv, aten.addmv):
         mat = args[0] if packet is aten.mv else args[1]
         return 2.0 * mat.shape[0] * mat.shape[1]
@@ -224,6 +370,31 @@ def op_flops(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any, o
         return 0.0
     sizes = [t.numel() for t in tensors_in(args)] + [t.numel() for t in outputs]
     return k * float(max(sizes, default=0))
+
+
+_HEAVY_SUBSTRINGS = ("convolution", "matmul", "attention", "rnn", "lstm", "gru", "linalg", "fft", "cholesky",
+                     "svd", "einsum", "tensordot", "bilinear", "cdist", "kron")
+_HEAVY_TOKENS = frozenset(["mm", "bmm", "mv", "addmm", "addbmm", "baddbmm", "addmv", "addr", "qr", "lu", "solve",
+                           "eig", "eigh", "eigvals", "inverse", "det", "slogdet", "logdet", "pinv", "triangular",
+                           "geqrf", "orgqr", "ormqr", "lstsq"])
+
+
+@functools.cache
+def is_unpriced(packet: Any) -> bool:
+    """Whether an op (OpOverloadPacket) is of a compute-heavy kind (matmul, convolution, attention,
+    recurrent layer, linear algebra, FFT), where a per-element estimate would be far off, judged by its name. Such an op
+    without a FLOP formula (neither :data:`OWN_FLOP_FORMULAS` nor ``torch.utils.flop_counter``'s) is
+    *unpriced*: :func:`op_flops` gives it 0 FLOPs, and the op table flags it (``unpriced``) and the
+    profile lists it, rather than counting it silently."""
+    if packet in OWN_FLOP_FORMULAS or packet in flop_registry or packet in _EXTRA_MATMUL:
+        return False
+    name = str(packet).rpartition(".")[2].lower()
+    if "cell" in name or "norm" in name:
+        # _thnn_fused_lstm_cell/_gru_cell (the gates' element-wise part), linalg_vector_norm (a reduction)
+        return False
+    tokens = [t for t in name.split("_") if t]
+    return (any(w in name for w in _HEAVY_SUBSTRINGS) or any(t in _HEAVY_TOKENS for t in tokens)
+            or any(t.startswith("conv") and not t.startswith("convert") for t in tokens))
 
 
 def expected_unique_rows(num_rows: float, lookups: float) -> float:

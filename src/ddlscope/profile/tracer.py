@@ -22,10 +22,11 @@ Two PyTorch modes cooperate:
 
 from __future__ import annotations
 
+import contextlib
 import types
 import weakref
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -37,6 +38,7 @@ from ddlscope.profile.costs import (
     EMBEDDING_BACKWARD_OPS,
     EMBEDDING_LOOKUP_OPS,
     distinct_elements,
+    is_unpriced,
     op_bytes,
     op_flops,
     tensor_bytes,
@@ -49,8 +51,11 @@ _SHIFTS = frozenset([torch.ops.aten.add, torch.ops.aten.sub, torch.ops.aten._to_
 
 OP_RECORD_FIELDS: tuple[str, ...] = (
     "op_index", "phase", "op", "module", "table", "dtype", "shape", "flops", "read_bytes", "write_bytes",
-    "estimated",
+    "estimated", "unpriced",
 )
+_NO_ALIAS_CHECK = frozenset([torch.ops.aten._cudnn_rnn])
+"""Ops whose meta kernel returns an input as an extra result (``_cudnn_rnn`` returns ``weight_buf``):
+recorded as work, not taken for views."""
 
 
 def storage_key(t: torch.Tensor) -> int:
@@ -108,6 +113,7 @@ class StepRecorder(TorchDispatchMode):
         self._tracking = True
         self._cacheable: dict[Any, bool] = {}
         self._meta_cache: dict[Any, Any] = {}
+        self._composite: dict[Any, bool] = {}
 
     # -- module attribution ---------------------------------------------------------------------
     def install_module_hooks(self) -> None:
@@ -188,6 +194,14 @@ class StepRecorder(TorchDispatchMode):
     # -- the dispatch hook ----------------------------------------------------------------------
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
+        if self._decomposes(func):
+            # Under torch.inference_mode() the autograd keys are skipped, so composite ops (linear,
+            # conv2d, matmul...) reach this mode whole; run their decomposition here so that their
+            # kernels (addmm, convolution, bmm...) are recorded as under no_grad.
+            with self:
+                r = func.decompose(*args, **kwargs)
+            if r is not NotImplemented:
+                return r
         out = self._meta_call(func, args, kwargs)
         inputs = tensors_in(args) + tensors_in(kwargs)
         outputs = tensors_in(out)
@@ -195,7 +209,8 @@ class StepRecorder(TorchDispatchMode):
             self.host_ops += 1  # host-side bookkeeping on CPU scalars (e.g. an optimizer's step count)
             return out
         mutable = func._schema.is_mutable
-        if func.is_view or (not mutable and outputs and _aliases(outputs, inputs)):
+        if func.is_view or (not mutable and outputs and func.overloadpacket not in _NO_ALIAS_CHECK
+                            and _aliases(outputs, inputs)):
             self.view_ops += 1
             return out
         packet = func.overloadpacket
@@ -261,6 +276,7 @@ class StepRecorder(TorchDispatchMode):
         rec["read_bytes"].append(read)
         rec["write_bytes"].append(write)
         rec["estimated"].append(False)
+        rec["unpriced"].append(is_unpriced(packet))
         self.phase_ops[self.phase] += 1
         if self._tracking:
             for t in outputs:
@@ -269,6 +285,13 @@ class StepRecorder(TorchDispatchMode):
         self.op_index += 1
         return out
 
+
+    def _decomposes(self, func: Any) -> bool:
+        hit = self._composite.get(func)
+        if hit is None:
+            hit = self._composite[func] = torch._C._dispatch_has_kernel_for_dispatch_key(
+                func.name(), "CompositeImplicitAutograd")
+        return hit
 
     # -- memoised meta kernels ---------------------------------------------------------------------
     def _meta_call(self, func: Any, args: tuple, kwargs: dict) -> Any:
@@ -488,6 +511,14 @@ class StepFunctionMode(TorchFunctionMode):
                 kwargs = {k: self._cast(v, torch.float32) for k, v in kwargs.items()}
         if func is _SDPA and self.fused_attention:
             return fused_attention(*args, **kwargs)
+        if func is torch.lstm_cell:
+            out = fused_lstm_cell(*args, **kwargs)
+            if out is not None:
+                return out
+        if func in _RNN_MODES:
+            out = fused_rnn(func, args, kwargs, self.amp_dtype, self._cast)
+            if out is not None:
+                return out
         if func is F.dropout:
             return fused_dropout(*args, **kwargs)
         return func(*args, **kwargs)
@@ -542,3 +573,101 @@ def fused_attention(
     out = torch.ops.aten._scaled_dot_product_efficient_attention(
         query, key, value, bias, need_lse, dropout_p, is_causal, scale=scale)[0]
     return out.squeeze(1) if squeeze else out
+
+
+# -- recurrent layers as cuDNN runs them --------------------------------------------------------
+_RNN_MODES: dict[Any, int] = {torch.rnn_relu: 0, torch.rnn_tanh: 1, torch.lstm: 2, torch.gru: 3}
+"""``torch._VF`` calls of ``nn.RNN``/``nn.LSTM``/``nn.GRU`` -> cuDNN mode (``cudnnRNNMode_t``)."""
+_RNN_LIB: torch.library.Library | None = None
+
+
+def _register_rnn_backward_meta() -> None:
+    """A meta kernel for ``aten::_cudnn_rnn_backward``, which PyTorch lacks (``_cudnn_rnn`` has one):
+    gradients shaped like ``input``, ``hx``, ``cx`` and each weight, the ones ``output_mask`` leaves
+    out empty (cuDNN returns undefined tensors for them)."""
+    global _RNN_LIB
+    if _RNN_LIB is not None or torch._C._dispatch_has_kernel_for_dispatch_key("aten::_cudnn_rnn_backward", "Meta"):
+        return
+    lib = torch.library.Library("aten", "IMPL")
+
+    def backward(input, weight, weight_stride0, weight_buf, hx, cx, output, grad_output, grad_hy, grad_cy, mode,
+                 hidden_size, proj_size, num_layers, batch_first, dropout, train, bidirectional, batch_sizes,
+                 dropout_state, reserve, output_mask):
+        empty = input.new_empty(0)
+        return (input.new_empty(input.shape) if output_mask[0] else empty,
+                hx.new_empty(hx.shape) if output_mask[1] else empty,
+                cx.new_empty(cx.shape) if cx is not None and output_mask[2] else empty,
+                [w.new_empty(w.shape) for w in weight] if output_mask[3] else [])
+
+    lib.impl("_cudnn_rnn_backward", backward, "Meta")
+    _RNN_LIB = lib
+
+
+def fused_rnn(func: Any, args: tuple, kwargs: dict, amp_dtype: torch.dtype | None,
+              cast: Callable[[Any, torch.dtype], Any]) -> Any:
+    """``torch.lstm``/``gru``/``rnn_tanh``/``rnn_relu`` (what ``nn.LSTM``, ``nn.GRU`` and ``nn.RNN``
+    call) as a CUDA device runs them: one ``aten._cudnn_rnn`` call for all layers and time steps
+    (forward) and one ``aten._cudnn_rnn_backward`` (the backward), priced by
+    :func:`ddlscope.profile.costs.rnn_macs`, instead of the per-time-step ``mm``/element-wise ops
+    the meta device's composite implementation would run. Under AMP the inputs and weights run in
+    ``amp_dtype``, as PyTorch's cuDNN RNN autocast does (``aten/src/ATen/cudnn/AutocastRNN.cpp``).
+
+    Handles the padded (``.input``) overload: ``lstm(input, (h0, c0), params, has_biases, num_layers,
+    dropout, train, bidirectional, batch_first)``, ``gru/rnn_*(input, h0, params, ...)``. Returns
+    ``(output, h_n, c_n)`` for LSTM, ``(output, h_n)`` otherwise; None (the caller runs the original)
+    for packed sequences, LSTMs with projections, keyword calls or non-meta tensors.
+    """
+    if kwargs or len(args) != 9 or not isinstance(args[2], list | tuple):
+        return None
+    mode = _RNN_MODES[func]
+    x, hx, params = args[0], args[1], list(args[2])
+    has_biases, num_layers, dropout, train, bidirectional, batch_first = args[3:9]
+    if mode == 2:
+        if not (isinstance(hx, list | tuple) and len(hx) == 2):
+            return None
+        h0, c0 = hx
+    else:
+        h0, c0 = hx, None
+    per = 4 if has_biases else 2
+    dirs = 2 if bidirectional else 1
+    if not isinstance(x, torch.Tensor) or not x.is_meta or x.dim() != 3 or len(params) != num_layers * dirs * per:
+        return None
+    if amp_dtype is not None:
+        x, h0, params = cast(x, amp_dtype), cast(h0, amp_dtype), cast(params, amp_dtype)
+        c0 = cast(c0, amp_dtype) if c0 is not None else None
+    _register_rnn_backward_meta()
+    out, hy, cy, _reserve, _buf = torch.ops.aten._cudnn_rnn(
+        x, list(params), per, x.new_empty(0), h0, c0, mode, h0.shape[-1], 0, num_layers, batch_first,
+        float(dropout), bool(train), bool(bidirectional), [], None)
+    return (out, hy, cy) if mode == 2 else (out, hy)
+
+
+def fused_lstm_cell(input: torch.Tensor, hx: Any, w_ih: torch.Tensor, w_hh: torch.Tensor,
+                    b_ih: torch.Tensor | None = None, b_hh: torch.Tensor | None = None) -> Any:
+    """``torch.lstm_cell`` (``nn.LSTMCell``) as a CUDA device runs it (``aten/src/ATen/native/RNN.cpp``,
+    ``LSTMCell`` with CUDA tensors): the two gate matmuls ``x W_ih^T`` and ``h W_hh^T``, then one
+    fused element-wise kernel ``aten._thnn_fused_lstm_cell`` (biases, gate non-linearities, cell and
+    hidden updates) and its one backward kernel, instead of the dozen element-wise ops of the meta
+    device's composite path. Returns ``(h', c')``; None (the caller runs the original) without biases
+    or for other argument forms."""
+    if b_ih is None or b_hh is None or not isinstance(hx, list | tuple) or len(hx) != 2 or not input.is_meta:
+        return None
+    h, c = hx
+    hy, cy, _ = torch.ops.aten._thnn_fused_lstm_cell(F.linear(input, w_ih), F.linear(h, w_hh), c, b_ih, b_hh)
+    return hy, cy
+
+
+@contextlib.contextmanager
+def rnn_autocast_check(active: bool) -> Iterator[None]:
+    """While ``active``, make ``nn.LSTM``/``nn.GRU``'s input check see autocast as enabled
+    (``torch._C._is_any_autocast_enabled``, the one eager use of that flag, ``torch/nn/modules/rnn.py``):
+    under CUDA autocast an RNN accepts a 16-bit input with FP32 weights, as our AMP emulation gives it."""
+    if not active:
+        yield
+        return
+    original = torch._C._is_any_autocast_enabled
+    torch._C._is_any_autocast_enabled = lambda: True
+    try:
+        yield
+    finally:
+        torch._C._is_any_autocast_enabled = original

@@ -208,3 +208,42 @@ def ncf(batch_size: int = 256) -> tuple[nn.Module, tuple[torch.Tensor, torch.Ten
     """NeuMF on MovieLens 1M and a batch of (user, item, label) interactions."""
     ids = torch.zeros(batch_size, dtype=torch.long)
     return NeuMF(), (ids, ids.clone(), torch.zeros(batch_size))
+
+
+ML20M_USERS, ML20M_ITEMS = 138_493, 26_744
+"""Users and rated items of MovieLens 20M (Harper and Konstan, ACM TiiS 2015), the data set of NVIDIA
+DeepLearningExamples' PyTorch NCF (its README: 138,493 users, 26,744 items)."""
+
+
+class NeuMFDLE(nn.Module):
+    """NeuMF as NVIDIA DeepLearningExamples' PyTorch NCF defines it (``Recommendation/NCF/neumf.py``,
+    defaults ``--factors 64 --layers 256 256 128 64 --dropout 0.5``): GMF embeddings of 64 per user
+    and item, MLP embeddings of 128 each (half the first layer), MLP 256-256-128-64 with ReLU and
+    dropout, prediction ``Linear(64 + 64, 1)``, binary cross-entropy on logits.
+    ``forward(user (B,), item (B,), label (B,) float) -> loss``."""
+
+    def __init__(self, users: int = ML20M_USERS, items: int = ML20M_ITEMS, mf_dim: int = 64,
+                 layers: tuple[int, ...] = (256, 256, 128, 64), dropout: float = 0.5):
+        super().__init__()
+        self.mf_user_embed = nn.Embedding(users, mf_dim)
+        self.mf_item_embed = nn.Embedding(items, mf_dim)
+        self.mlp_user_embed = nn.Embedding(users, layers[0] // 2)
+        self.mlp_item_embed = nn.Embedding(items, layers[0] // 2)
+        mlp: list[nn.Module] = []
+        for a, b in pairwise(layers):
+            mlp += [nn.Linear(a, b), nn.ReLU(), nn.Dropout(dropout)]
+        self.mlp = nn.Sequential(*mlp)
+        self.final = nn.Linear(layers[-1] + mf_dim, 1)
+
+    def forward(self, user: torch.Tensor, item: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
+        """Binary cross-entropy of the predicted interactions (a scalar)."""
+        gmf = self.mf_user_embed(user) * self.mf_item_embed(item)
+        mlp = self.mlp(torch.cat([self.mlp_user_embed(user), self.mlp_item_embed(item)], dim=1))
+        return F.binary_cross_entropy_with_logits(self.final(torch.cat([gmf, mlp], dim=1)).view(-1), label)
+
+
+def ncf_dle(batch_size: int = 1_048_576) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """DeepLearningExamples' NeuMF on MovieLens 20M and a batch of (user, item, label) samples
+    (positives and their sampled negatives together, as its ``--batch_size`` counts them)."""
+    ids = torch.zeros(batch_size, dtype=torch.long)
+    return NeuMFDLE(), (ids, ids.clone(), torch.zeros(batch_size))
