@@ -16,6 +16,9 @@ Conversion (:func:`lambda_measurements`), each choice with its reason:
 
 - **Rows**: one measurement per (system, model, precision) with a throughput > 0 (a 0 means "not
   measured", SOURCES.md); ``gpus = num_gpu``, one server.
+- **Batch**: ``pytorch-train-bs-*.csv`` holds the *server's* batch, although SOURCES.md says per GPU:
+  every multi-GPU row is ``num_gpu`` times the same system's one-GPU row (one V100 48, two 96, four
+  192, eight 384 for SSD), so ``batch_per_gpu = bs / num_gpu``.
 - **GPU**: ``name_gpu`` without its GPU count and vendor (``"Dell 2x H100 80GB SXM5"`` -> ``"H100 80GB
   SXM5"``), resolved through the catalog's aliases; an unknown GPU is a rejected row naming it.
   ``testbed`` is the system without its GPU count (``"Dell H100 80GB SXM5"``): the same testbed's
@@ -52,15 +55,18 @@ LAMBDA_MODELS: dict[str, dict[str, str]] = {
     "bert_base_squad": {"model": "bert_base_squad", "throughput_unit": "sequences/s", "seq_len": "384"},
     "bert_large_squad": {"model": "bert_large_squad", "throughput_unit": "sequences/s", "seq_len": "384"},
     "ssd": {"model": "ssd300", "throughput_unit": "images/s"},
-    "ncf": {"model": "ncf", "throughput_unit": "samples/s", "optimizer": "adam"},
+    "ncf": {"model": "ncf_dle", "throughput_unit": "samples/s", "optimizer": "adam"},
+    "transformerxlbase": {"model": "transformer_xl_base", "throughput_unit": "tokens/s", "seq_len": "192"},
+    "transformerxllarge": {"model": "transformer_xl_large", "throughput_unit": "tokens/s", "seq_len": "256"},
 }
-"""Lambda benchmark column -> measurement-table fields (DLE defaults: BERT SQuAD at sequence 384; NCF
-trains with Adam; ResNet-50 on synthetic data)."""
+"""Lambda benchmark column -> measurement-table fields (DLE defaults: BERT SQuAD at sequence 384; NCF on
+MovieLens-20M, the zoo's ``ncf_dle``, trains with Adam; ResNet-50 on synthetic data; Transformer-XL's
+tokens/s count ``seq_len`` target tokens per sample, 192 for base and 256 for large, the zoo defaults
+taken from the DLE training scripts)."""
 
 LEFT_OUT: dict[str, str] = {
-    "gnmt": "throughput in tokens/s, and tokens per sentence pair vary with the WMT16 batch: no fixed units_per_sample",
-    "transformerxlbase": "tokens/s of a recurrent-memory model not in the zoo",
-    "transformerxllarge": "tokens/s of a recurrent-memory model not in the zoo",
+    "gnmt": "tokens/s counts the real (unpadded) tokens of WMT16 sentence pairs, whose length varies per batch; "
+    "the zoo's gnmt prices full 50-token pairs: no fixed units_per_sample",
     "tacotron2": "mel frames/s: frames per utterance vary with the LJSpeech batch",
     "waveglow": "audio samples/s: samples per utterance vary with the LJSpeech batch",
 }
@@ -118,11 +124,14 @@ def lambda_measurements(data_dir: str | Path, catalog: Catalog | None = None) ->
             if bench not in thr.columns:
                 raise MeasurementError(f"{thr_path}: no column {bench}")
             value = thr[bench].cast(pl.Float64, strict=False)
+            gpus = thr["num_gpu"].cast(pl.Float64, strict=False)
+            per_gpu = bs[bench].cast(pl.Float64, strict=False) / gpus  # the file holds per-server totals
             t = pl.DataFrame({
                 "line": thr["line"].cast(pl.Int64),
                 "name_gpu": thr["name_gpu"],
-                "gpus": thr["num_gpu"].cast(pl.Float64, strict=False).cast(pl.Int64).cast(pl.String),
-                "batch_per_gpu": bs[bench].cast(pl.Float64, strict=False).cast(pl.Int64, strict=False).cast(pl.String),
+                "gpus": gpus.cast(pl.Int64).cast(pl.String),
+                "batch_per_gpu": pl.Series([None if b is None else str(int(b)) if b == int(b) else str(b)
+                                            for b in per_gpu], dtype=pl.String),
                 "throughput": thr[bench],
                 "value": value,
             }).filter(pl.col("value") > 0)
