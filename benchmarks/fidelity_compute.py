@@ -104,7 +104,8 @@ def measurements(data: Path) -> list[dict]:
                 gpu = cat.gpu(r["gpu_model"]).name
                 p = {"AMP": "fp16", "TF32": "tf32", "FP32": "fp32"}[r["precision"]]
                 rows.append({"table": f"dle-{fname.stem.split('_')[-1]}", "model": "resnet50", "gpu": gpu,
-                             "precision": p, "batch": int(r["batch_per_gpu"]), "measured": float(r["throughput_img_s"])})
+                             "precision": p, "batch": int(r["batch_per_gpu"]),
+                             "measured": float(r["throughput_img_s"])})
     for folder, model in (("imagenet", "resnet50"), ("cifar10", "resnet18_cifar")):
         with open(data / "pollux" / folder / "placements.csv") as f:
             for r in csv.DictReader(f):
@@ -172,7 +173,8 @@ def main() -> None:
     print(f"rows: {df.height} (Lambda 1-GPU, DLE ResNet-50 1-GPU, Pollux T4 1-GPU); defaults only, nothing fitted")
     for col in ("before", "after"):
         med, logo, n = ratio_errors(df, col)
-        print(f"[{col}] cross-GPU ratio |error|: median {med:.1f} % over {n} pairs; leave-one-GPU-out median {logo:.1f} %")
+        print(f"[{col}] cross-GPU ratio |error|: median {med:.1f} % over {n} pairs; "
+              f"leave-one-GPU-out median {logo:.1f} %")
     cross = df.filter(~pl.col("table").str.starts_with("pollux"))
     fam = cross.with_columns(family=pl.when(pl.col("model").str.starts_with("bert")).then(pl.lit("bert"))
                              .otherwise(pl.lit("resnet50")))

@@ -16,7 +16,7 @@ from ddlscope.model.jobs import job_row, jobs_frame
 from ddlscope.model.scenarios import whatif
 from ddlscope.model.step_time import breakdown
 from ddlscope.specs.architecture import Architecture
-from ddlscope.specs.catalog import Catalog, builtin_catalog
+from ddlscope.specs.catalog import Catalog
 from ddlscope.specs.efficiency import ComputeEfficiency
 from ddlscope.specs.scenario import Scenario
 from ddlscope.specs.system import System

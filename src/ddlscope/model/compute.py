@@ -227,7 +227,8 @@ def predict_single_gpu(
     info = pl.DataFrame(meta, schema=schema)
     if not frames:
         return info.drop("case")
-    ops = pl.concat(frames, how="vertical_relaxed").with_columns(op_s=_op_seconds(), launch=c("kernels") * c("launch_s"))
+    ops = pl.concat(frames, how="vertical_relaxed").with_columns(op_s=_op_seconds(),
+                                                                 launch=c("kernels") * c("launch_s"))
     per = ops.group_by("case").agg(
         compute_bound_s=c("op_s").filter(c("is_gemm")).sum(),
         memory_bound_s=c("op_s").filter(~c("is_gemm")).sum(),
