@@ -144,3 +144,19 @@ def test_predict_with_ops_prices_and_says_where_the_efficiencies_come_from():
     plain = predict(w, a, s).row(0, named=True)  # no op table: the totals path as before
     assert plain["compute_bound_s"] == pytest.approx(3e12 / (15.7e12 * 0.6)) and plain["host_s"] == 0.0
     assert "compute_efficiency_source" not in plain
+
+
+def test_cli_predict_with_a_model_prices_op_by_op_and_says_so():
+    from typer.testing import CliRunner
+
+    from ddlscope.cli.main import app
+
+    res = CliRunner().invoke(app, ["predict", "--model", "resnet18_cifar", "-b", "8", "-a", "1w1g", "-w", "1",
+                                   "--gpu", "T4"])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "compute priced: op by op on T4; efficiencies: catalog default for turing (T4)" in text
+    res = CliRunner().invoke(app, ["predict"])
+    assert "from totals (no op table" in " ".join(res.output.split())
+    res = CliRunner().invoke(app, ["catalog", "efficiencies", "--format", "json"])
+    assert res.exit_code == 0 and '"generation": "volta"' in res.output.replace('":"', '": "')

@@ -168,12 +168,16 @@ def efficiency_for(gpu: GPUSpec, catalog: Catalog,
 
 def _source_line(gpu: GPUSpec, eff: ComputeEfficiency, catalog_entry: ComputeEfficiency) -> str:
     """Where the efficiencies of one case come from, for the output's ``compute_efficiency_source``."""
+    values = (f"tensor {eff.tensor_gemm_eff:g}, cuda {eff.cuda_gemm_eff:g}, vector {eff.vector_eff:g}, "
+              f"memory {eff.memory_eff:g}, fill {eff.compute_fill_us:g}/{eff.memory_fill_us:g} us, "
+              f"launch {eff.kernel_launch_us:g} us, host {eff.step_overhead_us:g} us")
     if eff == catalog_entry:
-        return f"catalog default for {eff.generation} ({gpu.name}); sources in [compute_efficiency.{eff.generation}]"
+        return (f"catalog default for {eff.generation} ({gpu.name}): {values}; sources: "
+                f"`ddlscope catalog efficiencies --sources`")
     changed = [k for k in FITTABLE if getattr(eff, k) != getattr(catalog_entry, k)]
     notes = sorted({eff.source.get(k, "given by the caller") for k in changed})
-    return (f"{eff.generation} ({gpu.name}): {', '.join(changed) or 'none'} overridden "
-            f"({'; '.join(notes) or 'given by the caller'}); the rest catalog defaults")
+    return (f"{eff.generation} ({gpu.name}): {values}; {', '.join(changed) or 'none'} overridden "
+            f"({'; '.join(notes) or 'given by the caller'}), the rest catalog defaults")
 
 
 PHASE_COLUMNS: tuple[str, ...] = ("forward_s", "backward_s", "optimizer_s")
