@@ -175,6 +175,16 @@ def main() -> None:
         med, logo, n = ratio_errors(df, col)
         print(f"[{col}] cross-GPU ratio |error|: median {med:.1f} % over {n} pairs; "
               f"leave-one-GPU-out median {logo:.1f} %")
+    groups = (df.filter(~pl.col("table").str.starts_with("pollux")).select("table", "model").unique()
+              .sort("table", "model"))
+    for t, m in groups.iter_rows():
+        sub = df.filter((pl.col("table") == t) & (pl.col("model") == m))
+        figs = []
+        for col in ("before", "after"):
+            med, _, n = ratio_errors(sub, col)
+            figs.append(f"{col} {med:.1f} %")
+        if n:
+            print(f"    {t} {m}: ratio median |error| {', '.join(figs)} ({n} pairs)")
     cross = df.filter(~pl.col("table").str.starts_with("pollux"))
     fam = cross.with_columns(family=pl.when(pl.col("model").str.starts_with("bert")).then(pl.lit("bert"))
                              .otherwise(pl.lit("resnet50")))
