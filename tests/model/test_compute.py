@@ -160,3 +160,15 @@ def test_cli_predict_with_a_model_prices_op_by_op_and_says_so():
     assert "from totals (no op table" in " ".join(res.output.split())
     res = CliRunner().invoke(app, ["catalog", "efficiencies", "--format", "json"])
     assert res.exit_code == 0 and '"generation": "volta"' in res.output.replace('":"', '": "')
+
+
+def test_a_step_of_short_kernels_waits_for_the_host_to_issue_them():
+    # 100 us of host dispatch per op, 3 ops: 300 us; the GPU needs ~60 us for these tiny kernels, so
+    # step = step_overhead + ops x dispatch = 1000 + 300 us, and host_s holds everything but the GPU time
+    eff = EFF.model_copy(update={"cpu_dispatch_us": 100.0})
+    out = predict_single_gpu([SingleGpuCase(_ops(1e-9), _gpu(), "fp32", 1)], eff).row(0, named=True)
+    assert out["ops"] == 3
+    assert out["step_s"] == pytest.approx(0.0013)
+    assert out["host_s"] == pytest.approx(0.0013 - out["compute_bound_s"] - out["memory_bound_s"])
+    # the default 10 us per op is hidden behind the large kernels of _ops(): host = step_overhead only
+    assert predict_single_gpu([SingleGpuCase(_ops(), _gpu(), "fp32", 1)], EFF)["host_s"][0] == pytest.approx(0.001)

@@ -11,7 +11,9 @@ source)::
 
     t_op = max(F / (peak_q * eff_max) + k * compute_fill,  Q / (bw * memory_eff) + k * memory_fill)
            + k * kernel_launch
-    step = sum over ops of t_op + step_overhead
+    gpu  = sum over ops of t_op
+    host = step_overhead + max(0, ops * cpu_dispatch - gpu)
+    step = gpu + host
 
 with ``F`` the op's FLOPs, ``Q`` its bytes read + written, ``k`` its kernels (2 for
 ``aten.convolution_backward``, which computes the input and the weight gradient, else 1). This is
@@ -28,7 +30,9 @@ al., SC 2023) with ``F_half = peak_q * eff_max * compute_fill`` (see
 
 Each op's time counts as compute-bound or memory-bound time by its type class (the PAI study's
 split, IISWC 2019), so the model's components keep their meaning; ``step_overhead`` is the host
-component (``host_s``).
+component (``host_s``): the fixed per-step cost, plus the time the GPU waits for the host where
+issuing the ops (``cpu_dispatch`` each, the host running ahead asynchronously) takes longer than
+running them.
 
 Two entry points share the arithmetic:
 
@@ -130,6 +134,7 @@ def _gpu_params(gpu: GPUSpec, precision: str, eff: ComputeEfficiency) -> dict[st
         "memory_fill_s": eff.memory_fill_us * 1e-6,
         "launch_s": eff.kernel_launch_us * 1e-6,
         "host_s": eff.step_overhead_us * 1e-6,
+        "dispatch_s": eff.cpu_dispatch_us * 1e-6,
     }
 
 
@@ -170,7 +175,8 @@ def _source_line(gpu: GPUSpec, eff: ComputeEfficiency, catalog_entry: ComputeEff
     """Where the efficiencies of one case come from, for the output's ``compute_efficiency_source``."""
     values = (f"tensor {eff.tensor_gemm_eff:g}, cuda {eff.cuda_gemm_eff:g}, vector {eff.vector_eff:g}, "
               f"memory {eff.memory_eff:g}, fill {eff.compute_fill_us:g}/{eff.memory_fill_us:g} us, "
-              f"launch {eff.kernel_launch_us:g} us, host {eff.step_overhead_us:g} us")
+              f"launch {eff.kernel_launch_us:g} us, dispatch {eff.cpu_dispatch_us:g} us/op, "
+              f"host {eff.step_overhead_us:g} us")
     if eff == catalog_entry:
         return (f"catalog default for {eff.generation} ({gpu.name}): {values}; sources: "
                 f"`ddlscope catalog efficiencies --sources`")
@@ -221,16 +227,17 @@ def predict_single_gpu(
         eff = efficiency_for(gpu, cat, efficiencies)
         params = _gpu_params(gpu, case.precision, eff)
         meta.append({"case": i, "label": case.label, "gpu": gpu.name, "generation": gpu.generation or "default",
-                     "precision": case.precision, "batch_size": case.batch_size, "host_s": params["host_s"],
+                     "precision": case.precision, "batch_size": case.batch_size, "step_overhead_s": params["host_s"],
+                     "dispatch_s": params["dispatch_s"],
                      "compute_efficiency_source": _source_line(gpu, eff, cat.efficiency_for(gpu))})
         frames.append(op_features(case.ops).with_columns(case=pl.lit(i), **{k: pl.lit(v) for k, v in params.items()
-                                                                           if k != "host_s"}))
+                                                                           if k not in ("host_s", "dispatch_s")}))
     schema = {"case": pl.Int64, "label": pl.String, "gpu": pl.String, "generation": pl.String,
-              "precision": pl.String, "batch_size": pl.Int64, "host_s": pl.Float64,
-              "compute_efficiency_source": pl.String}
+              "precision": pl.String, "batch_size": pl.Int64, "step_overhead_s": pl.Float64,
+              "dispatch_s": pl.Float64, "compute_efficiency_source": pl.String}
     info = pl.DataFrame(meta, schema=schema)
     if not frames:
-        return info.drop("case")
+        return info.drop("case", "dispatch_s").rename({"step_overhead_s": "host_s"})
     ops = pl.concat(frames, how="vertical_relaxed").with_columns(op_s=_op_seconds(),
                                                                  launch=c("kernels") * c("launch_s"))
     per = ops.group_by("case").agg(
@@ -238,14 +245,18 @@ def predict_single_gpu(
         memory_bound_s=c("op_s").filter(~c("is_gemm")).sum(),
         launch_s=c("launch").sum(),
         kernels=c("kernels").sum(),
+        ops=pl.len(),
         **{f"{ph}_s": c("op_s").filter(c("phase") == ph).sum() for ph in ("forward", "backward", "optimizer")},
     )
     out = info.join(per, on="case", how="left").sort("case")
+    gpu_s = c("compute_bound_s") + c("memory_bound_s")
     return out.with_columns(
-        step_s=c("compute_bound_s") + c("memory_bound_s") + c("host_s"),
+        host_s=c("step_overhead_s") + pl.max_horizontal(c("ops") * c("dispatch_s") - gpu_s, 0.0),
+    ).with_columns(
+        step_s=gpu_s + c("host_s"),
     ).with_columns(samples_per_s=c("batch_size") / c("step_s")).select(
         "label", "gpu", "generation", "precision", "batch_size", "compute_bound_s", "memory_bound_s", "launch_s",
-        "host_s", *PHASE_COLUMNS, "step_s", "samples_per_s", "kernels", "compute_efficiency_source",
+        "host_s", *PHASE_COLUMNS, "step_s", "samples_per_s", "kernels", "ops", "compute_efficiency_source",
     )
 
 

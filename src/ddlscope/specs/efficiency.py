@@ -17,8 +17,11 @@ saturate (NVIDIA, "Matrix Multiplication Background User's Guide", 2023, section
 quantization"; Yu et al., "Habitat", USENIX ATC 2021, wave scaling). ``eff_max`` is
 ``tensor_gemm_eff`` for GEMM/convolution on tensor cores, ``cuda_gemm_eff`` for GEMM/convolution
 on the CUDA (vector) cores, and ``vector_eff`` for the FLOPs of element-wise ops (against the FP32
-CUDA-core peak). A step adds ``step_overhead_us`` of host time (framework, optimizer loop set-up,
-data-loader hand-off) that does not scale with the batch.
+CUDA-core peak). The host issues the ops asynchronously, ``cpu_dispatch_us`` each (eager PyTorch's
+per-op dispatch and launch cost): where the GPU's kernels are shorter, the step waits for the host,
+``host = step_overhead + max(0, ops * cpu_dispatch - GPU time)``; ``step_overhead_us`` is host
+time per step (framework, zero_grad, loss-scaler check, data-loader hand-off) that does not scale
+with the batch.
 
 The built-in values live in the catalog (``[compute_efficiency."<generation>"]`` of
 ``specs/data/catalog.toml``), each with its source; values marked "assumption" there are not
@@ -33,7 +36,7 @@ from pydantic import BaseModel, Field
 from ddlscope.specs.base import SPEC_CONFIG
 
 FITTABLE: tuple[str, ...] = ("tensor_gemm_eff", "cuda_gemm_eff", "vector_eff", "compute_fill_us", "memory_eff",
-                             "memory_fill_us", "kernel_launch_us", "step_overhead_us")
+                             "memory_fill_us", "kernel_launch_us", "cpu_dispatch_us", "step_overhead_us")
 """The numeric fields of :class:`ComputeEfficiency` a fit may change (the order of a parameter vector)."""
 
 
@@ -51,6 +54,8 @@ class ComputeEfficiency(BaseModel):
         memory_eff: fraction of the DRAM bandwidth a large streaming kernel reaches, (0, 1].
         memory_fill_us: half-saturation point of the bandwidth curve, microseconds (>= 0).
         kernel_launch_us: GPU-side gap per kernel (launch and dependency), microseconds (>= 0).
+        cpu_dispatch_us: host time to issue one op (eager dispatch + launch), microseconds (>= 0);
+            the step is host-bound where the ops' total exceeds the GPU time.
         step_overhead_us: host time per step independent of the batch, microseconds (>= 0).
         source: where each value comes from (field name -> citation, or "fitted on ...").
 
@@ -68,6 +73,7 @@ class ComputeEfficiency(BaseModel):
     memory_eff: float = Field(0.8, gt=0, le=1)
     memory_fill_us: float = Field(2.0, ge=0)
     kernel_launch_us: float = Field(3.0, ge=0)
+    cpu_dispatch_us: float = Field(10.0, ge=0)
     step_overhead_us: float = Field(2000.0, ge=0)
     source: dict[str, str] = Field(default_factory=dict)
 
