@@ -172,3 +172,23 @@ def test_a_step_of_short_kernels_waits_for_the_host_to_issue_them():
     assert out["host_s"] == pytest.approx(0.0013 - out["compute_bound_s"] - out["memory_bound_s"])
     # the default 10 us per op is hidden behind the large kernels of _ops(): host = step_overhead only
     assert predict_single_gpu([SingleGpuCase(_ops(), _gpu(), "fp32", 1)], EFF)["host_s"][0] == pytest.approx(0.001)
+
+
+def test_a_fit_with_scipy_recovers_a_known_parameter_through_predict_single_gpu():
+    # "measurements" made by the model itself with memory_eff 0.6 on two batch sizes; a fit of
+    # memory_eff from the catalog's 0.83 (volta) recovers 0.6, and the fit's note is in the output
+    from scipy.optimize import minimize_scalar
+
+    volta = builtin_catalog().compute_efficiency["volta"]
+    cases = [SingleGpuCase(_ops(s), "V100", "fp32", b) for s, b in ((1.0, 64), (0.25, 16))]
+    truth = predict_single_gpu(cases, {"volta": volta.with_values({"memory_eff": 0.6}, "truth")})["step_s"]
+
+    def loss(x: float) -> float:
+        pred = predict_single_gpu(cases, {"volta": volta.with_values({"memory_eff": x}, "fit")})["step_s"]
+        return float(((pred / truth - 1) ** 2).sum())
+
+    res = minimize_scalar(loss, bounds=(0.1, 1.0), method="bounded", options={"xatol": 1e-6})
+    assert res.x == pytest.approx(0.6, abs=1e-4)
+    fitted = volta.with_values({"memory_eff": res.x}, "fitted on 2 synthetic rows")
+    out = predict_single_gpu(cases, {"volta": fitted})
+    assert "memory_eff overridden (fitted on 2 synthetic rows)" in out["compute_efficiency_source"][0]
