@@ -16,6 +16,10 @@ Measurements (kept apart from the team: nothing here is fitted on them; defaults
   sizes; compute time = ``step_time - sync_time``; assumed FP32 (AdaptDL's examples do not enable
   AMP).
 
+Activation layout (``conv_layout``): NCHW everywhere (PyTorch's default; Lambda's configuration,
+``pytorch/scripts/config_v1/config_pytorch_80GB.sh`` of lambdal/deeplearning-benchmark, passes no
+memory format), except DLE 21.03's AMP rows, which ``configs.yml`` runs as ``memory_format: nhwc``.
+
 Figures printed, each for ``before`` (the totals path: one ``eff_compute`` 0.6 / ``eff_memory`` 0.7
 for every GPU and op) and ``after`` (every op priced, per-generation efficiencies of the catalog):
 
@@ -95,7 +99,7 @@ def measurements(data: Path) -> list[dict]:
             vals.sort()
             med = vals[len(vals) // 2] if len(vals) % 2 else (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2
             rows.append({"table": f"lambda-{'fp16' if p == 'fp16' else 'fp32'}", "model": col, "gpu": gpu,
-                         "precision": p, "batch": b, "measured": med})
+                         "precision": p, "batch": b, "measured": med, "layout": "nchw"})
     for fname in sorted((data / "dle_tables").glob("*.csv")):
         with open(fname) as f:
             for r in csv.DictReader(f):
@@ -103,16 +107,20 @@ def measurements(data: Path) -> list[dict]:
                     continue
                 gpu = cat.gpu(r["gpu_model"]).name
                 p = {"AMP": "fp16", "TF32": "tf32", "FP32": "fp32"}[r["precision"]]
+                # DLE configs.yml (097c7ff, the commit SOURCES.md cites) runs AMP with memory_format nhwc;
+                # the 19.10 container (PyTorch 1.3) predates channels_last: NCHW
+                nhwc = p == "fp16" and "21.03" in fname.stem
                 rows.append({"table": f"dle-{fname.stem.split('_')[-1]}", "model": "resnet50", "gpu": gpu,
                              "precision": p, "batch": int(r["batch_per_gpu"]),
-                             "measured": float(r["throughput_img_s"])})
+                             "measured": float(r["throughput_img_s"]), "layout": "nhwc" if nhwc else "nchw"})
     for folder, model in (("imagenet", "resnet50"), ("cifar10", "resnet18_cifar")):
         with open(data / "pollux" / folder / "placements.csv") as f:
             for r in csv.DictReader(f):
                 if r["placement"] == "1":
                     b = int(r["local_bsz"])
                     rows.append({"table": f"pollux-{folder}", "model": model, "gpu": "T4", "precision": "fp32",
-                                 "batch": b, "measured": b / (float(r["step_time"]) - float(r["sync_time"]))})
+                                 "batch": b, "measured": b / (float(r["step_time"]) - float(r["sync_time"])),
+                                 "layout": "nchw"})
     return rows
 
 
@@ -125,7 +133,8 @@ def predict(rows: list[dict], cache: Path) -> pl.DataFrame:
         zoo, seq, opt = LAMBDA_MODELS.get(r["model"], (r["model"], None, "sgd"))
         ops, wl = _profile(zoo, r["batch"], r["precision"], seq, opt, cache)
         wl = wl.model_copy(update={"precision": r["precision"]})
-        cases.append(SingleGpuCase(ops, r["gpu"], r["precision"], r["batch"], label=f"{r['table']}:{r['gpu']}"))
+        cases.append(SingleGpuCase(ops, r["gpu"], r["precision"], r["batch"], label=f"{r['table']}:{r['gpu']}",
+                                   conv_layout=r["layout"]))
         sysm = System(**{**system0.model_dump(), "gpu": cat.gpu(r["gpu"])})
         b = breakdown(jobs_frame([job_row(wl, Architecture(kind="1w1g"), sysm)])).row(0, named=True)
         before.append(r["batch"] / (b["compute_bound_s"] + b["memory_bound_s"]))

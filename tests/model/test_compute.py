@@ -38,7 +38,8 @@ def _ops(scale: float = 1.0) -> pl.DataFrame:
 
 
 def test_each_op_is_priced_by_its_roofline_with_fills_and_launches():
-    out = predict_single_gpu([SingleGpuCase(_ops(), _gpu(), "fp32", 64, label="x")], EFF).row(0, named=True)
+    case = SingleGpuCase(_ops(), _gpu(), "fp32", 64, label="x", conv_layout="nhwc")  # no layout transposes
+    out = predict_single_gpu([case], EFF).row(0, named=True)
     # mm (fp32, CUDA cores): max(2e12 / (10e12 * 0.8) + 10us, 1e9 / (1e12 * 0.8) + 2us) + 5us = 0.250015
     # relu: max(1e6 / (10e12 * 0.5) + 10us, 2e9 / 0.8e12 + 2us) + 5us = 0.002502 + 0.000005 = 0.002507
     # conv backward (fp16 tensor cores, 2 kernels): max(1e12 / (100e12 * 0.5) + 2 * 10us,
@@ -50,6 +51,21 @@ def test_each_op_is_priced_by_its_roofline_with_fills_and_launches():
     assert out["forward_s"] == pytest.approx(0.250015 + 0.002507) and out["backward_s"] == pytest.approx(0.02003)
     assert out["launch_s"] == pytest.approx(4 * 5e-6) and out["kernels"] == 4
     assert out["samples_per_s"] == pytest.approx(64 / 0.273552)
+
+
+def test_nchw_tensor_core_convolutions_pay_layout_transposes():
+    nhwc = predict_single_gpu([SingleGpuCase(_ops(), _gpu(), "fp16", 1, conv_layout="nhwc")], EFF).row(0, named=True)
+    nchw = predict_single_gpu([SingleGpuCase(_ops(), _gpu(), "fp16", 1)], EFF).row(0, named=True)
+    # the fp16 conv backward (2 kernels) on tensor cores, NCHW: 2 x its 1e8 bytes / (1e12 * 0.8)
+    # + 2 x 2 transpose kernels x (2 us fill + 5 us launch) = 0.00025 + 0.000028
+    assert nchw["transpose_s"] == pytest.approx(0.000278) and nhwc["transpose_s"] == 0.0
+    assert nchw["memory_bound_s"] - nhwc["memory_bound_s"] == pytest.approx(0.000278)
+    assert nchw["kernels"] == nhwc["kernels"] + 4
+    # no tensor cores for it (a P100-like part): cuDNN's CUDA-core kernels take NCHW, no transposes
+    p100 = predict_single_gpu([SingleGpuCase(_ops(), _gpu((), fp16=20.0), "fp16", 1)], EFF)
+    assert p100["transpose_s"][0] == 0.0
+    with pytest.raises(ValueError, match="conv_layout: expected nchw or nhwc"):
+        predict_single_gpu([SingleGpuCase(_ops(), _gpu(), "fp16", 1, conv_layout="chwn")], EFF)
 
 
 def test_tensor_cores_only_where_the_gpu_has_them_for_that_precision():
@@ -68,8 +84,8 @@ def test_tensor_cores_only_where_the_gpu_has_them_for_that_precision():
 def test_step_time_has_a_floor_that_does_not_scale_with_the_batch():
     # the totals model (before): half the work takes exactly half the time; priced: the host cost,
     # fills and launches stay, so half the batch takes more than half the step
-    full = predict_single_gpu([SingleGpuCase(_ops(1.0), _gpu(), "fp32", 64)], EFF)["step_s"][0]
-    half = predict_single_gpu([SingleGpuCase(_ops(0.5), _gpu(), "fp32", 32)], EFF)["step_s"][0]
+    full = predict_single_gpu([SingleGpuCase(_ops(1.0), _gpu(), "fp32", 64, conv_layout="nhwc")], EFF)["step_s"][0]
+    half = predict_single_gpu([SingleGpuCase(_ops(0.5), _gpu(), "fp32", 32, conv_layout="nhwc")], EFF)["step_s"][0]
     # fixed part: host 1 ms + mm fill+launch 15us + relu fill+launch 7us + conv 2 x (10 + 5) us = 0.001052
     assert half == pytest.approx((full - 0.001052) / 2 + 0.001052)
 
@@ -90,8 +106,8 @@ def test_catalog_defaults_are_used_and_named_without_an_override():
 
 def test_an_override_per_generation_is_used_and_said():
     fitted = builtin_catalog().compute_efficiency["volta"].with_values({"memory_eff": 0.5}, "fitted on rows a, b")
-    out = predict_single_gpu([SingleGpuCase(_ops(), "V100", "fp32", 8), SingleGpuCase(_ops(), "A100", "fp32", 8)],
-                             {"volta": fitted})
+    out = predict_single_gpu([SingleGpuCase(_ops(), "V100", "fp32", 8, conv_layout="nhwc"),
+                              SingleGpuCase(_ops(), "A100", "fp32", 8)], {"volta": fitted})
     assert "memory_eff overridden (fitted on rows a, b)" in out["compute_efficiency_source"][0]
     assert out["compute_efficiency_source"][1].startswith("catalog default for ampere")
     # relu on V100 at memory_eff 0.5: 2e9 / (900e9 * 0.5) + fill + launch

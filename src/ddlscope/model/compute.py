@@ -28,6 +28,10 @@ al., SC 2023) with ``F_half = peak_q * eff_max * compute_fill`` (see
 - every other op (element-wise, normalisation, reductions, optimizer): the FP32 CUDA-core peak
   with ``vector_eff``; tensor cores never.
 
+A tensor-core convolution on NCHW activations (PyTorch's default layout; ``conv_layout`` of a
+case) also pays cuDNN's NCHW<->NHWC transposes: ``TRANSPOSE_PASSES * Q`` more bytes, memory-bound
+(:data:`TRANSPOSE_PASSES`).
+
 Each op's time counts as compute-bound or memory-bound time by its type class (the PAI study's
 split, IISWC 2019), so the model's components keep their meaning; ``step_overhead`` is the host
 component (``host_s``): the fixed per-step cost, plus the time the GPU waits for the host where
@@ -64,6 +68,16 @@ PRICED_COLUMNS: tuple[str, ...] = ("priced_gpu", "priced_precision", "priced_com
                                    "priced_memory_bound_s", "priced_host_s", "compute_efficiency_source")
 """Columns :func:`price_jobs` joins into a Jobs table."""
 TWO_KERNEL_OPS = frozenset({"aten.convolution_backward"})
+CONV_OPS = frozenset({"aten.convolution", "aten.convolution_backward"})
+TRANSPOSE_PASSES = 2.0
+"""Extra memory traffic, in multiples of a tensor-core convolution's own bytes, when its activations
+are NCHW: cuDNN's tensor-core kernels work on NHWC and transpose NCHW inputs and outputs around
+them (NVIDIA, "Convolutional Layers User's Guide", 2023, section "Tensor layouts in memory: NCHW vs
+NHWC"); each transpose reads and writes the tensor once, so 2 x the bytes the convolution moves
+(an upper-side approximation: the weights, which the count includes, are small at training
+batches). Such a convolution also launches 2 transpose kernels per kernel. NVIDIA's
+DeepLearningExamples ResNet-50 runs AMP as ``memory_format: nhwc`` (``configs.yml``); PyTorch's
+default, and Lambda's benchmark configuration, is NCHW."""
 """Ops that launch two GEMM-class kernels (input gradient and weight gradient, cuDNN dgrad + wgrad)."""
 
 
@@ -78,6 +92,9 @@ class SingleGpuCase:
             FP32 GEMMs of the op table on TF32 tensor cores where the GPU has them).
         batch_size: samples per step (for ``samples_per_s``).
         label: a name for the row (e.g. the measurement row it predicts).
+        conv_layout: the activations' memory format, ``nchw`` (PyTorch's default contiguous
+            format) or ``nhwc`` (``channels_last``): with ``nchw`` every tensor-core convolution
+            pays layout transposes (:data:`TRANSPOSE_PASSES`).
     """
 
     ops: pl.DataFrame
@@ -85,6 +102,7 @@ class SingleGpuCase:
     precision: str
     batch_size: int
     label: str = ""
+    conv_layout: str = "nchw"
 
 
 def _check_ops(ops: pl.DataFrame, where: str) -> None:
@@ -110,6 +128,7 @@ def op_features(ops: pl.DataFrame) -> pl.DataFrame:
         flops=c("flops").cast(pl.Float64).fill_null(0.0),
         bytes=c("total_bytes").cast(pl.Float64).fill_null(0.0),
         kernels=pl.when(c("op").is_in(list(TWO_KERNEL_OPS))).then(2.0).otherwise(1.0),
+        is_conv=c("op").is_in(list(CONV_OPS)),
     )
 
 
@@ -151,6 +170,16 @@ def _op_seconds() -> pl.Expr:
     memory_s = pl.when(c("bytes") > 0).then(c("bytes") / (c("bw") * c("memory_eff")) + k * c("memory_fill_s")
                                             ).otherwise(0.0)
     return pl.max_horizontal(compute_s, memory_s) + k * c("launch_s")
+
+
+def _transpose_seconds() -> pl.Expr:
+    """Seconds of the NCHW<->NHWC transposes around a tensor-core convolution (0 elsewhere)."""
+    is16 = c("dtype") == "float16"
+    isbf = c("dtype") == "bfloat16"
+    tc = pl.when(is16).then(c("tc_fp16")).when(isbf).then(c("tc_bf16")).otherwise(c("tc_f32"))
+    k = 2.0 * c("kernels")
+    t = TRANSPOSE_PASSES * c("bytes") / (c("bw") * c("memory_eff")) + k * (c("memory_fill_s") + c("launch_s"))
+    return pl.when(c("is_conv") & tc & c("nchw") & (c("bytes") > 0)).then(t).otherwise(0.0)
 
 
 def _resolve_gpu(gpu: str | GPUSpec, catalog: Catalog) -> GPUSpec:
@@ -206,9 +235,12 @@ def predict_single_gpu(
     Returns:
         One row per case, in order: ``label``, ``gpu`` (canonical name), ``generation``,
         ``precision``, ``batch_size``, ``compute_bound_s``, ``memory_bound_s`` (ops by type class,
-        launch gaps included), ``launch_s`` (the launch-gap part of those two), ``host_s``,
-        ``forward_s``, ``backward_s``, ``optimizer_s`` (ops by phase), ``step_s`` = compute + memory
-        + host, ``samples_per_s`` = batch / step, ``kernels``, ``compute_efficiency_source``.
+        launch gaps included; memory-bound includes ``transpose_s``, the NCHW layout transposes of
+        tensor-core convolutions), ``transpose_s``, ``launch_s`` (the launch-gap part of those),
+        ``host_s`` (the fixed per-step cost plus any wait for the host to issue the ops),
+        ``forward_s``, ``backward_s``, ``optimizer_s`` (ops by phase, transposes included),
+        ``step_s`` = compute + memory + host, ``samples_per_s`` = batch / step, ``kernels``,
+        ``ops`` (op rows), ``compute_efficiency_source``.
 
     Raises:
         CatalogError: an unknown GPU name.
@@ -220,6 +252,8 @@ def predict_single_gpu(
         where = f"case {i}" + (f" ({case.label})" if case.label else "")
         if case.precision not in ("fp32", "tf32", "fp16", "bf16"):
             raise ValueError(f"{where}: precision: expected fp32, tf32, fp16 or bf16, got {case.precision!r}")
+        if case.conv_layout not in ("nchw", "nhwc"):
+            raise ValueError(f"{where}: conv_layout: expected nchw or nhwc, got {case.conv_layout!r}")
         if case.batch_size < 1:
             raise ValueError(f"{where}: batch_size: expected >= 1, got {case.batch_size}")
         _check_ops(case.ops, where)
@@ -230,8 +264,9 @@ def predict_single_gpu(
                      "precision": case.precision, "batch_size": case.batch_size, "step_overhead_s": params["host_s"],
                      "dispatch_s": params["dispatch_s"],
                      "compute_efficiency_source": _source_line(gpu, eff, cat.efficiency_for(gpu))})
-        frames.append(op_features(case.ops).with_columns(case=pl.lit(i), **{k: pl.lit(v) for k, v in params.items()
-                                                                           if k not in ("host_s", "dispatch_s")}))
+        frames.append(op_features(case.ops).with_columns(
+            case=pl.lit(i), nchw=pl.lit(case.conv_layout == "nchw"),
+            **{k: pl.lit(v) for k, v in params.items() if k not in ("host_s", "dispatch_s")}))
     schema = {"case": pl.Int64, "label": pl.String, "gpu": pl.String, "generation": pl.String,
               "precision": pl.String, "batch_size": pl.Int64, "step_overhead_s": pl.Float64,
               "dispatch_s": pl.Float64, "compute_efficiency_source": pl.String}
@@ -239,14 +274,19 @@ def predict_single_gpu(
     if not frames:
         return info.drop("case", "dispatch_s").rename({"step_overhead_s": "host_s"})
     ops = pl.concat(frames, how="vertical_relaxed").with_columns(op_s=_op_seconds(),
-                                                                 launch=c("kernels") * c("launch_s"))
+                                                                 transpose_s=_transpose_seconds())
+    extra_kernels = pl.when(c("transpose_s") > 0).then(2.0 * c("kernels")).otherwise(0.0)
+    ops = ops.with_columns(launch=(c("kernels") + extra_kernels) * c("launch_s"),
+                           all_kernels=c("kernels") + extra_kernels)
     per = ops.group_by("case").agg(
         compute_bound_s=c("op_s").filter(c("is_gemm")).sum(),
-        memory_bound_s=c("op_s").filter(~c("is_gemm")).sum(),
+        memory_bound_s=c("op_s").filter(~c("is_gemm")).sum() + c("transpose_s").sum(),
+        transpose_s=c("transpose_s").sum(),
         launch_s=c("launch").sum(),
-        kernels=c("kernels").sum(),
+        kernels=c("all_kernels").sum(),
         ops=pl.len(),
-        **{f"{ph}_s": c("op_s").filter(c("phase") == ph).sum() for ph in ("forward", "backward", "optimizer")},
+        **{f"{ph}_s": (c("op_s") + c("transpose_s")).filter(c("phase") == ph).sum()
+           for ph in ("forward", "backward", "optimizer")},
     )
     out = info.join(per, on="case", how="left").sort("case")
     gpu_s = c("compute_bound_s") + c("memory_bound_s")
@@ -255,7 +295,8 @@ def predict_single_gpu(
     ).with_columns(
         step_s=gpu_s + c("host_s"),
     ).with_columns(samples_per_s=c("batch_size") / c("step_s")).select(
-        "label", "gpu", "generation", "precision", "batch_size", "compute_bound_s", "memory_bound_s", "launch_s",
+        "label", "gpu", "generation", "precision", "batch_size", "compute_bound_s", "memory_bound_s", "transpose_s",
+        "launch_s",
         "host_s", *PHASE_COLUMNS, "step_s", "samples_per_s", "kernels", "ops", "compute_efficiency_source",
     )
 
@@ -277,6 +318,7 @@ def price_jobs(
     efficiencies: Mapping[str, ComputeEfficiency] | ComputeEfficiency | None = None,
     catalog: Catalog | None = None,
     gpus: Mapping[str, GPUSpec] | None = None,
+    conv_layout: str = "nchw",
 ) -> pl.DataFrame:
     """``jobs`` with the :data:`PRICED_COLUMNS` joined: each distinct (workload, GPU, precision)
     of a job whose ``workload`` has an op table in ``op_tables`` is priced once by
@@ -288,6 +330,7 @@ def price_jobs(
     its rows). The op table of a workload must be profiled at the jobs' batch size. A job's GPU
     is looked up by its ``gpu`` name in ``gpus`` (e.g. a system file's own entry), then in the
     catalog, else rebuilt from its Jobs columns (no generation: the ``default`` efficiencies).
+    ``conv_layout`` is every workload's activation layout (:class:`SingleGpuCase`).
 
     Raises:
         ValueError: an op table without the needed columns.
@@ -308,7 +351,8 @@ def price_jobs(
                 gpu = cat.gpu(row["gpu"])
             except CatalogError:
                 gpu = _spec_from_columns(row)
-        cases.append(SingleGpuCase(op_tables[row["workload"]], gpu, str(row["precision"]), int(row["batch_size"])))
+        cases.append(SingleGpuCase(op_tables[row["workload"]], gpu, str(row["precision"]), int(row["batch_size"]),
+                                   conv_layout=conv_layout))
     priced = predict_single_gpu(cases, efficiencies, cat)
     table = distinct.select(keys).with_columns(
         priced_gpu=c("gpu"),
