@@ -72,6 +72,10 @@ def test_tensor_cores_only_where_the_gpu_has_them_for_that_precision():
     # tf32 on a GPU with TF32 tensor cores (peak 50): mm = 2e12 / (50e12 * 0.5) + 10us + 5us = 0.080015
     with_tf32 = predict_single_gpu([SingleGpuCase(_ops(), _gpu(("tf32", "fp16"), tf32=50.0), "tf32", 1)], EFF)
     assert with_tf32["compute_bound_s"][0] == pytest.approx(0.080015 + 0.02003)
+    # a separate TF32 efficiency (0.25) prices the TF32 mm alone: 2e12 / (50e12 * 0.25) + 15us = 0.160015
+    own = predict_single_gpu([SingleGpuCase(_ops(), _gpu(("tf32", "fp16"), tf32=50.0), "tf32", 1)],
+                             EFF.model_copy(update={"tf32_gemm_eff": 0.25}))
+    assert own["compute_bound_s"][0] == pytest.approx(0.160015 + 0.02003)
     # the same GPU at fp32: the mm stays on the CUDA cores (0.250015)
     fp32 = predict_single_gpu([SingleGpuCase(_ops(), _gpu(("tf32", "fp16"), tf32=50.0), "fp32", 1)], EFF)
     assert fp32["compute_bound_s"][0] == pytest.approx(0.250015 + 0.02003)

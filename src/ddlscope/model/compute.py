@@ -23,7 +23,7 @@ al., SC 2023) with ``F_half = peak_q * eff_max * compute_fill`` (see
 
 - GEMM/convolution (``class_by_type == compute_bound``): ``q`` is the op's arithmetic — ``fp16`` /
   ``bf16`` for 16-bit results, ``tf32`` for FP32 results when the step runs TF32, else ``fp32``;
-  ``eff_max = tensor_gemm_eff`` where the GPU has tensor cores for ``q``
+  ``eff_max = tensor_gemm_eff`` (``tf32_gemm_eff`` for ``tf32`` where set) where the GPU has tensor cores for ``q``
   (:meth:`~ddlscope.specs.system.GPUSpec.has_tensor_cores`), else ``cuda_gemm_eff``.
 - every other op (element-wise, normalisation, reductions, optimizer): the FP32 CUDA-core peak
   with ``vector_eff``; tensor cores never.
@@ -146,6 +146,7 @@ def _gpu_params(gpu: GPUSpec, precision: str, eff: ComputeEfficiency) -> dict[st
         "tc_bf16": gpu.has_tensor_cores("bf16"),
         "bw": gpu.memory_bandwidth_gb_s * 1e9,
         "tensor_eff": eff.tensor_gemm_eff,
+        "tf32_eff": eff.tf32_eff,
         "cuda_eff": eff.cuda_gemm_eff,
         "vector_eff": eff.vector_eff,
         "compute_fill_s": eff.compute_fill_us * 1e-6,
@@ -163,7 +164,8 @@ def _op_seconds() -> pl.Expr:
     isbf = c("dtype") == "bfloat16"
     gemm_peak = pl.when(is16).then(c("peak_fp16")).when(isbf).then(c("peak_bf16")).otherwise(c("peak_f32"))
     tc = pl.when(is16).then(c("tc_fp16")).when(isbf).then(c("tc_bf16")).otherwise(c("tc_f32"))
-    gemm_eff = pl.when(tc).then(c("tensor_eff")).otherwise(c("cuda_eff"))
+    tensor_eff = pl.when(is16 | isbf).then(c("tensor_eff")).otherwise(c("tf32_eff"))
+    gemm_eff = pl.when(tc).then(tensor_eff).otherwise(c("cuda_eff"))
     peak = pl.when(c("is_gemm")).then(gemm_peak * gemm_eff).otherwise(c("peak_fp32") * c("vector_eff"))
     k = c("kernels")
     compute_s = pl.when(c("flops") > 0).then(c("flops") / peak + k * c("compute_fill_s")).otherwise(0.0)
@@ -202,7 +204,8 @@ def efficiency_for(gpu: GPUSpec, catalog: Catalog,
 
 def _source_line(gpu: GPUSpec, eff: ComputeEfficiency, catalog_entry: ComputeEfficiency) -> str:
     """Where the efficiencies of one case come from, for the output's ``compute_efficiency_source``."""
-    values = (f"tensor {eff.tensor_gemm_eff:g}, cuda {eff.cuda_gemm_eff:g}, vector {eff.vector_eff:g}, "
+    values = (f"tensor {eff.tensor_gemm_eff:g} (tf32 {eff.tf32_eff:g}), cuda {eff.cuda_gemm_eff:g}, "
+              f"vector {eff.vector_eff:g}, "
               f"memory {eff.memory_eff:g}, fill {eff.compute_fill_us:g}/{eff.memory_fill_us:g} us, "
               f"launch {eff.kernel_launch_us:g} us, dispatch {eff.cpu_dispatch_us:g} us/op, "
               f"host {eff.step_overhead_us:g} us")

@@ -35,9 +35,10 @@ from pydantic import BaseModel, Field
 
 from ddlscope.specs.base import SPEC_CONFIG
 
-FITTABLE: tuple[str, ...] = ("tensor_gemm_eff", "cuda_gemm_eff", "vector_eff", "compute_fill_us", "memory_eff",
-                             "memory_fill_us", "kernel_launch_us", "cpu_dispatch_us", "step_overhead_us")
-"""The numeric fields of :class:`ComputeEfficiency` a fit may change (the order of a parameter vector)."""
+FITTABLE: tuple[str, ...] = ("tensor_gemm_eff", "tf32_gemm_eff", "cuda_gemm_eff", "vector_eff", "compute_fill_us",
+                             "memory_eff", "memory_fill_us", "kernel_launch_us", "cpu_dispatch_us", "step_overhead_us")
+"""The numeric fields of :class:`ComputeEfficiency` a fit may change (the order of a parameter vector;
+``tf32_gemm_eff`` is ``None`` until set: start a fit from :attr:`ComputeEfficiency.tf32_eff`)."""
 
 
 class ComputeEfficiency(BaseModel):
@@ -46,6 +47,8 @@ class ComputeEfficiency(BaseModel):
     Fields:
         generation: the generation these apply to (``default`` for the generation-neutral entry).
         tensor_gemm_eff: fraction of the tensor-core peak a large GEMM/convolution reaches, (0, 1].
+        tf32_gemm_eff: the same for TF32 tensor-core GEMMs/convolutions (FP32 data); ``None``: as
+            ``tensor_gemm_eff``.
         cuda_gemm_eff: fraction of the CUDA-core peak (FP32, or P100's FP16) a large GEMM/convolution
             reaches, (0, 1].
         vector_eff: fraction of the FP32 CUDA-core peak the FLOPs of element-wise ops reach, (0, 1].
@@ -67,6 +70,7 @@ class ComputeEfficiency(BaseModel):
 
     generation: str = "default"
     tensor_gemm_eff: float = Field(0.7, gt=0, le=1)
+    tf32_gemm_eff: float | None = Field(None, gt=0, le=1)
     cuda_gemm_eff: float = Field(0.8, gt=0, le=1)
     vector_eff: float = Field(0.5, gt=0, le=1)
     compute_fill_us: float = Field(5.0, ge=0)
@@ -92,6 +96,11 @@ class ComputeEfficiency(BaseModel):
         data.update(values)
         data["source"] = {**self.source, **{k: note for k in values}}
         return ComputeEfficiency.model_validate(data)
+
+    @property
+    def tf32_eff(self) -> float:
+        """The TF32 GEMM efficiency in use: :attr:`tf32_gemm_eff`, else :attr:`tensor_gemm_eff`."""
+        return self.tensor_gemm_eff if self.tf32_gemm_eff is None else self.tf32_gemm_eff
 
     def provenance(self) -> str:
         """One line: the generation and where its values come from (distinct sources, in field order)."""
