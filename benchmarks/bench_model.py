@@ -5,6 +5,9 @@ Goal (issue 2): at least 10 million job-scenario rows per second on the 2-core d
 Prints three figures:
 - model only: ``breakdown`` over the already stacked 10 M-row Jobs x Scenarios table;
 - what-if end to end: ``whatif`` (apply 10 scenarios + model + per-job speedup) from the 1 M jobs;
+- with ``--priced``: model only again on a table whose rows carry op-level prices
+  (:func:`ddlscope.model.compute.price_jobs` with a three-op table for the example workload,
+  priced once and joined): the population path of issue 14;
 - peak resident memory of the process.
 
 Run: ``python benchmarks/bench_model.py [--jobs 1000000]``
@@ -63,10 +66,34 @@ SCENARIOS = [
 ]
 
 
+def _time_priced(stacked: pl.DataFrame, repeat: int) -> None:
+    """Model-only throughput on ``stacked`` with op-level prices joined (every row priced)."""
+    from ddlscope.model.compute import price_jobs
+
+    ops = pl.DataFrame({"phase": ["forward", "forward", "backward"], "op": ["aten.mm", "aten.relu", "aten.mm"],
+                        "dtype": ["float32"] * 3, "flops": [1e12, 1e6, 2e12], "total_bytes": [10**9, 2 * 10**9, 10**9],
+                        "class_by_type": ["compute_bound", "memory_bound", "compute_bound"]})
+    t = time.perf_counter()
+    priced = price_jobs(stacked, {stacked["workload"][0]: ops})
+    join_s = time.perf_counter() - t
+    times = []
+    for _ in range(repeat):
+        out = None
+        t = time.perf_counter()
+        out = breakdown_lazy(priced).collect()
+        times.append(time.perf_counter() - t)
+    assert out["host_s"].min() > 0
+    best, median = min(times), float(np.median(times))
+    print(f"model only, op-priced rows: pricing + join {join_s:.2f} s once; best {best:.2f} s = "
+          f"{priced.height / best / 1e6:.1f} M rows/s, median {median:.2f} s = "
+          f"{priced.height / median / 1e6:.1f} M rows/s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--priced", action="store_true", help="also time the op-priced path")
     args = ap.parse_args()
     jobs = random_jobs(args.jobs)
     stacked = pl.concat([apply_scenario(jobs, s) for s in SCENARIOS], how="vertical_relaxed").collect()
@@ -84,6 +111,8 @@ def main() -> None:
     print(f"model only (breakdown of the stacked table): best {best:.2f} s = {rows / best / 1e6:.1f} M rows/s, "
           f"median {median:.2f} s = {rows / median / 1e6:.1f} M rows/s (of {args.repeat} runs)")
     del out
+    if args.priced:
+        _time_priced(stacked, args.repeat)
 
     times = []
     for _ in range(args.repeat):

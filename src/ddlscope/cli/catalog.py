@@ -9,9 +9,10 @@ import typer
 
 from ddlscope.cli.common import CatalogFiles, FormatOpt, user_catalog, user_errors
 from ddlscope.report.console import FORMATS, emit, expected_one_of
+from ddlscope.specs.efficiency import FITTABLE
 from ddlscope.specs.scenario import BUILTIN_SCENARIOS
 
-KINDS = ("gpus", "links", "servers", "scenarios")
+KINDS = ("gpus", "links", "servers", "scenarios", "efficiencies")
 
 
 def register(app: typer.Typer) -> None:
@@ -25,7 +26,8 @@ def register(app: typer.Typer) -> None:
         sources: Annotated[bool, typer.Option("--sources", help="show each entry's datasheet source")] = False,
         fmt: FormatOpt = "table",
     ) -> None:
-        """List the built-in catalog (plus --catalog files): GPUs, links, server types, or scenarios."""
+        """List the built-in catalog (plus --catalog files): GPUs, links, server types, scenarios, or the compute
+        efficiencies per GPU generation (op-level pricing, ``docs/model.md``)."""
         if kind not in KINDS:
             raise ValueError(f"kind: expected one of {', '.join(KINDS)}, got {kind!r}")
         expected_one_of(fmt, FORMATS)
@@ -34,7 +36,13 @@ def register(app: typer.Typer) -> None:
             rows = [{"name": g.name, "fp32_tflops": g.peak_tflops.fp32, "tf32_tflops": g.peak_tflops.tf32,
                      "fp16_tflops": g.peak_tflops.fp16, "bf16_tflops": g.peak_tflops.bf16,
                      "memory_bandwidth_gb_s": g.memory_bandwidth_gb_s, "memory_gb": g.memory_gb,
+                     "memory_mib": g.memory_mib, "generation": g.generation or "",
+                     "tensor_cores": ", ".join(g.tensor_core_precisions or ()), "sm_count": g.sm_count,
                      "aliases": ", ".join(g.aliases), "source": g.source} for g in cat.gpus.values()]
+        elif kind == "efficiencies":
+            rows = [{"generation": e.generation, **{k: getattr(e, k) for k in FITTABLE},
+                     "source": " | ".join(f"{k}: {e.source.get(k, '')}" for k in FITTABLE)}
+                    for e in cat.compute_efficiency.values()]
         elif kind == "links":
             rows = [{"name": x.name, "kind": x.kind, "bandwidth_gb_s": x.bandwidth_gb_s, "rate_gbps": x.rate_gbps,
                      "latency_us": x.latency_us, "source": x.source} for x in cat.links.values()]

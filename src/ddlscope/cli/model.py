@@ -60,13 +60,21 @@ _LINK_OF = {"pcie": "pcie_bytes", "nvlink": "nvlink_bytes", "network": "network_
 
 def _workload(workload_file: Path | None, batch_size: int | None, precision: str | None, model: str | None = None,
               seq_len: int | None = None, image_size: int | None = None, optimizer: str | None = None) -> Workload:
+    return _workload_and_ops(workload_file, batch_size, precision, model, seq_len, image_size, optimizer)[0]
+
+
+def _workload_and_ops(workload_file: Path | None, batch_size: int | None, precision: str | None,
+                      model: str | None = None, seq_len: int | None = None, image_size: int | None = None,
+                      optimizer: str | None = None) -> tuple[Workload, pl.DataFrame | None]:
+    """The workload and, with ``--model``, its op table (for op-level pricing; ``None`` otherwise)."""
     if model is not None:
         if workload_file is not None:
             raise ValueError("--model, --workload-file: give one of them")
         from ddlscope.profile import profile_model
 
-        return profile_model(model, batch_size=batch_size, seq_len=seq_len, image_size=image_size,
-                             precision=precision or "fp32", optimizer=optimizer or "sgd").workload
+        r = profile_model(model, batch_size=batch_size, seq_len=seq_len, image_size=image_size,
+                          precision=precision or "fp32", optimizer=optimizer or "sgd")
+        return r.workload, r.ops
     given = [flag for flag, v in (("--seq-len", seq_len), ("--image-size", image_size), ("--optimizer", optimizer))
              if v is not None]
     if given:
@@ -79,7 +87,7 @@ def _workload(workload_file: Path | None, batch_size: int | None, precision: str
             f"[yellow]warning:[/yellow] the GPU memory fit is not checked: the workload's peak memory "
             f"({w.peak_memory_bytes / 1e9:.3g} GB at batch size {w.batch_size}) is unknown at -b {batch_size}; "
             f"use --model NAME -b {batch_size} to re-profile it at that size", emoji=False)
-    return scaled
+    return scaled, None
 
 
 def _warn_memory(out: pl.DataFrame) -> None:
@@ -100,6 +108,17 @@ def _component_table(row: dict) -> pl.DataFrame:
         "share": [row[f"share_{c}"] for c in COMPONENTS],
         "bytes_per_step": [row.get(_LINK_OF.get(c, "")) for c in COMPONENTS],
     })
+
+
+def _compute_provenance(row: dict, system) -> str:
+    """Which compute model priced the row and where its efficiencies come from (issue 14)."""
+    src = row.get("compute_efficiency_source")
+    if src:
+        return f"op by op on {row['gpu']}; efficiencies: {src}"
+    e = system.efficiency
+    return (f"from totals (no op table: give --model to price op by op); eff_compute {e.compute:g}, "
+            f"eff_memory {e.memory:g} from {system.name!r} (built-in assumptions unless a system file or "
+            "`ddlscope calibrate` set them)")
 
 
 def register(app: typer.Typer) -> None:
@@ -135,11 +154,11 @@ def register(app: typer.Typer) -> None:
         NVLink, network); the step time, samples/s and the bottleneck. Without options: the built-in ResNet-50
         example as PS/Worker (8 workers, 2 PS) on the PAI study's 8 x V100 NVLink server with 25 Gb/s Ethernet.
         """
-        w = _workload(workload_file, batch_size, precision, model, seq_len, image_size, optimizer)
+        w, ops = _workload_and_ops(workload_file, batch_size, precision, model, seq_len, image_size, optimizer)
         arch = resolve_architecture(architecture, workers, gpus_per_worker, ps, servers, example_architecture())
-        sysm, _ = resolve_system(system, system_file, gpu, nic, nvlink, catalog)
+        sysm, cat = resolve_system(system, system_file, gpu, nic, nvlink, catalog)
         expected_one_of(fmt, FORMATS)
-        out = predict_job(w, arch, sysm, overlap=overlap)
+        out = predict_job(w, arch, sysm, overlap=overlap, ops=ops, catalog=cat)
         row = out.row(0, named=True)
         _warn_memory(out)
         if fmt == "table":
@@ -151,6 +170,8 @@ def register(app: typer.Typer) -> None:
                 "exposed communication share": row["share_comm"],
                 "bottleneck": f"{row['bottleneck']} (link: {row['bottleneck_link']})",
                 "overlap": f"{overlap} (fraction {row['overlap_fraction']})",
+                "host (fixed per step)": row["host_s"],
+                "compute priced": _compute_provenance(row, sysm),
             })
         else:
             emit(out, fmt)

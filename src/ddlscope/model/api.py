@@ -7,15 +7,17 @@ million.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import polars as pl
 
+from ddlscope.model.compute import price_jobs
 from ddlscope.model.jobs import job_row, jobs_frame
 from ddlscope.model.scenarios import whatif
 from ddlscope.model.step_time import breakdown
 from ddlscope.specs.architecture import Architecture
 from ddlscope.specs.catalog import Catalog
+from ddlscope.specs.efficiency import ComputeEfficiency
 from ddlscope.specs.scenario import Scenario
 from ddlscope.specs.system import System
 from ddlscope.specs.workload import Workload
@@ -27,14 +29,31 @@ def predict(
     system: System,
     *,
     overlap: str | float = "none",
+    ops: pl.DataFrame | None = None,
+    efficiencies: Mapping[str, ComputeEfficiency] | ComputeEfficiency | None = None,
+    catalog: Catalog | None = None,
 ) -> pl.DataFrame:
     """The step-time breakdown of one job: a one-row DataFrame (columns: see
     :mod:`ddlscope.model.step_time`).
 
+    Args:
+        workload, architecture, system: the job.
+        overlap: the overlap policy (``none``, ``full`` or a fraction).
+        ops: the workload's op table (``ddlscope.profile.profile_model(...).ops``, profiled at the
+            workload's batch and precision): compute is then priced op by op on the system's GPU
+            (:mod:`ddlscope.model.compute`) and the row carries ``compute_efficiency_source``;
+            without it the totals path (``eff_compute``, ``eff_memory``) prices it.
+        efficiencies: overrides of the catalog's compute efficiencies (one object, or a mapping
+            generation -> object), only with ``ops``.
+        catalog: for the GPU's generation and default efficiencies (default: built-in).
+
     Raises:
         ValueError: the job does not fit its placement, or a bad overlap.
     """
-    return breakdown(jobs_frame([job_row(workload, architecture, system, overlap=overlap)]))
+    jobs = jobs_frame([job_row(workload, architecture, system, overlap=overlap)])
+    if ops is not None:
+        jobs = price_jobs(jobs, {workload.name: ops}, efficiencies, catalog, gpus={system.gpu.name: system.gpu})
+    return breakdown(jobs)
 
 
 def predict_whatif(

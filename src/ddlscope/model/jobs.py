@@ -116,7 +116,7 @@ def gpu_columns(gpu: GPUSpec) -> dict[str, Any]:
         "gpu_peak_fp16_flop_per_s": gpu.peak_tflops.fp16 * 1e12,
         "gpu_peak_bf16_flop_per_s": gpu.peak_tflops.bf16 * 1e12,
         "gpu_memory_bandwidth_bytes_per_s": gpu.memory_bandwidth_gb_s * 1e9,
-        "gpu_memory_bytes": gpu.memory_gb * 1e9,
+        "gpu_memory_bytes": gpu.memory_bytes,
     }
 
 

@@ -16,9 +16,18 @@ Components (seconds per step):
 
 - data I/O = storage read ``g * stored_input / B_storage`` (a server's storage shared by its GPUs) +
   host-to-GPU copy ``a_pcie + r * input / B_pcie`` (GPUs behind one uplink share it).
-- compute-bound = ``compute_bound_flops / (peak[precision] * eff_compute)`` (roofline, compute roof).
-- memory-bound = ``max(memory_bound_bytes * memory_bound_scale / B_mem,
-  memory_bound_flops / (peak_fp32 * eff_compute))`` (roofline, memory roof).
+- compute-bound and memory-bound, two paths:
+
+  * *op-level* (rows with the ``priced_*`` columns of :func:`ddlscope.model.compute.price_jobs`
+    for the row's own ``gpu`` and ``precision``): every op of the workload's op table priced on the
+    GPU by the roofline with size-dependent per-generation efficiencies, launch gaps per kernel
+    (see :mod:`ddlscope.model.compute`); ``memory_bound_s`` = priced seconds x
+    ``memory_bound_scale`` (a fusion scenario scales the memory-bound time as it scales the
+    bytes); ``host_s`` = the fixed per-step host cost of the GPU's generation.
+  * *totals* (other rows, e.g. a user's workload file without an op table): compute-bound =
+    ``compute_bound_flops / (peak[precision] * eff_compute)`` (roofline, compute roof);
+    memory-bound = ``max(memory_bound_bytes * memory_bound_scale / B_mem,
+    memory_bound_flops / (peak_fp32 * eff_compute))`` (roofline, memory roof); ``host_s`` = 0.
 - communication, by architecture. ``*_bytes`` is what the busiest link of a class carries per
   step in its busiest direction, summed over sequential phases; time = ``messages * a + bytes / B``:
 
@@ -46,18 +55,19 @@ Components (seconds per step):
   ======================  =====================================================================
 
 - overlap: ``hidden = min(overlap_fraction * comm, compute_bound + memory_bound)``;
-  ``step = data_io + compute_bound + memory_bound + comm - hidden``. ``overlap_fraction = 0`` is the
+  ``step = data_io + compute_bound + memory_bound + host + comm - hidden``. ``overlap_fraction = 0`` is the
   PAI study's additive model.
 
 Output columns added by :func:`breakdown` (per job x scenario):
 
 ``num_gpus``, ``gpus_per_server_used``, ``fits_placement`` (bool), ``fits_gpu_memory`` (bool,
 null if the peak memory is unknown), ``storage_s``, ``h2d_s``, ``data_io_s``, ``compute_bound_s``,
-``memory_bound_s``, ``pcie_s``, ``nvlink_s``, ``network_s``, ``comm_s``, ``exposed_comm_s``,
+``memory_bound_s``, ``host_s``, ``pcie_s``, ``nvlink_s``, ``network_s``, ``comm_s``, ``exposed_comm_s``,
 ``step_s``, ``samples_per_s`` (global: ``batch_size * num_gpus / step_s``), ``pcie_bytes``,
 ``nvlink_bytes``, ``network_bytes``, ``share_data_io``, ``share_compute_bound``,
 ``share_memory_bound``, ``share_pcie``, ``share_nvlink``, ``share_network`` (each communication
-share is its link's part of the *exposed* communication; the six sum to 1), ``share_comm``,
+share is its link's part of the *exposed* communication; the six plus ``share_host`` sum to 1),
+``share_comm``, ``share_host``,
 ``bottleneck`` (the component with the largest share) and ``bottleneck_link`` (the link class with
 the largest communication time, ``none`` without communication).
 """
@@ -86,10 +96,10 @@ LinkEnum = pl.Enum([*LINKS, "none"])
 
 OUTPUT_COLUMNS: tuple[str, ...] = (
     "num_gpus", "gpus_per_server_used", "fits_placement", "fits_gpu_memory",
-    "storage_s", "h2d_s", "data_io_s", "compute_bound_s", "memory_bound_s",
+    "storage_s", "h2d_s", "data_io_s", "compute_bound_s", "memory_bound_s", "host_s",
     "pcie_s", "nvlink_s", "network_s", "comm_s", "exposed_comm_s", "step_s", "samples_per_s",
     "pcie_bytes", "nvlink_bytes", "network_bytes",
-    *(f"share_{c}" for c in COMPONENTS), "share_comm", "bottleneck", "bottleneck_link",
+    *(f"share_{c}" for c in COMPONENTS), "share_comm", "share_host", "bottleneck", "bottleneck_link",
 )
 
 c = pl.col
@@ -140,6 +150,7 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     """
     check_jobs_frame(jobs)
     in_cols = jobs.collect_schema().names()
+    priced = "priced_compute_bound_s" in in_cols
     f = pl.Float64
     arch = c("architecture")
     S, E = c("dense_param_bytes"), c("sparse_bytes_per_step")
@@ -205,6 +216,19 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
         + is_gather * g * ring_allgather_bytes_per_rank(m * E, m)
         + is_pearl * 2 * g * alltoall_bytes_to_peers(E, p, p - g)
     ) / nics
+    compute_bound_s = c("compute_bound_flops") / (c("__peak") * c("eff_compute"))
+    memory_bound_s = pl.max_horizontal(
+        c("memory_bound_bytes") * c("memory_bound_scale") / (c("gpu_memory_bandwidth_bytes_per_s") * c("eff_memory")),
+        c("memory_bound_flops") / (c("gpu_peak_fp32_flop_per_s") * c("eff_compute")),
+    )
+    host_s: pl.Expr = pl.lit(0.0)
+    if priced:  # op-level prices (ddlscope.model.compute.price_jobs) where they are for this row's GPU and precision
+        valid = (c("priced_compute_bound_s").is_not_null() & (c("priced_gpu") == c("gpu"))
+                 & (c("priced_precision") == c("precision").cast(pl.String)))
+        compute_bound_s = pl.when(valid).then(c("priced_compute_bound_s")).otherwise(compute_bound_s)
+        memory_bound_s = pl.when(valid).then(c("priced_memory_bound_s") * c("memory_bound_scale")).otherwise(
+            memory_bound_s)
+        host_s = pl.when(valid).then(c("priced_host_s")).otherwise(0.0)
     storage_s = g * c("stored_input_bytes") / (c("storage_read_bytes_per_s") * c("eff_storage"))
     # a replica's memory: the embedding tables live on the PS shards (ps_worker) or are split over
     # the p GPUs (pearl)
@@ -214,12 +238,9 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
         fits_gpu_memory=needed <= c("gpu_memory_bytes"),
         storage_s=storage_s,
         h2d_s=pl.when(c("input_bytes") > 0).then(c("pcie_latency_s") + r * c("input_bytes") / B_pcie).otherwise(0.0),
-        compute_bound_s=c("compute_bound_flops") / (c("__peak") * c("eff_compute")),
-        memory_bound_s=pl.max_horizontal(
-            c("memory_bound_bytes") * c("memory_bound_scale")
-            / (c("gpu_memory_bandwidth_bytes_per_s") * c("eff_memory")),
-            c("memory_bound_flops") / (c("gpu_peak_fp32_flop_per_s") * c("eff_compute")),
-        ),
+        compute_bound_s=compute_bound_s,
+        memory_bound_s=memory_bound_s,
+        host_s=host_s,
         __host_bytes=is_host_ps * 2 * r * (S + E),
         __host_msgs=is_host_ps * 2 * k,
         __intra_bytes=intra_bytes,
@@ -244,17 +265,17 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     )
     lf = lf.with_columns(pcie_s=alpha_beta_s(c("__pcie_msgs"), c("pcie_latency_s"), c("pcie_bytes"), B_pcie))
     lf = lf.with_columns(comm_s=c("pcie_s") + c("nvlink_s") + c("network_s"))
-    return _shares(_step(lf)).select(*in_cols, *(o for o in OUTPUT_COLUMNS if o not in in_cols))
+    return _shares(_step(lf), priced).select(*in_cols, *(o for o in OUTPUT_COLUMNS if o not in in_cols))
 
 
 def _step(lf: pl.LazyFrame) -> pl.LazyFrame:
     """Pass 2: overlap and step time from the components."""
     compute_s = c("compute_bound_s") + c("memory_bound_s")
     exposed = c("comm_s") - pl.min_horizontal(c("overlap_fraction") * c("comm_s"), compute_s)
-    return lf.with_columns(exposed_comm_s=exposed, step_s=c("data_io_s") + compute_s + exposed)
+    return lf.with_columns(exposed_comm_s=exposed, step_s=c("data_io_s") + compute_s + exposed + c("host_s"))
 
 
-def _shares(lf: pl.LazyFrame) -> pl.LazyFrame:
+def _shares(lf: pl.LazyFrame, priced: bool = False) -> pl.LazyFrame:
     """Passes 3-5: throughput, shares and bottleneck from the step time."""
     step = c("step_s")
     exposed_per_comm = pl.when(c("comm_s") > 0).then(c("exposed_comm_s") / c("comm_s")).otherwise(0.0)
@@ -264,6 +285,7 @@ def _shares(lf: pl.LazyFrame) -> pl.LazyFrame:
         share_compute_bound=c("compute_bound_s") / step,
         share_memory_bound=c("memory_bound_s") / step,
         share_comm=c("exposed_comm_s") / step,
+        share_host=c("host_s") / step if priced else pl.lit(0.0),
         **{f"__exposed_{x}_s": c(f"{x}_s") * exposed_per_comm for x in LINKS},
     )
     candidates = [c(f"{x}_s") for x in COMPONENTS[:3]] + [c(f"__exposed_{x}_s") for x in LINKS]

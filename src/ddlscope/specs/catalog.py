@@ -37,6 +37,7 @@ measurements, which the catalog ignores)::
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping
 from functools import cache
@@ -46,16 +47,19 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ddlscope.specs.efficiency import ComputeEfficiency
 from ddlscope.specs.errors import describe_validation
 from ddlscope.specs.files import read_toml_or_json
-from ddlscope.specs.system import Efficiency, GPUSpec, LinkSpec, ServerSpec, System
+from ddlscope.specs.system import GENERATIONS, Efficiency, GPUSpec, LinkSpec, ServerSpec, System
 
-SECTIONS = ("gpu", "link", "server")
+SECTIONS = ("gpu", "link", "server", "compute_efficiency")
 IGNORED_SECTIONS = ("system", "calibration")
 """Sections of a system file the catalog itself does not read: ``[system]`` (resolved by
 :func:`load_system`) and ``[calibration]`` (the measurements ``ddlscope calibrate`` writes beside
 the entries, read by :mod:`ddlscope.calibrate`)."""
 NO_NVLINK = "none"
+_COUNT = re.compile(r"(?:^|\s)(\d+)\s*x\s*", re.IGNORECASE)
+"""A GPU count in a server label: ``2x``, ``8x`` or ``4x`` glued to the name (``4xV100``)."""
 
 
 class CatalogError(ValueError):
@@ -93,6 +97,8 @@ class Catalog:
         self.gpus: dict[str, GPUSpec] = {}
         self.links: dict[str, LinkSpec] = {}
         self.servers: dict[str, ServerSpec] = {}
+        self.compute_efficiency: dict[str, ComputeEfficiency] = {}
+        """Op-pricing parameters by GPU generation (plus ``default``), see :mod:`ddlscope.specs.efficiency`."""
         self._alias: dict[str, str] = {}
         self.overrides: list[str] = []
         """Entries a later file replaced (``section.name (from file)``), for a note to the user."""
@@ -114,7 +120,8 @@ class Catalog:
         if unknown:
             raise CatalogError(f"{origin}: unknown section(s) {sorted(unknown)}; expected {list(SECTIONS)}")
         kinds = {"gpu": (GPUSpec, self.gpus), "link": (LinkSpec, self.links), "server": (ServerSpec, self.servers)}
-        for section in SECTIONS:
+        self._add_efficiencies(entries.get("compute_efficiency", {}), origin)
+        for section in SECTIONS[:3]:
             block = entries.get(section, {})
             if not isinstance(block, Mapping):
                 raise CatalogError(f"{origin}: [{section}] must be a table of named entries")
@@ -156,6 +163,40 @@ class Catalog:
             except CatalogError as exc:
                 raise CatalogError(f"{origin}: [server.\"{name}\"]: {exc}") from exc
 
+    def _add_efficiencies(self, block: Any, origin: str) -> None:
+        """Add ``[compute_efficiency."<generation>"]`` entries; a later entry for a generation
+        replaces only the fields it gives (the rest stay, with their sources)."""
+        if not isinstance(block, Mapping):
+            raise CatalogError(f"{origin}: [compute_efficiency] must be a table of generations")
+        for gen, fields in block.items():
+            where = f"{origin}: [compute_efficiency.\"{gen}\"]"
+            if gen != "default" and gen not in GENERATIONS:
+                raise CatalogError(f"{where}: unknown generation; expected default or one of {', '.join(GENERATIONS)}")
+            if not isinstance(fields, Mapping):
+                raise CatalogError(f"{where} must be a table")
+            base = self.compute_efficiency.get(gen) or self.compute_efficiency.get("default") or ComputeEfficiency()
+            data = {**base.model_dump(), **fields, "generation": gen}
+            src = fields.get("source", {})
+            if isinstance(src, str):  # one source for every field the entry gives
+                src = {k: src for k in fields if k != "source"}
+            if not isinstance(src, Mapping):
+                raise CatalogError(f"{where}: source: expected a string or a table field -> citation")
+            given = {k: f"{v} ({origin})" for k, v in src.items()}
+            data["source"] = {**base.source, **given}
+            try:
+                spec = ComputeEfficiency.model_validate(data)
+            except ValidationError as exc:
+                raise CatalogError(f"{where}: {_describe(exc)}") from exc
+            if gen in self.compute_efficiency and origin != "built-in catalog":
+                self.overrides.append(f"compute_efficiency.{gen} (from {origin})")
+            self.compute_efficiency[gen] = spec
+
+    def efficiency_for(self, gpu: GPUSpec) -> ComputeEfficiency:
+        """The compute efficiencies of ``gpu``'s generation, or the ``default`` entry when the
+        GPU has no generation or the catalog has none for it."""
+        return (self.compute_efficiency.get(gpu.generation or "default") or self.compute_efficiency.get("default")
+                or ComputeEfficiency())
+
     def _existing(self, section: str, name: str) -> str | None:
         """The key of the entry ``name`` replaces: the same name, a spelling that normalises equal
         (``v100_sxm2_16gb`` for ``V100-SXM2-16GB``) or, for a GPU, one of its aliases."""
@@ -171,6 +212,20 @@ class Catalog:
         if key is None:
             raise CatalogError(f"gpu: unknown GPU {name!r}; known: {', '.join(sorted(self.gpus))}")
         return self.gpus[key]
+
+    def gpu_of_label(self, label: str) -> tuple[GPUSpec, int]:
+        """The GPU and count of a server label such as benchmark tables write them
+        (``"LambdaCloud 4xV100 16GB"``, ``"Dell 2x H100 80GB SXM5"``, ``"RTX 4090"``): a ``<n>x``
+        token is the GPU count (1 without one) and the rest, with single spaces, is looked up as
+        a GPU name or alias.
+
+        Raises:
+            CatalogError: the rest names no GPU (listing the known ones).
+        """
+        m = _COUNT.search(label)
+        count = int(m.group(1)) if m else 1
+        rest = " ".join((_COUNT.sub(" ", label, count=1) if m else label).split())
+        return self.gpu(rest), count
 
     def link(self, name: str) -> LinkSpec:
         """The link named ``name`` (case-insensitive)."""

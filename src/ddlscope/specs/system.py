@@ -43,8 +43,32 @@ class PeakTflops(BaseModel):
     bf16: float = Field(..., gt=0)
 
 
+Generation = Literal["kepler", "maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell",
+                     "cdna2", "cdna3"]
+"""GPU micro-architecture generations: the key of the per-generation compute efficiencies
+(:class:`ddlscope.specs.efficiency.ComputeEfficiency`, catalog section ``[compute_efficiency]``)."""
+GENERATIONS: tuple[str, ...] = Generation.__args__
+TensorPrecision = Literal["tf32", "fp16", "bf16"]
+MIB = 2**20
+
+
 class GPUSpec(BaseModel):
-    """One GPU type: peak FLOP/s per precision, memory bandwidth (GB/s = 1e9 B/s), capacity (GB)."""
+    """One GPU type: peak FLOP/s per precision, memory bandwidth (GB/s = 1e9 B/s), capacity.
+
+    Fields beyond the peaks (all optional, so a user's entry of peaks alone still validates):
+
+    - ``generation``: micro-architecture (:data:`GENERATIONS`); selects the compute-efficiency curves.
+      ``None``: the generation-neutral default curves.
+    - ``tensor_core_precisions``: the precisions whose GEMM/convolution run on tensor (matrix) cores
+      (``tf32``, ``fp16``, ``bf16``); ``()`` for a GPU without them (K80, M60, P40, P100); ``None``
+      unknown (treated as "every precision whose peak exceeds FP32's").
+    - ``sm_count`` (streaming multiprocessors or compute units), ``boost_clock_mhz``: from the
+      datasheet/whitepaper, informational (the peaks already hold their product).
+    - ``memory_mib``: the capacity as the device reports it (``nvidia-smi``'s ``MiB`` total, or
+      ``rocm-smi``'s), in MiB of 2**20 bytes: a "16 GB" V100 reports 16,160 MiB. When given, the
+      model's ``gpu_memory_bytes`` is ``memory_mib * 2**20``; else ``memory_gb * 1e9``.
+    - ``memory_source``: where ``memory_mib`` comes from.
+    """
 
     model_config = SPEC_CONFIG
 
@@ -53,7 +77,30 @@ class GPUSpec(BaseModel):
     peak_tflops: PeakTflops
     memory_bandwidth_gb_s: float = Field(..., gt=0)
     memory_gb: float = Field(..., gt=0)
+    generation: Generation | None = None
+    tensor_core_precisions: tuple[TensorPrecision, ...] | None = None
+    sm_count: int | None = Field(None, ge=1)
+    boost_clock_mhz: float | None = Field(None, gt=0)
+    memory_mib: float | None = Field(None, gt=0)
+    memory_source: str = ""
     source: str = ""
+
+    @property
+    def memory_bytes(self) -> float:
+        """Device memory in bytes: ``memory_mib * 2**20`` when the reported capacity is known, else
+        ``memory_gb * 1e9``."""
+        return self.memory_mib * MIB if self.memory_mib is not None else self.memory_gb * 1e9
+
+    def has_tensor_cores(self, precision: str) -> bool:
+        """Whether a GEMM/convolution at ``precision`` (``fp32``, ``tf32``, ``fp16``, ``bf16``) runs on
+        tensor cores on this GPU. ``fp32`` never does; unknown ``tensor_core_precisions`` fall back to
+        "the datasheet peak at that precision exceeds the FP32 peak" (catalog convention: a GPU
+        without the unit repeats its FP32 figure)."""
+        if precision == "fp32":
+            return False
+        if self.tensor_core_precisions is not None:
+            return precision in self.tensor_core_precisions
+        return getattr(self.peak_tflops, precision) > self.peak_tflops.fp32
 
 
 class LinkSpec(BaseModel):

@@ -1,0 +1,371 @@
+r"""Op-level compute pricing: every op of a profiled step priced on a target GPU.
+
+The totals path of :mod:`ddlscope.model.step_time` prices a step's compute as
+``compute_bound_flops / (peak * eff_compute)``: one efficiency for every GPU and every op, so a
+cross-GPU prediction is the datasheet peak ratio and the step time falls to zero with the batch.
+This module prices each op of the op table :func:`ddlscope.profile.profile_model` yields (columns
+``phase``, ``op``, ``dtype``, ``flops``, ``total_bytes``, ``class_by_type``) on one GPU by the
+roofline with size-dependent efficiencies of the GPU's generation
+(:class:`~ddlscope.specs.efficiency.ComputeEfficiency`, defaults in the catalog, each with its
+source)::
+
+    t_op = max(F / (peak_q * eff_max) + k * compute_fill,  Q / (bw * memory_eff) + k * memory_fill)
+           + k * kernel_launch
+    gpu  = sum over ops of t_op
+    host = step_overhead + max(0, ops * cpu_dispatch - gpu)
+    step = gpu + host
+
+with ``F`` the op's FLOPs, ``Q`` its bytes read + written, ``k`` its kernels (2 for
+``aten.convolution_backward``, which computes the input and the weight gradient, else 1). This is
+the saturating efficiency curve ``eff(F) = eff_max * F / (F + F_half)`` of Calculon (Isaev et
+al., SC 2023) with ``F_half = peak_q * eff_max * compute_fill`` (see
+:mod:`ddlscope.specs.efficiency`). The peak ``peak_q`` and ``eff_max``:
+
+- GEMM/convolution (``class_by_type == compute_bound``): ``q`` is the op's arithmetic — ``fp16`` /
+  ``bf16`` for 16-bit results, ``tf32`` for FP32 results when the step runs TF32, else ``fp32``;
+  ``eff_max = tensor_gemm_eff`` (``tf32_gemm_eff`` for ``tf32`` where set) where the GPU has tensor cores for ``q``
+  (:meth:`~ddlscope.specs.system.GPUSpec.has_tensor_cores`), else ``cuda_gemm_eff``.
+- every other op (element-wise, normalisation, reductions, optimizer): the FP32 CUDA-core peak
+  with ``vector_eff``; tensor cores never.
+
+A tensor-core convolution on NCHW activations (PyTorch's default layout; ``conv_layout`` of a
+case) also pays cuDNN's NCHW<->NHWC transposes: ``TRANSPOSE_PASSES * Q`` more bytes, memory-bound
+(:data:`TRANSPOSE_PASSES`).
+
+Each op's time counts as compute-bound or memory-bound time by its type class (the PAI study's
+split, IISWC 2019), so the model's components keep their meaning; ``step_overhead`` is the host
+component (``host_s``): the fixed per-step cost, plus the time the GPU waits for the host where
+issuing the ops (``cpu_dispatch`` each, the host running ahead asynchronously) takes longer than
+running them.
+
+Two entry points share the arithmetic:
+
+- :func:`predict_single_gpu`: a list of (op table, GPU, precision, batch) cases -> one row each
+  (step time, per-phase and per-class seconds, samples/s, the efficiencies used). The function a
+  fit calls (``ddlscope validate --measurements --fit-on``): pass a :class:`ComputeEfficiency`
+  per generation to override the catalog's.
+- :func:`price_jobs`: the population path. What depends only on (workload, GPU, precision) is
+  priced once per distinct triple (a small frame) and joined into a Jobs table as the ``priced_*``
+  columns :func:`ddlscope.model.step_time.breakdown_lazy` uses where present.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import polars as pl
+
+from ddlscope.specs.catalog import Catalog, CatalogError, builtin_catalog
+from ddlscope.specs.efficiency import FITTABLE, ComputeEfficiency
+from ddlscope.specs.system import GPUSpec
+
+c = pl.col
+
+OP_INPUT_COLUMNS: tuple[str, ...] = ("phase", "op", "dtype", "flops", "total_bytes", "class_by_type")
+"""The op-table columns the pricing reads (see :data:`ddlscope.profile.api.OP_COLUMNS`)."""
+PRICED_COLUMNS: tuple[str, ...] = ("priced_gpu", "priced_precision", "priced_compute_bound_s",
+                                   "priced_memory_bound_s", "priced_host_s", "compute_efficiency_source")
+"""Columns :func:`price_jobs` joins into a Jobs table."""
+TWO_KERNEL_OPS = frozenset({"aten.convolution_backward"})
+CONV_OPS = frozenset({"aten.convolution", "aten.convolution_backward"})
+TRANSPOSE_PASSES = 2.0
+"""Extra memory traffic, in multiples of a tensor-core convolution's own bytes, when its activations
+are NCHW: cuDNN's tensor-core kernels work on NHWC and transpose NCHW inputs and outputs around
+them (NVIDIA, "Convolutional Layers User's Guide", 2023, section "Tensor layouts in memory: NCHW vs
+NHWC"); each transpose reads and writes the tensor once, so 2 x the bytes the convolution moves
+(an upper-side approximation: the weights, which the count includes, are small at training
+batches). Such a convolution also launches 2 transpose kernels per kernel. NVIDIA's
+DeepLearningExamples ResNet-50 runs AMP as ``memory_format: nhwc`` (``configs.yml``); PyTorch's
+default, and Lambda's benchmark configuration, is NCHW."""
+"""Ops that launch two GEMM-class kernels (input gradient and weight gradient, cuDNN dgrad + wgrad)."""
+
+
+@dataclass(frozen=True)
+class SingleGpuCase:
+    """One single-GPU step to price.
+
+    Attributes:
+        ops: the op table of one step (:data:`OP_INPUT_COLUMNS` at least), profiled at ``batch_size``.
+        gpu: a catalog GPU name or a :class:`GPUSpec`.
+        precision: ``fp32``, ``tf32``, ``fp16`` or ``bf16`` (the step's arithmetic; ``tf32`` runs the
+            FP32 GEMMs of the op table on TF32 tensor cores where the GPU has them).
+        batch_size: samples per step (for ``samples_per_s``).
+        label: a name for the row (e.g. the measurement row it predicts).
+        conv_layout: the activations' memory format, ``nchw`` (PyTorch's default contiguous
+            format) or ``nhwc`` (``channels_last``): with ``nchw`` every tensor-core convolution
+            pays layout transposes (:data:`TRANSPOSE_PASSES`).
+    """
+
+    ops: pl.DataFrame
+    gpu: str | GPUSpec
+    precision: str
+    batch_size: int
+    label: str = ""
+    conv_layout: str = "nchw"
+
+
+def _check_ops(ops: pl.DataFrame, where: str) -> None:
+    missing = [k for k in OP_INPUT_COLUMNS if k not in ops.columns]
+    if missing:
+        raise ValueError(f"{where}: op table lacks column(s) {missing}; expected the op table of "
+                         "ddlscope.profile.profile_model (ddlscope.profile.api.OP_COLUMNS)")
+
+
+def op_features(ops: pl.DataFrame) -> pl.DataFrame:
+    """The GPU-independent features of each op: ``phase``, ``is_gemm`` (compute-bound by type),
+    ``dtype16`` (``float16``/``bfloat16``/``None``: the 16-bit type of a GEMM's result), ``flops``,
+    ``bytes`` and ``kernels``.
+
+    Raises:
+        ValueError: a column of :data:`OP_INPUT_COLUMNS` is missing.
+    """
+    _check_ops(ops, "op table")
+    return ops.select(
+        c("phase").cast(pl.String),
+        is_gemm=c("class_by_type").cast(pl.String) == "compute_bound",
+        dtype=c("dtype").cast(pl.String),
+        flops=c("flops").cast(pl.Float64).fill_null(0.0),
+        bytes=c("total_bytes").cast(pl.Float64).fill_null(0.0),
+        kernels=pl.when(c("op").is_in(list(TWO_KERNEL_OPS))).then(2.0).otherwise(1.0),
+        is_conv=c("op").is_in(list(CONV_OPS)),
+    )
+
+
+def _gpu_params(gpu: GPUSpec, precision: str, eff: ComputeEfficiency) -> dict[str, float | bool | str]:
+    """Per-case numbers: peaks (FLOP/s), tensor-core flags, bandwidth (B/s) and efficiencies (s)."""
+    p = gpu.peak_tflops
+    fp32_arith = "tf32" if precision == "tf32" else "fp32"
+    return {
+        "peak_f32": getattr(p, fp32_arith) * 1e12,
+        "tc_f32": gpu.has_tensor_cores(fp32_arith),
+        "peak_fp32": p.fp32 * 1e12,
+        "peak_fp16": p.fp16 * 1e12,
+        "tc_fp16": gpu.has_tensor_cores("fp16"),
+        "peak_bf16": p.bf16 * 1e12,
+        "tc_bf16": gpu.has_tensor_cores("bf16"),
+        "bw": gpu.memory_bandwidth_gb_s * 1e9,
+        "tensor_eff": eff.tensor_gemm_eff,
+        "tf32_eff": eff.tf32_eff,
+        "cuda_eff": eff.cuda_gemm_eff,
+        "vector_eff": eff.vector_eff,
+        "compute_fill_s": eff.compute_fill_us * 1e-6,
+        "memory_eff": eff.memory_eff,
+        "memory_fill_s": eff.memory_fill_us * 1e-6,
+        "launch_s": eff.kernel_launch_us * 1e-6,
+        "host_s": eff.step_overhead_us * 1e-6,
+        "dispatch_s": eff.cpu_dispatch_us * 1e-6,
+    }
+
+
+def _op_seconds() -> pl.Expr:
+    """Seconds of each op from :func:`op_features` columns joined with :func:`_gpu_params` columns."""
+    is16 = c("dtype") == "float16"
+    isbf = c("dtype") == "bfloat16"
+    gemm_peak = pl.when(is16).then(c("peak_fp16")).when(isbf).then(c("peak_bf16")).otherwise(c("peak_f32"))
+    tc = pl.when(is16).then(c("tc_fp16")).when(isbf).then(c("tc_bf16")).otherwise(c("tc_f32"))
+    tensor_eff = pl.when(is16 | isbf).then(c("tensor_eff")).otherwise(c("tf32_eff"))
+    gemm_eff = pl.when(tc).then(tensor_eff).otherwise(c("cuda_eff"))
+    peak = pl.when(c("is_gemm")).then(gemm_peak * gemm_eff).otherwise(c("peak_fp32") * c("vector_eff"))
+    k = c("kernels")
+    compute_s = pl.when(c("flops") > 0).then(c("flops") / peak + k * c("compute_fill_s")).otherwise(0.0)
+    memory_s = pl.when(c("bytes") > 0).then(c("bytes") / (c("bw") * c("memory_eff")) + k * c("memory_fill_s")
+                                            ).otherwise(0.0)
+    return pl.max_horizontal(compute_s, memory_s) + k * c("launch_s")
+
+
+def _transpose_seconds() -> pl.Expr:
+    """Seconds of the NCHW<->NHWC transposes around a tensor-core convolution (0 elsewhere)."""
+    is16 = c("dtype") == "float16"
+    isbf = c("dtype") == "bfloat16"
+    tc = pl.when(is16).then(c("tc_fp16")).when(isbf).then(c("tc_bf16")).otherwise(c("tc_f32"))
+    k = 2.0 * c("kernels")
+    t = TRANSPOSE_PASSES * c("bytes") / (c("bw") * c("memory_eff")) + k * (c("memory_fill_s") + c("launch_s"))
+    return pl.when(c("is_conv") & tc & c("nchw") & (c("bytes") > 0)).then(t).otherwise(0.0)
+
+
+def _resolve_gpu(gpu: str | GPUSpec, catalog: Catalog) -> GPUSpec:
+    return gpu if isinstance(gpu, GPUSpec) else catalog.gpu(gpu)
+
+
+def efficiency_for(gpu: GPUSpec, catalog: Catalog,
+                   overrides: Mapping[str, ComputeEfficiency] | ComputeEfficiency | None = None) -> ComputeEfficiency:
+    """The efficiencies to price ``gpu`` with: ``overrides`` (one object for every GPU, or a
+    mapping generation -> object, ``default`` for GPUs without a generation), else the catalog's
+    entry for the GPU's generation (:meth:`Catalog.efficiency_for`)."""
+    if isinstance(overrides, ComputeEfficiency):
+        return overrides
+    if overrides:
+        hit = overrides.get(gpu.generation or "default")
+        if hit is not None:
+            return hit
+    return catalog.efficiency_for(gpu)
+
+
+def _source_line(gpu: GPUSpec, eff: ComputeEfficiency, catalog_entry: ComputeEfficiency) -> str:
+    """Where the efficiencies of one case come from, for the output's ``compute_efficiency_source``."""
+    values = (f"tensor {eff.tensor_gemm_eff:g} (tf32 {eff.tf32_eff:g}), cuda {eff.cuda_gemm_eff:g}, "
+              f"vector {eff.vector_eff:g}, "
+              f"memory {eff.memory_eff:g}, fill {eff.compute_fill_us:g}/{eff.memory_fill_us:g} us, "
+              f"launch {eff.kernel_launch_us:g} us, dispatch {eff.cpu_dispatch_us:g} us/op, "
+              f"host {eff.step_overhead_us:g} us")
+    if eff == catalog_entry:
+        return (f"catalog default for {eff.generation} ({gpu.name}): {values}; sources: "
+                f"`ddlscope catalog efficiencies --sources`")
+    changed = [k for k in FITTABLE if getattr(eff, k) != getattr(catalog_entry, k)]
+    notes = sorted({eff.source.get(k, "given by the caller") for k in changed})
+    return (f"{eff.generation} ({gpu.name}): {values}; {', '.join(changed) or 'none'} overridden "
+            f"({'; '.join(notes) or 'given by the caller'}), the rest catalog defaults")
+
+
+PHASE_COLUMNS: tuple[str, ...] = ("forward_s", "backward_s", "optimizer_s")
+
+
+def predict_single_gpu(
+    cases: Sequence[SingleGpuCase],
+    efficiencies: Mapping[str, ComputeEfficiency] | ComputeEfficiency | None = None,
+    catalog: Catalog | None = None,
+) -> pl.DataFrame:
+    """Single-GPU step time of each case, every op priced (see the module docstring).
+
+    Args:
+        cases: the steps to price (:class:`SingleGpuCase`: op table, GPU, precision, batch, label).
+        efficiencies: overrides of the catalog's compute efficiencies: one
+            :class:`ComputeEfficiency` for every case, or a mapping generation -> object (a fit's
+            parameters; generations it lacks keep the catalog's).
+        catalog: for GPU names and default efficiencies (default: built-in).
+
+    Returns:
+        One row per case, in order: ``label``, ``gpu`` (canonical name), ``generation``,
+        ``precision``, ``batch_size``, ``compute_bound_s``, ``memory_bound_s`` (ops by type class,
+        launch gaps included; memory-bound includes ``transpose_s``, the NCHW layout transposes of
+        tensor-core convolutions), ``transpose_s``, ``launch_s`` (the launch-gap part of those),
+        ``host_s`` (the fixed per-step cost plus any wait for the host to issue the ops),
+        ``forward_s``, ``backward_s``, ``optimizer_s`` (ops by phase, transposes included),
+        ``step_s`` = compute + memory + host, ``samples_per_s`` = batch / step, ``kernels``,
+        ``ops`` (op rows), ``compute_efficiency_source``.
+
+    Raises:
+        CatalogError: an unknown GPU name.
+        ValueError: an op table without the needed columns, a batch < 1, an unknown precision.
+    """
+    cat = catalog or builtin_catalog()
+    frames, meta = [], []
+    for i, case in enumerate(cases):
+        where = f"case {i}" + (f" ({case.label})" if case.label else "")
+        if case.precision not in ("fp32", "tf32", "fp16", "bf16"):
+            raise ValueError(f"{where}: precision: expected fp32, tf32, fp16 or bf16, got {case.precision!r}")
+        if case.conv_layout not in ("nchw", "nhwc"):
+            raise ValueError(f"{where}: conv_layout: expected nchw or nhwc, got {case.conv_layout!r}")
+        if case.batch_size < 1:
+            raise ValueError(f"{where}: batch_size: expected >= 1, got {case.batch_size}")
+        _check_ops(case.ops, where)
+        gpu = _resolve_gpu(case.gpu, cat)
+        eff = efficiency_for(gpu, cat, efficiencies)
+        params = _gpu_params(gpu, case.precision, eff)
+        meta.append({"case": i, "label": case.label, "gpu": gpu.name, "generation": gpu.generation or "default",
+                     "precision": case.precision, "batch_size": case.batch_size, "step_overhead_s": params["host_s"],
+                     "dispatch_s": params["dispatch_s"],
+                     "compute_efficiency_source": _source_line(gpu, eff, cat.efficiency_for(gpu))})
+        frames.append(op_features(case.ops).with_columns(
+            case=pl.lit(i), nchw=pl.lit(case.conv_layout == "nchw"),
+            **{k: pl.lit(v) for k, v in params.items() if k not in ("host_s", "dispatch_s")}))
+    schema = {"case": pl.Int64, "label": pl.String, "gpu": pl.String, "generation": pl.String,
+              "precision": pl.String, "batch_size": pl.Int64, "step_overhead_s": pl.Float64,
+              "dispatch_s": pl.Float64, "compute_efficiency_source": pl.String}
+    info = pl.DataFrame(meta, schema=schema)
+    if not frames:
+        return info.drop("case", "dispatch_s").rename({"step_overhead_s": "host_s"})
+    ops = pl.concat(frames, how="vertical_relaxed").with_columns(op_s=_op_seconds(),
+                                                                 transpose_s=_transpose_seconds())
+    extra_kernels = pl.when(c("transpose_s") > 0).then(2.0 * c("kernels")).otherwise(0.0)
+    ops = ops.with_columns(launch=(c("kernels") + extra_kernels) * c("launch_s"),
+                           all_kernels=c("kernels") + extra_kernels)
+    per = ops.group_by("case").agg(
+        compute_bound_s=c("op_s").filter(c("is_gemm")).sum(),
+        memory_bound_s=c("op_s").filter(~c("is_gemm")).sum() + c("transpose_s").sum(),
+        transpose_s=c("transpose_s").sum(),
+        launch_s=c("launch").sum(),
+        kernels=c("all_kernels").sum(),
+        ops=pl.len(),
+        **{f"{ph}_s": (c("op_s") + c("transpose_s")).filter(c("phase") == ph).sum()
+           for ph in ("forward", "backward", "optimizer")},
+    )
+    out = info.join(per, on="case", how="left").sort("case")
+    gpu_s = c("compute_bound_s") + c("memory_bound_s")
+    return out.with_columns(
+        host_s=c("step_overhead_s") + pl.max_horizontal(c("ops") * c("dispatch_s") - gpu_s, 0.0),
+    ).with_columns(
+        step_s=gpu_s + c("host_s"),
+    ).with_columns(samples_per_s=c("batch_size") / c("step_s")).select(
+        "label", "gpu", "generation", "precision", "batch_size", "compute_bound_s", "memory_bound_s", "transpose_s",
+        "launch_s",
+        "host_s", *PHASE_COLUMNS, "step_s", "samples_per_s", "kernels", "ops", "compute_efficiency_source",
+    )
+
+
+def _spec_from_columns(row: Mapping[str, object]) -> GPUSpec:
+    """A GPU not in the catalog (a user's system file entry), rebuilt from its Jobs columns: no
+    generation (the ``default`` efficiencies), tensor cores inferred from the peaks."""
+    from ddlscope.specs.system import PeakTflops
+
+    return GPUSpec(name=str(row["gpu"]), peak_tflops=PeakTflops(**{
+        p: float(row[f"gpu_peak_{p}_flop_per_s"]) / 1e12 for p in ("fp32", "tf32", "fp16", "bf16")}),
+        memory_bandwidth_gb_s=float(row["gpu_memory_bandwidth_bytes_per_s"]) / 1e9,
+        memory_gb=float(row["gpu_memory_bytes"]) / 1e9)
+
+
+def price_jobs(
+    jobs: pl.DataFrame,
+    op_tables: Mapping[str, pl.DataFrame],
+    efficiencies: Mapping[str, ComputeEfficiency] | ComputeEfficiency | None = None,
+    catalog: Catalog | None = None,
+    gpus: Mapping[str, GPUSpec] | None = None,
+    conv_layout: str = "nchw",
+) -> pl.DataFrame:
+    """``jobs`` with the :data:`PRICED_COLUMNS` joined: each distinct (workload, GPU, precision)
+    of a job whose ``workload`` has an op table in ``op_tables`` is priced once by
+    :func:`predict_single_gpu`; other jobs get nulls there (the totals path prices them).
+
+    ``priced_gpu`` and ``priced_precision`` record what was priced: the step-time model uses the
+    priced seconds only on rows whose ``gpu`` and ``precision`` still match (a scenario that
+    swaps the GPU or precision falls back to the totals path unless ``price_jobs`` runs again on
+    its rows). The op table of a workload must be profiled at the jobs' batch size. A job's GPU
+    is looked up by its ``gpu`` name in ``gpus`` (e.g. a system file's own entry), then in the
+    catalog, else rebuilt from its Jobs columns (no generation: the ``default`` efficiencies).
+    ``conv_layout`` is every workload's activation layout (:class:`SingleGpuCase`).
+
+    Raises:
+        ValueError: an op table without the needed columns.
+    """
+    cat = catalog or builtin_catalog()
+    priced_cols = [k for k in PRICED_COLUMNS if k in jobs.columns]
+    jobs = jobs.drop(priced_cols)
+    keys = ["workload", "gpu", "precision"]
+    gpu_cols = ["gpu_peak_fp32_flop_per_s", "gpu_peak_tf32_flop_per_s", "gpu_peak_fp16_flop_per_s",
+                "gpu_peak_bf16_flop_per_s", "gpu_memory_bandwidth_bytes_per_s", "gpu_memory_bytes"]
+    distinct = (jobs.filter(c("workload").is_in(list(op_tables)))
+                .select(*keys, "batch_size", *gpu_cols).unique(subset=keys, keep="first", maintain_order=True))
+    cases = []
+    for row in distinct.iter_rows(named=True):
+        gpu = (gpus or {}).get(row["gpu"])
+        if gpu is None:
+            try:
+                gpu = cat.gpu(row["gpu"])
+            except CatalogError:
+                gpu = _spec_from_columns(row)
+        cases.append(SingleGpuCase(op_tables[row["workload"]], gpu, str(row["precision"]), int(row["batch_size"]),
+                                   conv_layout=conv_layout))
+    priced = predict_single_gpu(cases, efficiencies, cat)
+    table = distinct.select(keys).with_columns(
+        priced_gpu=c("gpu"),
+        priced_precision=c("precision").cast(pl.String),
+        priced_compute_bound_s=priced["compute_bound_s"],
+        priced_memory_bound_s=priced["memory_bound_s"],
+        priced_host_s=priced["host_s"],
+        compute_efficiency_source=priced["compute_efficiency_source"],
+    ) if cases else distinct.select(keys).with_columns(
+        priced_gpu=pl.lit(None, pl.String), priced_precision=pl.lit(None, pl.String),
+        priced_compute_bound_s=pl.lit(None, pl.Float64), priced_memory_bound_s=pl.lit(None, pl.Float64),
+        priced_host_s=pl.lit(None, pl.Float64), compute_efficiency_source=pl.lit(None, pl.String))
+    return jobs.join(table, on=keys, how="left", maintain_order="left")

@@ -1,0 +1,214 @@
+"""Op-level compute pricing (issue 14): hand-computed op times, tensor-core eligibility, the
+per-step floor, the Jobs-table path and the provenance of the efficiencies."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from ddlscope.model.api import predict
+from ddlscope.model.compute import SingleGpuCase, predict_single_gpu, price_jobs
+from ddlscope.model.jobs import job_row, jobs_frame
+from ddlscope.model.step_time import breakdown
+from ddlscope.specs.architecture import Architecture
+from ddlscope.specs.catalog import builtin_catalog
+from ddlscope.specs.efficiency import ComputeEfficiency
+from ddlscope.specs.system import GPUSpec, PeakTflops
+from ddlscope.specs.workload import Workload
+
+EFF = ComputeEfficiency(generation="volta", tensor_gemm_eff=0.5, cuda_gemm_eff=0.8, vector_eff=0.5,
+                        compute_fill_us=10.0, memory_eff=0.8, memory_fill_us=2.0, kernel_launch_us=5.0,
+                        step_overhead_us=1000.0, source={"memory_eff": "test"})
+
+
+def _gpu(tc: tuple[str, ...] = ("fp16",), tf32: float = 10.0, fp16: float = 100.0) -> GPUSpec:
+    return GPUSpec(name="TestGPU", peak_tflops=PeakTflops(fp32=10.0, tf32=tf32, fp16=fp16, bf16=10.0),
+                   memory_bandwidth_gb_s=1000.0, memory_gb=16.0, generation="volta", tensor_core_precisions=tc)
+
+
+def _ops(scale: float = 1.0) -> pl.DataFrame:
+    return pl.DataFrame({
+        "phase": ["forward", "forward", "backward"],
+        "op": ["aten.mm", "aten.relu", "aten.convolution_backward"],
+        "dtype": ["float32", "float32", "float16"],
+        "flops": [2e12 * scale, 1e6 * scale, 1e12 * scale],
+        "total_bytes": [int(1e9 * scale), int(2e9 * scale), int(1e8 * scale)],
+        "class_by_type": ["compute_bound", "memory_bound", "compute_bound"],
+    })
+
+
+def test_each_op_is_priced_by_its_roofline_with_fills_and_launches():
+    case = SingleGpuCase(_ops(), _gpu(), "fp32", 64, label="x", conv_layout="nhwc")  # no layout transposes
+    out = predict_single_gpu([case], EFF).row(0, named=True)
+    # mm (fp32, CUDA cores): max(2e12 / (10e12 * 0.8) + 10us, 1e9 / (1e12 * 0.8) + 2us) + 5us = 0.250015
+    # relu: max(1e6 / (10e12 * 0.5) + 10us, 2e9 / 0.8e12 + 2us) + 5us = 0.002502 + 0.000005 = 0.002507
+    # conv backward (fp16 tensor cores, 2 kernels): max(1e12 / (100e12 * 0.5) + 2 * 10us,
+    #     1e8 / 0.8e12 + 2 * 2us) + 2 * 5us = 0.02002 + 0.00001 = 0.02003
+    assert out["compute_bound_s"] == pytest.approx(0.250015 + 0.02003)
+    assert out["memory_bound_s"] == pytest.approx(0.002507)
+    assert out["host_s"] == pytest.approx(0.001)
+    assert out["step_s"] == pytest.approx(0.270045 + 0.002507 + 0.001)
+    assert out["forward_s"] == pytest.approx(0.250015 + 0.002507) and out["backward_s"] == pytest.approx(0.02003)
+    assert out["launch_s"] == pytest.approx(4 * 5e-6) and out["kernels"] == 4
+    assert out["samples_per_s"] == pytest.approx(64 / 0.273552)
+
+
+def test_nchw_tensor_core_convolutions_pay_layout_transposes():
+    nhwc = predict_single_gpu([SingleGpuCase(_ops(), _gpu(), "fp16", 1, conv_layout="nhwc")], EFF).row(0, named=True)
+    nchw = predict_single_gpu([SingleGpuCase(_ops(), _gpu(), "fp16", 1)], EFF).row(0, named=True)
+    # the fp16 conv backward (2 kernels) on tensor cores, NCHW: 2 x its 1e8 bytes / (1e12 * 0.8)
+    # + 2 x 2 transpose kernels x (2 us fill + 5 us launch) = 0.00025 + 0.000028
+    assert nchw["transpose_s"] == pytest.approx(0.000278) and nhwc["transpose_s"] == 0.0
+    assert nchw["memory_bound_s"] - nhwc["memory_bound_s"] == pytest.approx(0.000278)
+    assert nchw["kernels"] == nhwc["kernels"] + 4
+    # no tensor cores for it (a P100-like part): cuDNN's CUDA-core kernels take NCHW, no transposes
+    p100 = predict_single_gpu([SingleGpuCase(_ops(), _gpu((), fp16=20.0), "fp16", 1)], EFF)
+    assert p100["transpose_s"][0] == 0.0
+    with pytest.raises(ValueError, match="conv_layout: expected nchw or nhwc"):
+        predict_single_gpu([SingleGpuCase(_ops(), _gpu(), "fp16", 1, conv_layout="chwn")], EFF)
+
+
+def test_tensor_cores_only_where_the_gpu_has_them_for_that_precision():
+    # tf32 on a GPU with TF32 tensor cores (peak 50): mm = 2e12 / (50e12 * 0.5) + 10us + 5us = 0.080015
+    with_tf32 = predict_single_gpu([SingleGpuCase(_ops(), _gpu(("tf32", "fp16"), tf32=50.0), "tf32", 1)], EFF)
+    assert with_tf32["compute_bound_s"][0] == pytest.approx(0.080015 + 0.02003)
+    # a separate TF32 efficiency (0.25) prices the TF32 mm alone: 2e12 / (50e12 * 0.25) + 15us = 0.160015
+    own = predict_single_gpu([SingleGpuCase(_ops(), _gpu(("tf32", "fp16"), tf32=50.0), "tf32", 1)],
+                             EFF.model_copy(update={"tf32_gemm_eff": 0.25}))
+    assert own["compute_bound_s"][0] == pytest.approx(0.160015 + 0.02003)
+    # the same GPU at fp32: the mm stays on the CUDA cores (0.250015)
+    fp32 = predict_single_gpu([SingleGpuCase(_ops(), _gpu(("tf32", "fp16"), tf32=50.0), "fp32", 1)], EFF)
+    assert fp32["compute_bound_s"][0] == pytest.approx(0.250015 + 0.02003)
+    # no tensor cores (a P100-like part, FP16 at 20 TFLOPS on CUDA cores): the conv backward takes
+    # cuda_gemm_eff: 1e12 / (20e12 * 0.8) + 2 * 10us + 2 * 5us = 0.0625 + 0.00003
+    p100 = predict_single_gpu([SingleGpuCase(_ops(), _gpu((), fp16=20.0), "fp16", 1)], EFF)
+    assert p100["compute_bound_s"][0] == pytest.approx(0.250015 + 0.06253)
+
+
+def test_step_time_has_a_floor_that_does_not_scale_with_the_batch():
+    # the totals model (before): half the work takes exactly half the time; priced: the host cost,
+    # fills and launches stay, so half the batch takes more than half the step
+    full = predict_single_gpu([SingleGpuCase(_ops(1.0), _gpu(), "fp32", 64, conv_layout="nhwc")], EFF)["step_s"][0]
+    half = predict_single_gpu([SingleGpuCase(_ops(0.5), _gpu(), "fp32", 32, conv_layout="nhwc")], EFF)["step_s"][0]
+    # fixed part: host 1 ms + mm fill+launch 15us + relu fill+launch 7us + conv 2 x (10 + 5) us = 0.001052
+    assert half == pytest.approx((full - 0.001052) / 2 + 0.001052)
+
+
+def test_catalog_defaults_are_used_and_named_without_an_override():
+    cat = builtin_catalog()
+    out = predict_single_gpu([SingleGpuCase(_ops(), "V100", "fp16", 8), SingleGpuCase(_ops(), "A100", "fp16", 8)])
+    volta, ampere = cat.compute_efficiency["volta"], cat.compute_efficiency["ampere"]
+    # the conv backward on V100 tensor cores: 1e12 / (125e12 * tensor_gemm_eff) + 2 fills + 2 launches
+    conv = (1e12 / (125e12 * volta.tensor_gemm_eff) + 2 * volta.compute_fill_us * 1e-6
+            + 2 * volta.kernel_launch_us * 1e-6)
+    mm = 2e12 / (15.7e12 * volta.cuda_gemm_eff) + volta.compute_fill_us * 1e-6 + volta.kernel_launch_us * 1e-6
+    assert out["compute_bound_s"][0] == pytest.approx(mm + conv)
+    assert out["generation"].to_list() == ["volta", "ampere"]
+    assert out["compute_efficiency_source"][0].startswith("catalog default for volta (V100-SXM2-16GB)")
+    assert out["host_s"][1] == pytest.approx(ampere.step_overhead_us * 1e-6)
+
+
+def test_an_override_per_generation_is_used_and_said():
+    fitted = builtin_catalog().compute_efficiency["volta"].with_values({"memory_eff": 0.5}, "fitted on rows a, b")
+    out = predict_single_gpu([SingleGpuCase(_ops(), "V100", "fp32", 8, conv_layout="nhwc"),
+                              SingleGpuCase(_ops(), "A100", "fp32", 8)], {"volta": fitted})
+    assert "memory_eff overridden (fitted on rows a, b)" in out["compute_efficiency_source"][0]
+    assert out["compute_efficiency_source"][1].startswith("catalog default for ampere")
+    # relu on V100 at memory_eff 0.5: 2e9 / (900e9 * 0.5) + fill + launch
+    d = builtin_catalog().compute_efficiency["volta"]
+    assert out["memory_bound_s"][0] == pytest.approx(2e9 / 450e9 + (d.memory_fill_us + d.kernel_launch_us) * 1e-6)
+
+
+def test_bad_cases_name_the_case_and_field():
+    with pytest.raises(ValueError, match=r"case 0 \(r1\): precision"):
+        predict_single_gpu([SingleGpuCase(_ops(), "V100", "fp8", 8, label="r1")])
+    with pytest.raises(ValueError, match=r"case 0: op table lacks column\(s\) \['class_by_type'\]"):
+        predict_single_gpu([SingleGpuCase(_ops().drop("class_by_type"), "V100", "fp32", 8)])
+
+
+def _job(system_gpu: str = "V100-SXM2-16GB"):
+    cat = builtin_catalog()
+    w = Workload(name="toy", batch_size=64, precision="fp32", compute_bound_flops=3e12, memory_bound_bytes=2.1e9,
+                 memory_bound_flops=1e6)
+    return w, Architecture(kind="1w1g"), cat.system("pai-v100-nvlink-8", gpu=system_gpu)
+
+
+def test_jobs_priced_once_per_triple_and_breakdown_uses_the_prices():
+    w, a, s = _job()
+    jobs = jobs_frame([job_row(w, a, s, job_id=i) for i in range(3)])
+    priced = price_jobs(jobs, {"toy": _ops()})
+    expect = predict_single_gpu([SingleGpuCase(_ops(), "V100", "fp32", 64)]).row(0, named=True)
+    out = breakdown(priced)
+    assert out["compute_bound_s"].to_list() == pytest.approx([expect["compute_bound_s"]] * 3)
+    assert out["host_s"].to_list() == pytest.approx([expect["host_s"]] * 3)
+    # step = data I/O + compute + memory + host (1w1g: no communication); the shares sum to 1
+    row = out.row(0, named=True)
+    assert row["step_s"] == pytest.approx(row["data_io_s"] + expect["step_s"])
+    shares = sum(row[f"share_{k}"] for k in ("data_io", "compute_bound", "memory_bound", "pcie", "nvlink", "network"))
+    assert shares + row["share_host"] == pytest.approx(1.0)
+
+
+def test_a_row_whose_gpu_changed_after_pricing_falls_back_to_the_totals_path():
+    w, a, s = _job()
+    priced = price_jobs(jobs_frame([job_row(w, a, s)]), {"toy": _ops()})
+    swapped = priced.with_columns(gpu=pl.lit("A100-SXM4-40GB"))
+    out = breakdown(swapped).row(0, named=True)
+    # totals: 3e12 / (15.7e12 * 0.6) on the (unchanged) peak columns; no host cost
+    assert out["compute_bound_s"] == pytest.approx(3e12 / (15.7e12 * 0.6)) and out["host_s"] == 0.0
+
+
+def test_predict_with_ops_prices_and_says_where_the_efficiencies_come_from():
+    w, a, s = _job()
+    row = predict(w, a, s, ops=_ops()).row(0, named=True)
+    assert row["compute_efficiency_source"].startswith("catalog default for volta")
+    plain = predict(w, a, s).row(0, named=True)  # no op table: the totals path as before
+    assert plain["compute_bound_s"] == pytest.approx(3e12 / (15.7e12 * 0.6)) and plain["host_s"] == 0.0
+    assert "compute_efficiency_source" not in plain
+
+
+def test_cli_predict_with_a_model_prices_op_by_op_and_says_so():
+    from typer.testing import CliRunner
+
+    from ddlscope.cli.main import app
+
+    res = CliRunner().invoke(app, ["predict", "--model", "resnet18_cifar", "-b", "8", "-a", "1w1g", "-w", "1",
+                                   "--gpu", "T4"])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "compute priced: op by op on T4; efficiencies: catalog default for turing (T4)" in text
+    res = CliRunner().invoke(app, ["predict"])
+    assert "from totals (no op table" in " ".join(res.output.split())
+    res = CliRunner().invoke(app, ["catalog", "efficiencies", "--format", "json"])
+    assert res.exit_code == 0 and '"generation": "volta"' in res.output.replace('":"', '": "')
+
+
+def test_a_step_of_short_kernels_waits_for_the_host_to_issue_them():
+    # 100 us of host dispatch per op, 3 ops: 300 us; the GPU needs ~60 us for these tiny kernels, so
+    # step = step_overhead + ops x dispatch = 1000 + 300 us, and host_s holds everything but the GPU time
+    eff = EFF.model_copy(update={"cpu_dispatch_us": 100.0})
+    out = predict_single_gpu([SingleGpuCase(_ops(1e-9), _gpu(), "fp32", 1)], eff).row(0, named=True)
+    assert out["ops"] == 3
+    assert out["step_s"] == pytest.approx(0.0013)
+    assert out["host_s"] == pytest.approx(0.0013 - out["compute_bound_s"] - out["memory_bound_s"])
+    # the default 10 us per op is hidden behind the large kernels of _ops(): host = step_overhead only
+    assert predict_single_gpu([SingleGpuCase(_ops(), _gpu(), "fp32", 1)], EFF)["host_s"][0] == pytest.approx(0.001)
+
+
+def test_a_fit_with_scipy_recovers_a_known_parameter_through_predict_single_gpu():
+    # "measurements" made by the model itself with memory_eff 0.6 on two batch sizes; a fit of
+    # memory_eff from the catalog's 0.83 (volta) recovers 0.6, and the fit's note is in the output
+    from scipy.optimize import minimize_scalar
+
+    volta = builtin_catalog().compute_efficiency["volta"]
+    cases = [SingleGpuCase(_ops(s), "V100", "fp32", b) for s, b in ((1.0, 64), (0.25, 16))]
+    truth = predict_single_gpu(cases, {"volta": volta.with_values({"memory_eff": 0.6}, "truth")})["step_s"]
+
+    def loss(x: float) -> float:
+        pred = predict_single_gpu(cases, {"volta": volta.with_values({"memory_eff": x}, "fit")})["step_s"]
+        return float(((pred / truth - 1) ** 2).sum())
+
+    res = minimize_scalar(loss, bounds=(0.1, 1.0), method="bounded", options={"xatol": 1e-6})
+    assert res.x == pytest.approx(0.6, abs=1e-4)
+    fitted = volta.with_values({"memory_eff": res.x}, "fitted on 2 synthetic rows")
+    out = predict_single_gpu(cases, {"volta": fitted})
+    assert "memory_eff overridden (fitted on 2 synthetic rows)" in out["compute_efficiency_source"][0]

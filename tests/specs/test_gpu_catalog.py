@@ -1,0 +1,111 @@
+"""The GPU catalog of issue 14: generations, tensor-core precisions, reported memory, the names of
+the Lambda benchmark tables, and the per-generation compute efficiencies."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from ddlscope.model.jobs import gpu_columns
+from ddlscope.specs.catalog import CatalogError, builtin_catalog, load_catalog
+from ddlscope.specs.efficiency import FITTABLE, ComputeEfficiency
+from ddlscope.specs.system import GENERATIONS
+
+WANTED = ["K80", "M60", "P40", "P100-PCIE-16GB", "P100-SXM2-16GB", "T4", "A10", "A10G", "A40", "Quadro RTX 6000",
+          "Quadro RTX 8000", "RTX A6000", "RTX 3090", "RTX 4090", "RTX 6000 Ada", "L4", "L40S", "A100-PCIE-40GB",
+          "A100-PCIE-80GB", "A100-SXM4-40GB", "A100-SXM4-80GB", "H100 PCIe", "H100-SXM5-80GB", "H200", "GH200", "B200",
+          "MI250X", "MI300X"]
+
+
+def test_every_gpu_users_run_is_in_the_catalog_with_a_generation_and_sources():
+    cat = builtin_catalog()
+    for name in WANTED:
+        g = cat.gpu(name)
+        assert g.generation in GENERATIONS, name
+        assert g.tensor_core_precisions is not None and g.source and g.memory_mib and g.memory_source, name
+
+
+def test_tensor_core_precisions_by_generation():
+    cat = builtin_catalog()
+    for name in ("K80", "M60", "P40", "P100-PCIE-16GB", "P100-SXM2-16GB"):
+        assert cat.gpu(name).tensor_core_precisions == (), name
+        assert not cat.gpu(name).has_tensor_cores("fp16")
+    for name in ("V100", "T4", "RTX-2080-Ti", "Quadro RTX 8000"):
+        assert cat.gpu(name).tensor_core_precisions == ("fp16",), name
+        assert not cat.gpu(name).has_tensor_cores("tf32") and not cat.gpu(name).has_tensor_cores("bf16")
+    for name in ("A10", "A100", "RTX 4090", "H100", "B200"):
+        assert set(cat.gpu(name).tensor_core_precisions) == {"tf32", "fp16", "bf16"}, name
+    assert not cat.gpu("A100").has_tensor_cores("fp32")
+
+
+def test_reported_memory_is_mib_as_nvidia_smi_shows():
+    v100 = builtin_catalog().gpu("V100-SXM2-16GB")
+    assert v100.memory_mib == 16160
+    # 16160 MiB x 1,048,576 B/MiB = 16,944,988,160 bytes (not 16e9)
+    assert gpu_columns(v100)["gpu_memory_bytes"] == 16_944_988_160
+    assert builtin_catalog().gpu("A100-SXM4-40GB").memory_bytes == 40536 * 2**20
+
+
+def test_existing_names_and_aliases_still_resolve():
+    cat = builtin_catalog()
+    for name, canon in [("V100", "V100-SXM2-16GB"), ("V100M32", "V100-SXM2-32GB"), ("Tesla T4", "T4"),
+                        ("A100-PG509-200", "A100-SXM4-40GB"), ("NVIDIA H100 80GB HBM3", "H100-SXM5-80GB"),
+                        ("H200", "H200-SXM-141GB"), ("P100", "P100-PCIE-16GB"), ("A100 80GB", "A100-SXM4-80GB")]:
+        assert cat.gpu(name).name == canon
+
+
+def test_every_lambda_benchmark_gpu_name_resolves(shared_data):
+    cat = builtin_catalog()
+    for fname in ("pytorch-train-throughput-fp16.csv", "pytorch-train-throughput-fp32.csv"):
+        with open(shared_data / "lambda_benchmarks" / fname) as f:
+            rows = list(csv.DictReader(f))
+        for r in rows:
+            _gpu, count = cat.gpu_of_label(r["name_gpu"])
+            assert count == int(float(r["num_gpu"])), r["name_gpu"]
+    assert cat.gpu_of_label("LambdaCloud 4xV100 16GB") == (cat.gpu("V100-SXM2-16GB"), 4)
+    assert cat.gpu_of_label("Dell 8x H100 80GB SXM5") == (cat.gpu("H100-SXM5-80GB"), 8)
+    assert cat.gpu_of_label("LambdaCloud A100 40GB PCIe")[0].name == "A100-PCIE-40GB"
+    assert cat.gpu_of_label("H100 80GB PCIe Gen5")[0].name == "H100-PCIE-80GB"
+    with pytest.raises(CatalogError, match="unknown GPU 'Voodoo 5'"):
+        cat.gpu_of_label("2x Voodoo 5")
+
+
+def test_every_generation_has_compute_efficiencies_each_with_a_source():
+    cat = builtin_catalog()
+    for gen in (*GENERATIONS, "default"):
+        eff = cat.compute_efficiency[gen]
+        assert set(eff.source) == set(FITTABLE), gen  # a source for every value, inherited or own
+    volta = cat.compute_efficiency["volta"]
+    assert volta.memory_eff == 0.83 and "1804.06826" in volta.source["memory_eff"]
+    # a field volta does not set is the default's, with the default's source
+    assert volta.step_overhead_us == cat.compute_efficiency["default"].step_overhead_us
+    assert volta.source["step_overhead_us"] == cat.compute_efficiency["default"].source["step_overhead_us"]
+    assert cat.efficiency_for(cat.gpu("V100")) is volta
+
+
+def test_a_user_file_overrides_one_efficiency_field_and_says_where_from(tmp_path):
+    f = tmp_path / "eff.toml"
+    f.write_text('[compute_efficiency."volta"]\nmemory_eff = 0.7\nsource = "my STREAM run"\n')
+    cat = load_catalog(f)
+    eff = cat.compute_efficiency["volta"]
+    assert eff.memory_eff == 0.7 and eff.tensor_gemm_eff == 0.75
+    assert eff.source["memory_eff"] == f"my STREAM run ({f})"
+    assert cat.overrides == [f"compute_efficiency.volta (from {f})"]
+
+
+def test_bad_efficiency_entries_name_the_file_and_field(tmp_path):
+    f = tmp_path / "bad.toml"
+    f.write_text('[compute_efficiency."volta"]\nmemory_eff = 1.5\n')
+    with pytest.raises(CatalogError, match=r'bad.toml: \[compute_efficiency."volta"\]: memory_eff'):
+        load_catalog(f)
+    f.write_text('[compute_efficiency."fermi"]\nmemory_eff = 0.5\n')
+    with pytest.raises(CatalogError, match="unknown generation"):
+        load_catalog(f)
+
+
+def test_with_values_replaces_and_records_the_fit():
+    eff = ComputeEfficiency(generation="ampere").with_values({"memory_eff": 0.9}, "fitted on rows a, b")
+    assert eff.memory_eff == 0.9 and eff.source["memory_eff"] == "fitted on rows a, b"
+    with pytest.raises(ValueError, match="unknown parameter"):
+        eff.with_values({"peak": 1.0}, "x")
