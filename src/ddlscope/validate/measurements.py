@@ -31,6 +31,8 @@ column               required  meaning
                                ``synthetic`` (generated on the GPU: no input copy)
 ``overlap``          no        overlap policy (``none``, ``full``, a fraction; default ``full``,
                                DDP's overlap of the all-reduce with the backward)
+``conv_layout``      no        ``nchw`` (default, PyTorch's) or ``nhwc`` (channels_last): NCHW
+                               tensor-core convolutions pay cuDNN's layout transposes
 ``measured_sync_s``  no        measured exposed communication per step (s), compared with the
                                model's ``exposed_comm_s``
 ``source``           no        the table a row comes from (default: the file name); errors are
@@ -43,18 +45,21 @@ counted (:attr:`MeasurementTable.rejected`); a table without a required column i
 the file and the column.
 
 **Prediction.** Each distinct (model, precision, optimizer, seq_len, image_size) is profiled at
-batch sizes 2 and 4 on the meta device and interpolated to the row's batch: every per-step quantity
-of a workload is affine in the batch (activations scale, the optimizer update does not), so the
-interpolation is exact for the totals the model reads. Gradients go as DDP buckets
+batch sizes 2 and 4 on the meta device; the row's op table is the two op tables interpolated op by op
+to its batch (:func:`ops_at`: an op's FLOPs and bytes are affine in the batch for a fixed graph), and
+the workload's totals likewise. Every op is priced on the row's GPU by
+:mod:`ddlscope.model.compute` (roofline with the GPU generation's size-dependent efficiencies, launch
+gaps, the per-step host cost; catalog defaults with their sources). Gradients go as DDP buckets
 (:mod:`ddlscope.validate.ddp`). The architecture is ``1w1g`` for one GPU, ``allreduce_local`` on one
-server, ``allreduce_cluster`` across servers. The whole table is one vectorised
+server, ``allreduce_cluster`` across servers; the whole table is one
 :func:`~ddlscope.model.step_time.breakdown` pass.
 
-**Fitting** (``fit_on``, ``cross_validate``): the fitted parameters are the compute and memory
-efficiencies (``eff_compute``, ``eff_memory``), one pair for the whole fit set, by least squares of
-the relative residual of the one-GPU rows' step time (:func:`fit_efficiencies`). Multi-GPU rows of
-the fit set are not used for this fit (their communication would be absorbed into computation).
-Where the fit set has no one-GPU row, the catalog defaults are kept, and the result says so.
+**Fitting** (``fit_on``, ``cross_validate``): one factor per field of :data:`FIT_PARAMETERS`
+(tensor-core, TF32 and CUDA-core GEMM efficiency, memory efficiency, per-step host cost), applied to
+every generation's catalog value, by least squares of the log error of the fit set's one-GPU step
+times (:func:`fit_efficiencies`). Multi-GPU rows of the fit set are not used for this fit (their
+communication would be absorbed into computation). Where the fit set has no one-GPU row, the
+catalog defaults are kept, and the result says so.
 
 **Errors.** Per row ``error = predicted / measured - 1`` of the measured quantity (throughput or step
 time). Per source and role: MAPE (mean |error|), median |error|, bias (mean error). **Ratios** cancel
@@ -71,18 +76,21 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import polars as pl
 
 from ddlscope.model.jobs import JOB_SCHEMA, system_columns
 from ddlscope.model.step_time import breakdown
 from ddlscope.specs.catalog import Catalog, CatalogError, builtin_catalog
+from ddlscope.specs.efficiency import ComputeEfficiency
 from ddlscope.specs.overlap import overlap_fraction
 from ddlscope.validate.ddp import ddp_buckets_expr
-from ddlscope.validate.published import WORKLOAD_LINEAR, _fit_inverse_efficiencies
+from ddlscope.validate.published import WORKLOAD_LINEAR
 
 DEFAULT_SERVER = "pai-v100-pcie-8"
 """The server layout a row without ``server`` runs on (PCIe 3.0 x16, no NVLink, 25 Gb/s Ethernet),
@@ -111,6 +119,7 @@ MEASUREMENT_COLUMNS: dict[str, str] = {
     "image_size": "image size passed to the profiler",
     "input_data": "real (default) or synthetic (no host-to-GPU input copy)",
     "overlap": "overlap policy: none, full (default) or a fraction",
+    "conv_layout": "activation layout of convolutions: nchw (default, PyTorch's) or nhwc (channels_last)",
     "measured_sync_s": "measured exposed communication per step, s",
     "source": "the table a row comes from (default: the file name)",
 }
@@ -270,6 +279,9 @@ def check_measurements(raw: pl.DataFrame, path: str | Path, catalog: Catalog | N
     opt = pl.col("optimizer").str.to_lowercase()
     reject(pl.col("optimizer").is_not_null() & ~opt.is_in(list(_OPTIMIZERS)), "unknown_optimizer",
            pl.format("optimizer = {}: expected sgd, adam or adamw", pl.col("optimizer")))
+    layout = pl.col("conv_layout").str.to_lowercase()
+    reject(pl.col("conv_layout").is_not_null() & ~layout.is_in(["nchw", "nhwc"]), "unknown_conv_layout",
+           pl.format("conv_layout = {}: expected nchw or nhwc", pl.col("conv_layout")))
     inp = pl.col("input_data").str.to_lowercase()
     reject(pl.col("input_data").is_not_null() & ~inp.is_in(["real", "synthetic"]), "unknown_input_data",
            pl.format("input_data = {}: expected real or synthetic", pl.col("input_data")))
@@ -345,6 +357,7 @@ def check_measurements(raw: pl.DataFrame, path: str | Path, catalog: Catalog | N
         seq_len=pl.col("seq_len__i"),
         image_size=pl.col("image_size__i"),
         input_data=inp.fill_null("real"),
+        conv_layout=layout.fill_null("nchw"),
         overlap=pl.col("overlap").fill_null("full"),
         measured_sync_s=pl.col("measured_sync_s__f"),
         source=pl.col("source").fill_null(path.name),
@@ -392,34 +405,61 @@ def _is_float(v: str) -> bool:
 
 # -- prediction ----------------------------------------------------------------------------------------
 _PROFILE_KEYS = ("model", "precision", "optimizer", "seq_len", "image_size")
-_PROFILE_CACHE: dict[tuple, dict[str, float]] = {}
+_PROFILE_CACHE: dict[tuple, dict[str, Any]] = {}
+_OPS_CACHE: dict[tuple, pl.DataFrame] = {}
+
+
+def _profile(model: str, precision: str, optimizer: str, seq_len: int | None, image_size: int | None, batch: int):
+    from ddlscope.profile import profile_model
+
+    return profile_model(model, batch_size=batch, precision=precision, optimizer=optimizer, seq_len=seq_len,
+                         image_size=image_size, embedding_gradients="dense")
 
 
 def _profile_points(model: str, precision: str, optimizer: str, seq_len: int | None, image_size: int | None
-                    ) -> dict[str, float]:
-    """Workload fields at batch 2 (``*_2``) and 4 (``*_4``) plus the batch-independent ones."""
+                    ) -> dict[str, Any]:
+    """Workload fields at batch 2 (``*_2``) and 4 (``*_4``), the batch-independent ones, and the two op
+    tables (``ops_2``, ``ops_4``; ``aligned``: the same ops in the same order at both batches)."""
     key = (model, precision, optimizer, seq_len, image_size)
     if key not in _PROFILE_CACHE:
-        from ddlscope.profile import profile_model
-
-        w2, w4 = (
-            profile_model(model, batch_size=b, precision=precision, optimizer=optimizer, seq_len=seq_len,
-                          image_size=image_size, embedding_gradients="dense").workload
-            for b in (2, 4)
-        )
-        out = {f"{k}_2": float(getattr(w2, k) or 0.0) for k in WORKLOAD_LINEAR}
+        r2, r4 = (_profile(*key, b) for b in (2, 4))
+        w2, w4 = r2.workload, r4.workload
+        out: dict[str, Any] = {f"{k}_2": float(getattr(w2, k) or 0.0) for k in WORKLOAD_LINEAR}
         out.update({f"{k}_4": float(getattr(w4, k) or 0.0) for k in WORKLOAD_LINEAR})
         out.update({"dense_param_bytes": w2.dense_param_bytes, "sparse_bytes_per_step": w2.sparse_bytes_per_step,
                     "embedding_table_bytes": w2.embedding_table_bytes})
-        _PROFILE_CACHE[key] = out
+        aligned = r2.ops.height == r4.ops.height and bool((r2.ops["op"] == r4.ops["op"]).all())
+        _PROFILE_CACHE[key] = {"scalars": out, "ops_2": r2.ops, "ops_4": r4.ops, "aligned": aligned}
     return _PROFILE_CACHE[key]
+
+
+def ops_at(model: str, precision: str, optimizer: str, seq_len: int | None, image_size: int | None,
+           batch: int) -> pl.DataFrame:
+    """The op table of one training step at ``batch``: the batch-2 and batch-4 op tables interpolated
+    op by op (``flops`` and ``total_bytes`` are affine in the batch for every op of a fixed graph:
+    activations scale, weights and the optimizer do not), or a profile at ``batch`` itself where the
+    two graphs differ (a model whose op list depends on the batch)."""
+    pts = _profile_points(model, precision, optimizer, seq_len, image_size)
+    if not pts["aligned"]:
+        key = (model, precision, optimizer, seq_len, image_size, batch)
+        if key not in _OPS_CACHE:
+            _OPS_CACHE[key] = _profile(model, precision, optimizer, seq_len, image_size, batch).ops
+        return _OPS_CACHE[key]
+    o2, o4 = pts["ops_2"], pts["ops_4"]
+    f = (batch - 2) / 2
+    return o2.with_columns(
+        flops=(o2["flops"].cast(pl.Float64) + f * (o4["flops"].cast(pl.Float64) - o2["flops"].cast(pl.Float64))),
+        total_bytes=(o2["total_bytes"].cast(pl.Float64)
+                     + f * (o4["total_bytes"].cast(pl.Float64) - o2["total_bytes"].cast(pl.Float64))),
+    )
 
 
 def measurement_jobs(rows: pl.DataFrame, catalog: Catalog | None = None,
                      progress: Callable[[str], None] | None = None) -> pl.DataFrame:
     """The Jobs table (:data:`~ddlscope.model.jobs.JOB_SCHEMA` columns plus ``rows``' own) of
     :attr:`MeasurementTable.rows` (module docstring, "Prediction"): one profile pair per distinct
-    (model, precision, optimizer, seq_len, image_size), then expressions.
+    (model, precision, optimizer, seq_len, image_size), then expressions. ``workload`` names the
+    (model, sizes, batch) so that :func:`price_measurement_jobs` finds each row's op table.
 
     Raises:
         ddlscope.profile.ProfileError: a model that cannot be profiled at the row's sizes.
@@ -430,7 +470,7 @@ def measurement_jobs(rows: pl.DataFrame, catalog: Catalog | None = None,
     for k in keys.iter_rows():
         if progress is not None:
             progress(f"profiling {k[0]} ({k[1]}, {k[2]})")
-        prof_rows.append({**dict(zip(_PROFILE_KEYS, k, strict=True)), **_profile_points(*k)})
+        prof_rows.append({**dict(zip(_PROFILE_KEYS, k, strict=True)), **_profile_points(*k)["scalars"]})
     prof = pl.DataFrame(prof_rows, schema_overrides={"seq_len": pl.Int64, "image_size": pl.Int64})
     sys_keys = rows.select("server", "gpu", "pcie", "nvlink", "nic").unique(maintain_order=True)
     sys_rows = []
@@ -454,7 +494,8 @@ def measurement_jobs(rows: pl.DataFrame, catalog: Catalog | None = None,
         .join(sysf, on=["server", "gpu", "pcie_given", "nvlink_given", "nic_given"], how="left", nulls_equal=True)
         .with_row_index("job_id")
         .with_columns(
-            workload=pl.col("model"),
+            workload=pl.concat_str(
+                [pl.col(k).cast(pl.String).fill_null("-") for k in (*_PROFILE_KEYS, "batch_per_gpu")], separator="|"),
             batch_size=pl.col("batch_per_gpu"),
             **lin,
         )
@@ -475,49 +516,100 @@ def measurement_jobs(rows: pl.DataFrame, catalog: Catalog | None = None,
     return out.with_columns(pl.col(n).cast(t) for n, t in casts.items())
 
 
+def price_measurement_jobs(jobs: pl.DataFrame, efficiencies: Mapping[str, ComputeEfficiency] | None = None,
+                           catalog: Catalog | None = None) -> pl.DataFrame:
+    """``jobs`` (from :func:`measurement_jobs`) with every op priced on its GPU
+    (:func:`ddlscope.model.compute.price_jobs`: the ``priced_*`` columns), each row's op table from
+    :func:`ops_at`, each ``conv_layout`` group priced with its layout."""
+    from ddlscope.model.compute import price_jobs
+
+    parts = []
+    for (layout,), part in jobs.group_by("conv_layout", maintain_order=True):
+        tables = {w: ops_at(*k, int(b)) for w, *k, b in
+                  part.select("workload", *_PROFILE_KEYS, "batch_per_gpu").unique("workload").iter_rows()}
+        parts.append(price_jobs(part, tables, efficiencies, catalog, conv_layout=str(layout)))
+    return pl.concat(parts, how="vertical_relaxed").sort("job_id")
+
+
+FIT_PARAMETERS: tuple[str, ...] = ("tensor_gemm_eff", "tf32_gemm_eff", "cuda_gemm_eff", "memory_eff",
+                                   "step_overhead_us")
+"""The compute-efficiency fields a fit scales (:mod:`ddlscope.specs.efficiency`): one factor each,
+applied to every generation's catalog value (efficiencies capped at 1)."""
+FIT_PRIOR_WEIGHT = 1e-3
+"""Weight of the prior that keeps each log factor at 0 (the catalog value): it only decides the
+factors no fit row can move (a fit set without TF32 rows leaves ``tf32_gemm_eff`` as it is)."""
+
+
 @dataclass(frozen=True)
 class FittedEfficiencies:
-    """Compute and memory efficiencies and where they came from.
+    """Factors on the catalog's compute efficiencies, and where they came from.
 
     Attributes:
-        eff_compute, eff_memory: fractions of peak FLOP/s and of memory bandwidth; None keeps each
-            row's catalog default.
+        multipliers: :data:`FIT_PARAMETERS` name -> factor on every generation's catalog value
+            (empty: the catalog defaults).
         fitted_on: how many one-GPU rows fitted them (0: catalog defaults).
-        origin: a sentence: "catalog defaults" or "fitted on N one-GPU rows of ...".
+        origin: a sentence: "catalog defaults ..." or "fitted on N one-GPU rows of ...".
     """
 
-    eff_compute: float | None
-    eff_memory: float | None
+    multipliers: dict[str, float]
     fitted_on: int
     origin: str
 
+    def efficiencies(self, catalog: Catalog | None = None) -> dict[str, ComputeEfficiency] | None:
+        """Generation -> :class:`ComputeEfficiency` with the factors applied (None: catalog defaults)."""
+        if not self.multipliers:
+            return None
+        return _scaled_efficiencies(catalog or builtin_catalog(), self.multipliers, self.origin)
 
-def fit_efficiencies(jobs: pl.DataFrame, describe: str = "the fit set") -> FittedEfficiencies:
-    """Fit ``eff_compute`` and ``eff_memory`` on the one-GPU rows of ``jobs`` (a
-    :func:`measurement_jobs` table with ``measured_step_s``): least squares of
-    ``measured - data_io = compute_bound(eff 1) / e_c + memory_bound(eff 1) / e_m`` in relative
-    residuals, both efficiencies in (0, 1] (:func:`ddlscope.validate.published._fit_inverse_efficiencies`).
-    One one-GPU row fits ``eff_compute`` alone (``eff_memory`` at the catalog default); none keeps the
-    catalog defaults."""
+
+def _scaled_efficiencies(cat: Catalog, factors: Mapping[str, float], note: str) -> dict[str, ComputeEfficiency]:
+    out = {}
+    for gen, eff in cat.compute_efficiency.items():
+        values = {}
+        for name, f in factors.items():
+            base = eff.tf32_eff if name == "tf32_gemm_eff" else getattr(eff, name)
+            v = base * f
+            values[name] = min(v, 1.0) if name.endswith("_eff") else v
+        out[gen] = eff.with_values(values, note)
+    return out
+
+
+def fit_efficiencies(jobs: pl.DataFrame, describe: str = "the fit set", catalog: Catalog | None = None
+                     ) -> FittedEfficiencies:
+    """Fit one factor per :data:`FIT_PARAMETERS` field on the one-GPU rows of ``jobs`` (a
+    :func:`measurement_jobs` table with ``measured_step_s``): least squares of ``ln(predicted step /
+    measured step)`` (relative error, every row weighted alike) over the log factors, each in
+    [-2, 2] (a factor of 0.14 to 7.4), with the small prior :data:`FIT_PRIOR_WEIGHT` toward 1
+    (SciPy ``least_squares``, trust-region reflective). No one-GPU row keeps the catalog defaults.
+    The per-generation structure of the catalog (its sources) is kept: the fit corrects what every
+    generation shares."""
+    from scipy.optimize import least_squares
+
+    cat = catalog or builtin_catalog()
     one = jobs.filter(pl.col("gpus") == 1)
     if one.height == 0:
-        return FittedEfficiencies(None, None, 0, f"catalog defaults ({describe} has no one-GPU row)")
-    # one row cannot fix two numbers: eff_memory then stays at the catalog default
-    fixed_memory = float(one["eff_memory"][0]) if one.height == 1 else None
-    base = breakdown(one.with_columns(eff_compute=pl.lit(1.0), eff_memory=pl.lit(1.0)))
-    y = (base["measured_step_s"] - base["data_io_s"]).to_numpy()
-    e_c, e_m = _fit_inverse_efficiencies(base["compute_bound_s"].to_numpy(), base["memory_bound_s"].to_numpy(), y,
-                                         1.0 / base["measured_step_s"].to_numpy(), fixed_memory)
-    what = "eff_compute (eff_memory at the catalog default)" if fixed_memory is not None else "eff_compute, eff_memory"
-    return FittedEfficiencies(e_c, e_m, one.height, f"{what} fitted on {one.height} one-GPU row(s) of {describe}")
+        return FittedEfficiencies({}, 0, f"catalog defaults ({describe} has no one-GPU row)")
+    data_io = breakdown(price_measurement_jobs(one, None, cat))["data_io_s"].to_numpy()  # no efficiency in it
+    measured = one["measured_step_s"].to_numpy()
+    note = f"fitted on {one.height} one-GPU row(s) of {describe}"
+
+    def residual(x):
+        effs = _scaled_efficiencies(cat, dict(zip(FIT_PARAMETERS, np.exp(x), strict=True)), note)
+        priced = price_measurement_jobs(one, effs, cat)
+        step = (data_io + priced["priced_compute_bound_s"].to_numpy() + priced["priced_memory_bound_s"].to_numpy()
+                + priced["priced_host_s"].to_numpy())
+        return np.concatenate([np.log(step / measured), FIT_PRIOR_WEIGHT * x])
+
+    sol = least_squares(residual, np.zeros(len(FIT_PARAMETERS)), bounds=(-2.0, 2.0), diff_step=1e-4)
+    factors = dict(zip(FIT_PARAMETERS, np.exp(sol.x).tolist(), strict=True))
+    return FittedEfficiencies(factors, one.height, note)
 
 
-def predict_jobs(jobs: pl.DataFrame, fit: FittedEfficiencies) -> pl.DataFrame:
-    """``jobs`` with the model's breakdown and ``predicted`` (the measured quantity's predicted value:
-    samples/s in the row's own unit for throughput rows, seconds for step-time rows) and ``error``."""
-    if fit.eff_compute is not None:
-        jobs = jobs.with_columns(eff_compute=pl.lit(fit.eff_compute), eff_memory=pl.lit(fit.eff_memory))
-    out = breakdown(jobs)
+def predict_jobs(jobs: pl.DataFrame, fit: FittedEfficiencies, catalog: Catalog | None = None) -> pl.DataFrame:
+    """``jobs`` priced op by op with ``fit``'s efficiencies, with the model's breakdown, ``predicted``
+    (the measured quantity's predicted value: throughput in the row's own unit, or seconds per step)
+    and ``error``."""
+    out = breakdown(price_measurement_jobs(jobs, fit.efficiencies(catalog), catalog))
     return out.with_columns(
         predicted=pl.when(pl.col("measured_kind") == "throughput")
         .then(pl.col("batch_per_gpu") * pl.col("gpus") / pl.col("step_s")
@@ -603,7 +695,8 @@ class MeasurementValidation:
     Attributes:
         rows: one row per usable measurement: its columns, ``role`` (``fit`` or ``test``), ``fold``
             (the group left out under cross-validation, else ``all``), the breakdown columns of the
-            model, ``predicted``, ``error``, ``eff_compute``, ``eff_memory``.
+            model (op by op: ``compute_efficiency_source`` says which efficiencies priced it),
+            ``predicted``, ``error``.
         summary: :func:`error_summary` by ``source`` and ``role`` (and ``fold`` under cross-validation,
             with an ``all`` fold over every test row).
         ratios: :func:`ratio_summary` of the test rows.
@@ -674,14 +767,14 @@ def validate_measurements(
     protocol: list[str] = []
     if cross_validate is None:
         if fit_on is None:
-            fit = FittedEfficiencies(None, None, 0, "catalog defaults (no --fit-on)")
+            fit = FittedEfficiencies({}, 0, "catalog defaults (no --fit-on)")
             role = pl.Series(["test"] * jobs.height)
         else:
-            fit = fit_efficiencies(jobs.filter(in_fit), f"--fit-on {fit_on}")
+            fit = fit_efficiencies(jobs.filter(in_fit), f"--fit-on {fit_on}", catalog)
             role = pl.Series(["fit" if m else "test" for m in in_fit])
         fits["all"] = fit
         protocol.append(f"{fit.origin}; tested on {int((role == 'test').sum())} row(s)")
-        out = predict_jobs(jobs, fit).with_columns(role=role, fold=pl.lit("all"))
+        out = predict_jobs(jobs, fit, catalog).with_columns(role=role, fold=pl.lit("all"))
         by = ["source", "role"]
     else:
         col = cross_validate if cross_validate in jobs.columns else CROSS_VALIDATE_ALIASES.get(cross_validate, "")
@@ -695,10 +788,11 @@ def validate_measurements(
                 progress(f"fold {col} = {g}")
             test = groups == g
             fit_set = jobs.filter(in_fit & ~test)
-            fit = fit_efficiencies(fit_set, f"{col} != {g}" + (f" and {fit_on}" if fit_on else ""))
+            fit = fit_efficiencies(fit_set, f"{col} != {g}" + (f" and {fit_on}" if fit_on else ""), catalog)
             fits[g] = fit
             protocol.append(f"{col} = {g}: {fit.origin}; tested on {int(test.sum())} row(s)")
-            parts.append(predict_jobs(jobs.filter(test), fit).with_columns(role=pl.lit("test"), fold=pl.lit(g)))
+            parts.append(predict_jobs(jobs.filter(test), fit, catalog).with_columns(role=pl.lit("test"),
+                                                                                     fold=pl.lit(g)))
         out = pl.concat(parts, how="vertical_relaxed").sort("job_id")
         by = ["source", "fold"]
     test_rows = out.filter(pl.col("role") == "test")

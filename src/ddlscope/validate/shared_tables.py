@@ -5,6 +5,8 @@ the Lambda PyTorch training benchmarks and NVIDIA DeepLearningExamples' ResNet-5
 DGX-1 16/32 GB -> ``dgx-1v`` with V100 SXM2 16/32 GB, DGX-2 -> ``dgx-2``, DGX A100 -> ``dgx-a100``
 (:data:`ddlscope.validate.published.DLE_SYSTEMS`); FP32 -> ``fp32``, TF32 -> ``tf32``, AMP -> ``fp16``;
 real ImageNet input (DALI decodes on the GPU; the decoded batch is the host-to-GPU copy charged);
+NHWC activations for the 21.03 AMP rows (the table's ``configs.yml`` sets ``memory_format: nhwc``),
+NCHW for the others;
 ``source`` = the file, ``testbed`` = the system.
 
 **Lambda** source: lambdal/deeplearning-benchmark, ``pytorch/`` (see the folder's SOURCES.md): NVIDIA
@@ -189,6 +191,9 @@ def dle_measurements(data_dir: str | Path, catalog: Catalog | None = None) -> Me
             precision=pl.col("precision").replace_strict(DLE_PRECISION),
             throughput=pl.col("throughput_img_s"),
             throughput_unit=pl.lit("images/s"),
+            # DLE 21.03's configs.yml runs AMP as memory_format nhwc; 19.10 and TF32/FP32 runs are NCHW
+            conv_layout=pl.when(pl.lit("21.03" in path.name) & (pl.col("precision") == "AMP"))
+            .then(pl.lit("nhwc")).otherwise(pl.lit("nchw")),
             source=pl.lit(path.name),
             testbed=pl.col("system"),
         ))
