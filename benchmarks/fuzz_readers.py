@@ -5,7 +5,8 @@ Usage::
     PYTHONPATH=src python benchmarks/fuzz_readers.py [--seconds-per-reader 20] [--only NAME ...] [--seed 0]
 
 For each target of :data:`TARGETS` (the reading layer's users from
-:data:`ddlscope.testing.fuzz.READER_TARGETS`, plus the slots other readers fill), runs trials with
+:data:`ddlscope.testing.fuzz.READER_TARGETS`, and the other modules' readers adapted in
+:data:`ddlscope.testing.fuzz_targets.ADAPTED_TARGETS`), runs trials with
 seeds ``seed, seed+1, ...`` for ``--seconds-per-reader`` seconds and prints, per reader, the
 examples tried, clean errors (a one-line user error naming the file), balanced results (rows in =
 used + rejected with a reason) and failures, then each distinct failure with the seed and the
@@ -29,18 +30,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ddlscope.testing.fuzz import READER_TARGETS, FuzzTarget, Trial, run_trial
+from ddlscope.testing.fuzz_targets import ADAPTED_TARGETS
 
-TARGETS: dict[str, Callable[[], FuzzTarget] | None] = {
-    **READER_TARGETS,
-    # slots for the readers of other modules (each: a function returning a FuzzTarget):
-    "kineto trace": None,        # measure: PyTorch profiler (Kineto) trace reader
-    "nccl-tests output": None,   # calibrate.nccl_tests parser
-    "otlp": None,                # rpc.otlp: OpenTelemetry OTLP JSON
-    "pai-v2020": None,           # ingest.pai: Alibaba PAI 2020 tables
-    "system toml": None,         # specs: system profile TOML
-    "catalog toml": None,        # specs: hardware catalog TOML
-    "scenario toml": None,       # model.scenarios: scenario TOML
-}
+TARGETS: dict[str, Callable[[], FuzzTarget] | None] = {**READER_TARGETS, **ADAPTED_TARGETS}
 """Fuzz targets by name; ``None``: a slot not filled yet."""
 
 

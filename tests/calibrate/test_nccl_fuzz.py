@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddlscope.calibrate.nccl_tests import NcclTestsError, fuzz_target
+from ddlscope.calibrate.nccl_tests import NcclTestsError, fuzz_target, read_nccl_tests
 from ddlscope.testing.mutate import TEXT_MUTATIONS, mutate
 
 from . import nccl_samples as S
@@ -90,3 +91,33 @@ def test_fuzz_target_accounts_for_every_line_of_a_clean_file(tmp_path):
     assert acc["lines"] == len(S.FIVE_PERF_8X_H100.splitlines()) and acc["balanced"] == 1
     assert acc["row_lines_used"] == 5 * 31 and acc["tables"] == 5 and acc["unfittable_tables"] == 0
     assert acc["rejected_rows"] == {} and acc["rejected_tables"] == 0
+
+
+def test_a_footer_of_minus_inf_or_a_bare_sign_reads_as_no_average(tmp_path):
+    # found by benchmarks/fuzz_readers.py (seed 775): "Avg bus bandwidth : -inf" matched the footer's number
+    # pattern as "-", and float("-") raised a ValueError naming no file
+    for value in ("-inf", "-", "e5"):
+        path = tmp_path / "avg.txt"
+        path.write_text(S.ALL_REDUCE_8X_A100.replace("bandwidth    : 92.6906 ", f"bandwidth    : {value}"))
+        assert f"Avg bus bandwidth    : {value}\n" in path.read_text()
+        out = read_nccl_tests(path)
+        assert len(out.tables) == 1 and out.tables[0].avg_busbw_gb_s is None
+        assert out.accounting()["balanced"] == 1
+
+
+def test_a_huge_time_rejects_the_table_as_misaligned(tmp_path):
+    # found by benchmarks/fuzz_readers.py (seed 641): a time of 1e308 on a row with algbw >= 1 made the median
+    # algbw * time / size infinite, and round() of it raised OverflowError; the table is now refused with its
+    # reason (algbw is not size/time), in one line naming the file
+    lines = S.ALL_REDUCE_8X_A100.splitlines()
+    for i, ln in enumerate(lines):  # every precise row (algbw >= 1) timed 1e308
+        f = ln.split()
+        if len(f) == 13 and f[0].isdigit() and float(f[6]) >= 1.0:
+            lines[i] = ln.replace(f" {f[5]} ", " 1e308 ", 1)
+    path = tmp_path / "huge.txt"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(NcclTestsError) as exc:
+        read_nccl_tests(path)
+    # the table's header is line 14; its first precise row (32768 B, algbw 2.30 GB/s) line 22
+    assert str(exc.value) == (f"{path}:14: algbw is not size/time (line 22: 2.3 GB/s vs 32768 B / 1e+308 us): "
+                              "columns misaligned?")

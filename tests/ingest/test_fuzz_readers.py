@@ -16,9 +16,9 @@ from ddlscope.testing.fuzz_ingest import check_accounting, fuzz_openb_reader, fu
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
-# invalid UTF-8 (and a flipped byte that makes it) stops Polars' line reader in ingest/table.py, and a repeated
-# header name stops its CSV scan: ComputeError / ColumnNotFoundError, not a user error. The reading layer
-# (table.py) is being rebuilt apart from this change; these mutations run in the non-strict xfail tests below.
+# invalid UTF-8 (and a flipped byte that makes it) once stopped Polars' line reader in ingest/table.py, and a
+# repeated header name its CSV scan (ComputeError / ColumnNotFoundError, not a user error); the rebuilt reading
+# layer (ddlscope.tables) names them in one line. These mutations also run alone in the *_bad_bytes tests below.
 TABLE_LAYER_GAPS = ("invalid_utf8", "flip_bytes")
 OPENB_GAPS = (*TABLE_LAYER_GAPS, "duplicate_column")
 
@@ -44,20 +44,16 @@ def test_sample_trace_is_the_real_schema_and_balances(shared_data, pai_trace):
 
 @SETTINGS
 @given(seed=st.integers(0, 2**32 - 1))
-def test_pai_reader_fuzz(pai_trace, tmp_path, seed, monkeypatch):
-    monkeypatch.setattr(fuzz_ingest, "mutate", _without(TABLE_LAYER_GAPS))
+def test_pai_reader_fuzz(pai_trace, tmp_path, seed):
     fuzz_pai_reader(pai_trace, seed, tmp_path)
 
 
 @SETTINGS
 @given(seed=st.integers(0, 2**32 - 1))
-def test_openb_reader_fuzz(shared_data, tmp_path, seed, monkeypatch):
-    monkeypatch.setattr(fuzz_ingest, "mutate", _without(OPENB_GAPS))
+def test_openb_reader_fuzz(shared_data, tmp_path, seed):
     fuzz_openb_reader(shared_data / "alibaba" / "v2023" / "openb_pod_list_default.csv", seed, tmp_path, 500)
 
 
-@pytest.mark.xfail(reason="ingest/table.py: invalid UTF-8 raises Polars' ComputeError (reading layer rebuilt "
-                   "elsewhere)", strict=False)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1))
 def test_pai_reader_fuzz_bad_bytes(pai_trace, tmp_path, seed, monkeypatch):
@@ -65,20 +61,11 @@ def test_pai_reader_fuzz_bad_bytes(pai_trace, tmp_path, seed, monkeypatch):
     fuzz_pai_reader(pai_trace, seed, tmp_path)
 
 
-@pytest.mark.xfail(reason="ingest/table.py: invalid UTF-8 and a repeated header name raise Polars errors "
-                   "(reading layer rebuilt elsewhere)", strict=False)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1))
 def test_openb_reader_fuzz_table_layer(shared_data, tmp_path, seed, monkeypatch):
     monkeypatch.setattr(fuzz_ingest, "mutate", _only(OPENB_GAPS))
     fuzz_openb_reader(shared_data / "alibaba" / "v2023" / "openb_pod_list_default.csv", seed, tmp_path, 500)
-
-
-def _without(names: tuple[str, ...]):
-    from ddlscope.testing.mutate import TEXT_MUTATIONS, mutate
-
-    pool = tuple(n for n in TEXT_MUTATIONS if n not in names)
-    return lambda data, seed: mutate(data, seed, pool)
 
 
 def _only(names: tuple[str, ...]):

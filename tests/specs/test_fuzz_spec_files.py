@@ -5,7 +5,6 @@ naming the file, or specs that load and run through the model."""
 from __future__ import annotations
 
 import random
-import re
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -18,27 +17,12 @@ from ddlscope.testing.fuzz_specs import (
     fuzz_catalog_file,
     fuzz_scenario_file,
     fuzz_system_file,
+    replace_value,
 )
 from ddlscope.testing.mutate import TEXT_MUTATIONS, mutate
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "model.md"
 SETTINGS = settings(max_examples=40, deadline=None)
-VALUES = ("-1", "0", "-0.0", "1e308", "1e-308", "nan", "inf", "-inf", "9223372036854775808", '""', '"x"', "true",
-          "[]", "{}", '"none"', "0.5", "3")
-"""Values of other types and ranges a user might write in place of any value."""
-
-
-def replace_value(data: bytes, rng: random.Random) -> bytes:
-    """A TOML-aware mutation (this module's own): replace the value of 1 to 3 ``key = value`` lines by one of
-    :data:`VALUES`, so the file still parses and the specs' own checks are reached."""
-    lines = data.split(b"\n")
-    spots = [i for i, ln in enumerate(lines) if re.match(rb"^\s*[A-Za-z_\"][^=]*=", ln)]
-    for i in rng.sample(spots, min(len(spots), rng.randint(1, 3))):
-        key = lines[i].split(b"=", 1)[0]
-        lines[i] = key + b"= " + rng.choice(VALUES).encode()
-    return b"\n".join(lines)
-
-
 def _mutate_with_values(data: bytes, seed: int) -> tuple[bytes, list[str]]:
     rng = random.Random(seed)
     if rng.random() < 0.5:

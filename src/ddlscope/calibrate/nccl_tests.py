@@ -82,7 +82,8 @@ _PREFIXES = (
 _NCCL_LOG = re.compile(r"\bNCCL (?:INFO|WARN|ERROR|TRACE)\b")
 _RANK = re.compile(r"^Rank\s+(\d+)\b.*?\bdevice\s+\d+\s+\[[^\]]*\]\s*(.*)$")
 _RANK_SIMPLE = re.compile(r"^Rank\s+(\d+)\b")
-_AVG = re.compile(r"^Avg bus bandwidth\s*:\s*([0-9.eE+-]+|nan|inf)", re.IGNORECASE)
+_AVG = re.compile(r"^Avg bus bandwidth\s*:\s*([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:e[+-]?[0-9]+)?|[+-]?nan|[+-]?inf)",
+                  re.IGNORECASE)
 _PARAMS = re.compile(r"\bnThread\s+(\d+)\s+nGpus\s+(\d+)")
 _COLLECTIVE = re.compile(r"Collective test starting:\s*(\S+)")
 _ELISION = re.compile(r"^(?:\.{3,}|…)\s*$|^\.{3,}\s|\s\.{3,}$")
@@ -502,12 +503,12 @@ def _interpret(t: dict, source: str, hint: str | None, ranks_given: int | None,
     if precise.height:
         k = (precise["algbw_gb_s"] * precise["time_us"] * 1e3 / precise["size_bytes"])
         k_med = float(k.median())
-        if k_med >= 1.5 and abs(k_med - round(k_med)) < 0.02 * k_med:
+        if math.isfinite(k_med) and k_med >= 1.5 and abs(k_med - round(k_med)) < 0.02 * k_med:
             per_rank_p = round(k_med)
             size_convention = "per rank (old nccl-tests)"
             notes.append(f"algbw = {per_rank_p} x size / time: sizes are per rank (old nccl-tests); "
                          f"read as total sizes of {per_rank_p} ranks")
-        elif abs(k_med - 1) > 0.02:
+        elif not abs(k_med - 1) <= 0.02:  # NaN and inf too (a huge number in a row)
             line = int(precise["line"][0])
             return (f"algbw is not size/time (line {line}: {precise['algbw_gb_s'][0]} GB/s vs "
                     f"{precise['size_bytes'][0]:.0f} B / {precise['time_us'][0]} us): columns misaligned?")

@@ -32,10 +32,10 @@ from typing import Any
 
 import polars as pl
 
-USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, OSError)
-"""The exceptions ``ddlscope trace`` turns into one red line (``cli.common.user_errors``);
-:class:`~ddlscope.measure.reader.TraceReadError` and :class:`~ddlscope.measure.rules.RulesError`
-are ``ValueError`` subclasses."""
+from ddlscope.testing.fuzz import USER_ERRORS  # TraceReadError and RulesError are ValueErrors
+
+__all__ = ["INFERRED_TRACE", "SMALLEST_TRACE", "USER_ERRORS", "check_kineto", "check_rules_csv",
+           "inferred_iterations_sample", "kineto_samples", "rules_csv_sample"]
 
 SMALLEST_TRACE = "hta_traces/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
 """The smallest shared trace (319,512 bytes of JSON, 1,408 events), relative to ``shared/data``."""

@@ -116,6 +116,55 @@ def count_spans(text: str) -> tuple[int, int]:
     return spans, bad
 
 
+@dataclass(frozen=True)
+class OtlpCounts:
+    """An OTLP file's spans against what the reader did with them.
+
+    Attributes:
+        spans: CLIENT and SERVER spans of the file (:func:`count_spans`).
+        bad_lines: its lines that are not JSON objects (JSON lines only).
+        kept: RPCs read (two spans each).
+        row_rejected: RPC rows rejected by the schema checks (two spans each).
+        span_rejected: spans rejected (:data:`SPAN_REASONS`).
+        line_rejected: ``unparseable_line`` rejections.
+        reasons: rejections by reason.
+    """
+
+    spans: int
+    bad_lines: int
+    kept: int
+    row_rejected: int
+    span_rejected: int
+    line_rejected: int
+    reasons: dict[str, int]
+
+    @property
+    def balanced(self) -> bool:
+        """Every span in a kept RPC, a rejected RPC row or a rejected span; every bad line rejected."""
+        return 2 * (self.kept + self.row_rejected) + self.span_rejected == self.spans \
+            and self.line_rejected == self.bad_lines
+
+    def describe(self) -> str:
+        """The counts in words (for a failure's message)."""
+        return (f"{self.spans} CLIENT/SERVER spans and {self.bad_lines} bad lines in the file; read {self.kept} RPCs, "
+                f"{self.row_rejected} rejected RPC rows, {self.span_rejected} rejected spans, {self.line_rejected} "
+                f"unparseable lines ({self.reasons})")
+
+
+def otlp_counts(log, text: str) -> OtlpCounts:
+    """Count ``text`` (an OTLP file, by :func:`count_spans`) against ``log``, the
+    :class:`~ddlscope.rpc.readers.RpcLog` the reader made of it."""
+    spans, bad_lines = count_spans(text)
+    reasons: dict[str, int] = {}
+    for r in log.rejected.get_column("reason").to_list():
+        reasons[r] = reasons.get(r, 0) + 1
+    return OtlpCounts(
+        spans=spans, bad_lines=bad_lines, kept=log.frame.height,
+        row_rejected=sum(n for r, n in reasons.items() if r not in SPAN_REASONS and r != "unparseable_line"),
+        span_rejected=sum(n for r, n in reasons.items() if r in SPAN_REASONS),
+        line_rejected=reasons.get("unparseable_line", 0), reasons=reasons)
+
+
 def check_one(path: Path) -> tuple[str | None, bool]:
     """Read one OTLP file and check the contract (module docstring).
 
@@ -123,16 +172,12 @@ def check_one(path: Path) -> tuple[str | None, bool]:
         ``(problem or None, refused)``: ``refused`` when the reader raised a user error.
     """
     from ddlscope.rpc.readers import read_rpc_log
+    from ddlscope.testing.fuzz import USER_ERRORS, user_error_problem
 
     try:
         log = read_rpc_log(path, input_format="otlp")
-    except (ValueError, FileNotFoundError) as exc:
-        msg = str(exc)
-        if "\n" in msg.strip():
-            return f"a user error of several lines: {msg!r}", True
-        if str(path) not in msg:
-            return f"a user error not naming the file: {msg!r}", True
-        return None, True
+    except USER_ERRORS as exc:
+        return user_error_problem(exc, [str(path)]), True
     except Exception as exc:  # the point: anything else is a failure to report
         where = traceback.format_exc().strip().splitlines()
         return f"{type(exc).__name__}: {exc} | {where[-3].strip() if len(where) >= 3 else ''}", False
@@ -140,18 +185,9 @@ def check_one(path: Path) -> tuple[str | None, bool]:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError:
         return "read a file that is not UTF-8 without an error", False
-    spans, bad_lines = count_spans(text)
-    reasons: dict[str, int] = {}
-    for r in log.rejected.get_column("reason").to_list():
-        reasons[r] = reasons.get(r, 0) + 1
-    span_rejected = sum(n for r, n in reasons.items() if r in SPAN_REASONS)
-    line_rejected = reasons.get("unparseable_line", 0)
-    row_rejected = sum(n for r, n in reasons.items() if r not in SPAN_REASONS and r != "unparseable_line")
-    kept = log.frame.height
-    if 2 * (kept + row_rejected) + span_rejected != spans or line_rejected != bad_lines:
-        return (f"unbalanced: {spans} CLIENT/SERVER spans and {bad_lines} bad lines in the file; read {kept} RPCs, "
-                f"{row_rejected} rejected RPC rows, {span_rejected} rejected spans, {line_rejected} unparseable "
-                f"lines ({reasons})"), False
+    counts = otlp_counts(log, text)
+    if not counts.balanced:
+        return f"unbalanced: {counts.describe()}", False
     return None, False
 
 

@@ -30,7 +30,26 @@ from pathlib import Path
 from ddlscope.testing.mutate import BINARY_MUTATIONS, TEXT_MUTATIONS, Mutation, mutate
 
 USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, OSError)
-"""The exceptions the CLI turns into one red line (``cli.common.user_errors``)."""
+"""The exceptions the CLI turns into one red line (``cli.common.user_errors``); every fuzz module
+(:mod:`ddlscope.testing.fuzz_ingest`, :mod:`ddlscope.testing.fuzz_specs`,
+:mod:`ddlscope.measure.fuzz`, :mod:`ddlscope.rpc.fuzz`) checks errors against this tuple."""
+
+
+def user_error_problem(exc: BaseException, names: list[str] | tuple[str, ...]) -> str | None:
+    """What is wrong with a reader's error, or ``None`` for a clean one: one of :data:`USER_ERRORS`,
+    whose message is one line naming one of ``names`` (file or folder paths, or bare file names)
+    and is not one of ddlscope's own ``internal error`` guards."""
+    msg = str(exc).strip()
+    kind = type(exc).__name__
+    if not isinstance(exc, USER_ERRORS):
+        return f"{kind} is not a user error: {msg.splitlines()[0][:300] if msg else ''}"
+    if "\n" in msg:
+        return f"{kind} of several lines: {msg[:300]!r}"
+    if not any(n in msg for n in names):
+        return f"{kind} not naming the file ({', '.join(names)}): {msg[:300]}"
+    if any(f"{n}: internal error" in msg for n in names):  # ddlscope's own guards say so
+        return f"internal error: {msg[:300]}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -119,32 +138,30 @@ def apply_mutations(data: bytes, seed: int, table: dict[str, Mutation], max_roun
 def run_trial(target: FuzzTarget, seed: int, workdir: Path, samples: list[Sample] | None = None) -> Trial:
     """Mutate one sample of ``target`` (chosen by ``seed``) and classify what its reader does.
 
-    The mutated file is written to ``workdir`` under the sample's name and removed afterwards.
+    The mutated file is written to ``workdir`` under the sample's name (a name ``folder/file`` makes
+    the folder) and removed afterwards.
     """
     samples = samples if samples is not None else target.samples()
     sample = samples[seed % len(samples)]
     data, applied = apply_mutations(sample.data, seed, target.mutations, target.max_rounds)
     path = workdir / sample.name
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
+    # a sample in a folder (``folder/file``) is read with that folder; its errors may name the folder
+    names = [sample.name] if path.parent == workdir else [sample.name, str(path.parent)]
 
     def trial(outcome: str, detail: str) -> Trial:
         return Trial(target.name, seed, sample.name, tuple(applied), outcome, detail)
 
     try:
         acc = target.read(path, data)
-    except USER_ERRORS as exc:
-        msg = str(exc).strip()
-        if "\n" in msg:
-            return trial("failure", f"{type(exc).__name__} of several lines: {msg[:300]!r}")
-        if sample.name not in msg:
-            return trial("failure", f"{type(exc).__name__} not naming the file: {msg[:300]}")
-        if f"{sample.name}: internal error" in msg:  # ddlscope's own guards say so
-            return trial("failure", f"internal error: {msg[:300]}")
-        return trial("clean_error", msg[:300])
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:
-        return trial("failure", f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc) else ''}")
+        problem = user_error_problem(exc, names)
+        if problem is not None:
+            return trial("failure", problem)
+        return trial("clean_error", str(exc).strip()[:300])
     finally:
         path.unlink(missing_ok=True)
     if not acc.balanced:
@@ -504,12 +521,20 @@ READER_TARGETS: dict[str, Callable[[], FuzzTarget]] = {
 """The reading layer's users as fuzz targets, by name (each a function building the target)."""
 
 __all__ = ["PARQUET_MUTATIONS", "PARQUET_SCHEMA_MUTATIONS", "READER_TARGETS", "USER_ERRORS", "Accounting",
-           "FuzzTarget", "Sample", "Trial", "apply_mutations", "check_target", "csv_rows", "jsonl_rows", "parquet_rows",
-           "run_trial", "text_lines"]
+           "FuzzTarget", "Sample", "Trial", "all_targets", "apply_mutations", "check_target", "csv_rows", "jsonl_rows",
+           "parquet_rows", "run_trial", "text_lines", "user_error_problem"]
+
+
+def all_targets() -> dict[str, Callable[[], FuzzTarget]]:
+    """:data:`READER_TARGETS` and the other modules' readers
+    (:data:`ddlscope.testing.fuzz_targets.ADAPTED_TARGETS`), by name."""
+    from ddlscope.testing.fuzz_targets import ADAPTED_TARGETS
+
+    return {**READER_TARGETS, **ADAPTED_TARGETS}
 
 
 def check_target(name: str, workdir: Path, max_examples: int = 30) -> None:
-    """Run the target ``name`` of :data:`READER_TARGETS` under hypothesis (seeds drawn from
+    """Run the target ``name`` of :func:`all_targets` under hypothesis (seeds drawn from
     ``0..2^32-1``, ``max_examples`` of them, derandomized so the suite is repeatable) and fail on
     the first ``failure`` trial with its replay line. For the test suite; needs hypothesis.
 
@@ -519,7 +544,7 @@ def check_target(name: str, workdir: Path, max_examples: int = 30) -> None:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    target = READER_TARGETS[name]()
+    target = all_targets()[name]()
     samples = target.samples()
 
     @settings(max_examples=max_examples, deadline=None, derandomize=True, database=None,

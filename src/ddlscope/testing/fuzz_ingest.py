@@ -29,11 +29,11 @@ from pathlib import Path
 
 import polars as pl
 
+from ddlscope.testing.fuzz import USER_ERRORS, user_error_problem
 from ddlscope.testing.mutate import mutate
 
-USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, OSError)
-"""What a reader may raise on bad input: the exceptions ``ddlscope.cli.common.user_errors`` prints
-as one line and exit code 2."""
+__all__ = ["USER_ERRORS", "FuzzOutcome", "check_accounting", "check_user_error", "fuzz_openb_reader",
+           "fuzz_pai_reader", "pai_sample_trace"]
 
 
 @dataclass
@@ -73,19 +73,16 @@ def _physical_lines(data: bytes) -> int:
 
 
 def check_user_error(exc: BaseException, names: list[str], seed: int, mutated: Path, mutations: list[str]) -> str:
-    """Check a reader's error: a user error, one line, naming one of ``names`` (paths); its message.
+    """Check a reader's error (:func:`ddlscope.testing.fuzz.user_error_problem`): a user error, one
+    line, naming one of ``names`` (paths); its message.
 
     Raises:
         AssertionError: any other exception (chained), a message of several lines or none of the names.
     """
-    if not isinstance(exc, USER_ERRORS):
-        raise _fail(f"{type(exc).__name__} is not a user error: {exc}", seed, mutated, mutations) from exc
-    msg = str(exc)
-    if "\n" in msg.strip():
-        raise _fail(f"the error is not one line: {msg!r}", seed, mutated, mutations) from exc
-    if not any(n in msg for n in names):
-        raise _fail(f"the error names no input ({', '.join(names)}): {msg!r}", seed, mutated, mutations) from exc
-    return msg
+    problem = user_error_problem(exc, names)
+    if problem is not None:
+        raise _fail(problem, seed, mutated, mutations) from exc
+    return str(exc)
 
 
 def check_accounting(population: pl.DataFrame, report, files: dict[str, bytes], seed: int, mutated: Path,

@@ -12,13 +12,20 @@ file's system prices that job, a catalog file's servers resolve. Anything else r
 - :func:`fuzz_scenario_file` (``specs/scenario.py``, through ``ddlscope.cli.common.parse_scenarios``);
 - :func:`fuzz_system_file` (``specs/catalog.py`` ``load_system``, ``specs/system.py``);
 - :func:`fuzz_catalog_file` (``specs/catalog.py`` ``load_catalog``).
+
+The ``check_*`` functions read one file and run it (for :mod:`ddlscope.testing.fuzz_targets`);
+:func:`replace_value` is a TOML-aware mutation that keeps the file parseable.
 """
 
 from __future__ import annotations
 
 import math
+import random
+import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ddlscope.testing.fuzz_ingest import FuzzOutcome, check_user_error
 from ddlscope.testing.mutate import mutate
@@ -112,81 +119,126 @@ def _one_job(system):
     return jobs_frame([job_row(w, Architecture(kind="ps_worker", num_workers=4, num_ps=1), system, job_id=0)])
 
 
-def _check_finite(frame, what: str, seed: int, path: Path, mutations: list[str]) -> None:
+def _check_finite(frame, what: str) -> None:
     step = frame["step_s"].to_list()
     if any(s is None or not math.isfinite(s) or s <= 0 for s in step):
-        raise AssertionError(f"seed {seed}, {path.name} mutated by {', '.join(mutations)}: {what} gives step "
-                             f"times {step}")
+        raise AssertionError(f"{what} gives step times {step}")
 
 
-def fuzz_scenario_file(seed: int, workdir: str | Path, source: str | Path | None = None) -> FuzzOutcome:
-    """One fuzz case of scenario files: :data:`SCENARIO_EXAMPLE` (or ``source``) mutated, read as
-    ``--scenario FILE`` is (``parse_scenarios`` with the built-in catalog), then every scenario run
-    by :func:`~ddlscope.model.scenarios.whatif` on a one-job table (positive, finite step times).
+def _model_runs(what: str, run: Callable[[], Any]) -> Any:
+    """``run()``: the model on specs that loaded; any error of it is a failure (``AssertionError``)."""
+    try:
+        return run()
+    except Exception as exc:
+        raise AssertionError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+def check_scenario_file(path: str | Path) -> int:
+    """Read ``path`` as ``--scenario FILE`` is (``parse_scenarios`` with the built-in catalog), then
+    run every scenario by :func:`~ddlscope.model.scenarios.whatif` on a one-job table; the
+    scenarios run.
 
     Raises:
-        AssertionError: the contract is broken (module docstring).
+        A user error (``ValueError``) from loading the file; ``AssertionError`` when scenarios that
+        loaded do not run, or give a step time that is not positive and finite.
     """
     from ddlscope.cli.common import parse_scenarios
     from ddlscope.model.scenarios import whatif
     from ddlscope.specs.catalog import builtin_catalog
 
-    path, _, mutations = _case(source, SCENARIO_EXAMPLE, "scenarios.toml", seed, workdir, "scenario")
     cat = builtin_catalog()
-    try:
-        scenarios = parse_scenarios([str(path)], cat)
-    except Exception as exc:  # any: the contract decides which are allowed
-        return FuzzOutcome(seed, path, mutations, error=check_user_error(exc, [str(path)], seed, path, mutations))
-    try:
-        out = whatif(_one_job(cat.system("pai-v100-nvlink-8")), scenarios, cat)
-    except Exception as exc:
-        raise AssertionError(f"seed {seed}, {path.name} mutated by {', '.join(mutations)}: the scenarios load but "
-                             f"whatif fails: {type(exc).__name__}: {exc}") from exc
-    _check_finite(out, "whatif", seed, path, mutations)
-    return FuzzOutcome(seed, path, mutations, jobs=out.height)
+    scenarios = parse_scenarios([str(path)], cat)
+    out = _model_runs("the scenarios load but whatif fails",
+                      lambda: whatif(_one_job(cat.system("pai-v100-nvlink-8")), scenarios, cat))
+    _check_finite(out, "whatif")
+    return len(scenarios)
 
 
-def fuzz_system_file(seed: int, workdir: str | Path, source: str | Path | None = None) -> FuzzOutcome:
-    """One fuzz case of system files: :data:`SYSTEM_EXAMPLE` (or ``source``) mutated, read as
-    ``--system-file`` is (:func:`~ddlscope.specs.catalog.load_system`), then a one-job table priced on
-    the system (positive, finite step time).
+def check_system_file(path: str | Path) -> int:
+    """Read ``path`` as ``--system-file`` is (:func:`~ddlscope.specs.catalog.load_system`), then
+    price a one-job table on the system; the jobs priced (1).
 
     Raises:
-        AssertionError: the contract is broken.
+        A user error from loading; ``AssertionError`` when the model fails on the loaded system.
     """
     from ddlscope.model.step_time import breakdown
     from ddlscope.specs.catalog import load_system
 
-    path, _, mutations = _case(source, SYSTEM_EXAMPLE, "system.toml", seed, workdir, "system")
+    system, _ = load_system(path)
+    out = _model_runs("the system loads but the model fails", lambda: breakdown(_one_job(system)))
+    _check_finite(out, "the system")
+    return out.height
+
+
+def check_catalog_file(path: str | Path) -> int:
+    """Read ``path`` as ``--catalog FILE`` is (:func:`~ddlscope.specs.catalog.load_catalog`), then
+    resolve every server the file defines to a system; the servers resolved.
+
+    Raises:
+        A user error (loading, or a server that does not resolve).
+    """
+    from ddlscope.specs.catalog import load_catalog, read_system_file
+
+    cat = load_catalog(path)
+    servers = read_system_file(path).get("server", {})
+    for name in servers:
+        cat.system(name)
+    return len(servers)
+
+
+def _fuzz(check: Callable[[Path], int], source: str | Path | None, example: str, name: str, seed: int,
+          workdir: str | Path, kind: str) -> FuzzOutcome:
+    path, _, mutations = _case(source, example, name, seed, workdir, kind)
     try:
-        system, _ = load_system(path)
-    except Exception as exc:
+        n = check(path)
+    except AssertionError as exc:
+        raise AssertionError(f"seed {seed}, {path.name} mutated by {', '.join(mutations)}: {exc}") from exc
+    except Exception as exc:  # any: the contract decides which are allowed
         return FuzzOutcome(seed, path, mutations, error=check_user_error(exc, [str(path)], seed, path, mutations))
-    try:
-        out = breakdown(_one_job(system))
-    except Exception as exc:
-        raise AssertionError(f"seed {seed}, {path.name} mutated by {', '.join(mutations)}: the system loads but the "
-                             f"model fails: {type(exc).__name__}: {exc}") from exc
-    _check_finite(out, "the system", seed, path, mutations)
-    return FuzzOutcome(seed, path, mutations, jobs=out.height)
+    return FuzzOutcome(seed, path, mutations, jobs=n)
 
 
-def fuzz_catalog_file(seed: int, workdir: str | Path, source: str | Path | None = None) -> FuzzOutcome:
-    """One fuzz case of catalog files: :data:`CATALOG_EXAMPLE` (or ``source``) mutated, read as
-    ``--catalog FILE`` is (:func:`~ddlscope.specs.catalog.load_catalog`), then every server the file
-    defines resolved to a system.
+def fuzz_scenario_file(seed: int, workdir: str | Path, source: str | Path | None = None) -> FuzzOutcome:
+    """One fuzz case of scenario files: :data:`SCENARIO_EXAMPLE` (or ``source``) mutated, then
+    :func:`check_scenario_file`.
+
+    Raises:
+        AssertionError: the contract is broken (module docstring).
+    """
+    return _fuzz(check_scenario_file, source, SCENARIO_EXAMPLE, "scenarios.toml", seed, workdir, "scenario")
+
+
+def fuzz_system_file(seed: int, workdir: str | Path, source: str | Path | None = None) -> FuzzOutcome:
+    """One fuzz case of system files: :data:`SYSTEM_EXAMPLE` (or ``source``) mutated, then
+    :func:`check_system_file`.
 
     Raises:
         AssertionError: the contract is broken.
     """
-    from ddlscope.specs.catalog import load_catalog, read_system_file
+    return _fuzz(check_system_file, source, SYSTEM_EXAMPLE, "system.toml", seed, workdir, "system")
 
-    path, _, mutations = _case(source, CATALOG_EXAMPLE, "catalog.toml", seed, workdir, "catalog")
-    try:
-        cat = load_catalog(path)
-        servers = read_system_file(path).get("server", {})
-        for name in servers:
-            cat.system(name)
-    except Exception as exc:
-        return FuzzOutcome(seed, path, mutations, error=check_user_error(exc, [str(path)], seed, path, mutations))
-    return FuzzOutcome(seed, path, mutations, jobs=len(servers))
+
+def fuzz_catalog_file(seed: int, workdir: str | Path, source: str | Path | None = None) -> FuzzOutcome:
+    """One fuzz case of catalog files: :data:`CATALOG_EXAMPLE` (or ``source``) mutated, then
+    :func:`check_catalog_file`.
+
+    Raises:
+        AssertionError: the contract is broken.
+    """
+    return _fuzz(check_catalog_file, source, CATALOG_EXAMPLE, "catalog.toml", seed, workdir, "catalog")
+
+
+VALUES: tuple[str, ...] = ("-1", "0", "-0.0", "1e308", "1e-308", "nan", "inf", "-inf", "9223372036854775808", '""',
+                           '"x"', "true", "[]", "{}", '"none"', "0.5", "3")
+"""Values of other types and ranges a user might write in place of any value."""
+
+
+def replace_value(data: bytes, rng: random.Random) -> bytes:
+    """A TOML-aware mutation: replace the value of 1 to 3 ``key = value`` lines by one of
+    :data:`VALUES`, so the file still parses and the specs' own checks are reached."""
+    lines = data.split(b"\n")
+    spots = [i for i, ln in enumerate(lines) if re.match(rb"^\s*[A-Za-z_\"][^=]*=", ln)]
+    for i in rng.sample(spots, min(len(spots), rng.randint(1, 3))):
+        key = lines[i].split(b"=", 1)[0]
+        lines[i] = key + b"= " + rng.choice(VALUES).encode()
+    return b"\n".join(lines)
