@@ -8,12 +8,14 @@ import pytest
 from typer.testing import CliRunner
 
 from ddlscope.cli.main import app
+from ddlscope.model.compute import SingleGpuCase, predict_single_gpu
 from ddlscope.profile import profile_model
 from ddlscope.specs.catalog import builtin_catalog
 from ddlscope.validate.measurements import (
+    FittedEfficiencies,
     MeasurementError,
-    fit_efficiencies,
     measurement_jobs,
+    ops_at,
     predict_jobs,
     ratio_pairs,
     read_measurements,
@@ -82,38 +84,46 @@ def test_throughput_units_become_step_time(tmp_path):
         5: "no_units_per_sample", 6: "no_units_per_sample", 7: "no_unit"}
 
 
-def test_prediction_is_the_models_one_gpu_step(tmp_path):
-    """A one-GPU row's prediction is the roofline of the profiled workload at its batch: the
-    batch-2/batch-4 interpolation equals profiling at the row's batch (the totals are affine)."""
+def test_prediction_prices_the_op_table_at_the_rows_batch(tmp_path):
+    """A one-GPU row's prediction is the op-level price (model.compute) of the op table at its batch;
+    the batch-2/batch-4 interpolation of every op equals profiling at the row's batch."""
     t = read_measurements(_write(tmp_path, HEADER + "resnet18_cifar,V100-SXM2-16GB,1,24,fp32,0.1,a\n"))
-    res = predict_jobs(measurement_jobs(t.rows), fit_efficiencies(measurement_jobs(t.rows).head(0)))
-    w = profile_model("resnet18_cifar", batch_size=24, embedding_gradients="dense").workload
-    gpu = builtin_catalog().gpu("V100-SXM2-16GB")
-    compute = w.compute_bound_flops / (gpu.peak_tflops.fp32 * 1e12 * 0.6)   # catalog default eff_compute 0.6
-    memory = max(w.memory_bound_bytes / (gpu.memory_bandwidth_gb_s * 1e9 * 0.7),  # eff_memory 0.7
-                 w.memory_bound_flops / (gpu.peak_tflops.fp32 * 1e12 * 0.6))
-    assert res["compute_bound_s"][0] == pytest.approx(compute, rel=1e-9)
-    assert res["memory_bound_s"][0] == pytest.approx(memory, rel=1e-9)
-    assert res["predicted"][0] == pytest.approx(res["step_s"][0])
+    jobs = measurement_jobs(t.rows)
+    res = predict_jobs(jobs, FittedEfficiencies({}, 0, "defaults"))
+    direct = profile_model("resnet18_cifar", batch_size=24, embedding_gradients="dense").ops
+    interpolated = ops_at("resnet18_cifar", "fp32", "sgd", None, None, 24)
+    assert interpolated["op"].to_list() == direct["op"].to_list()
+    assert interpolated["flops"].to_list() == pytest.approx(direct["flops"].cast(pl.Float64).to_list(), rel=1e-12)
+    assert interpolated["total_bytes"].to_list() == pytest.approx(
+        direct["total_bytes"].cast(pl.Float64).to_list(), rel=1e-12)
+    priced = predict_single_gpu([SingleGpuCase(direct, "V100-SXM2-16GB", "fp32", 24)])
+    assert res["compute_bound_s"][0] == pytest.approx(priced["compute_bound_s"][0], rel=1e-9)
+    assert res["memory_bound_s"][0] == pytest.approx(priced["memory_bound_s"][0], rel=1e-9)
+    assert res["host_s"][0] == pytest.approx(priced["host_s"][0], rel=1e-9)
+    # one GPU: step = data I/O (the input copy) + compute + memory + host, and the error is against 0.1 s
+    assert res["step_s"][0] == pytest.approx(res["data_io_s"][0] + priced["step_s"][0], rel=1e-9)
     assert res["error"][0] == pytest.approx(res["step_s"][0] / 0.1 - 1)
+    assert res["compute_efficiency_source"][0].startswith("catalog default for volta")
 
 
-def test_fit_on_recovers_the_efficiencies_that_made_the_rows(tmp_path):
-    """Rows whose step times the model itself made with eff_compute 0.45 and eff_memory 0.55: a fit
-    on two of them gives those efficiencies back, and the test rows then have zero error."""
-    rows = [f"resnet18_cifar,V100-SXM2-16GB,1,{b},fp32,1.0,a" for b in (8, 32)] + [
-        f"resnet18_cifar,A100-SXM4-80GB,1,{b},fp32,1.0,a" for b in (16, 64)]
+def test_fit_on_recovers_the_factors_that_made_the_rows(tmp_path):
+    """Rows whose step times the model itself made with CUDA-core GEMM efficiency x 0.8, memory
+    efficiency x 0.9 and host cost x 1.5: a fit on three of them gives those factors back (the
+    factors no FP32 row can see stay at 1), and the test row then has no error."""
+    rows = [f"resnet18_cifar,{g},1,{b},fp32,1.0,a" for g, b in (
+        ("V100-SXM2-16GB", 8), ("V100-SXM2-16GB", 64), ("A100-SXM4-80GB", 16), ("A100-SXM4-80GB", 128))]
     t = read_measurements(_write(tmp_path, HEADER + "\n".join(rows) + "\n"))
-    base = predict_jobs(measurement_jobs(t.rows).with_columns(eff_compute=pl.lit(1.0), eff_memory=pl.lit(1.0)),
-                        fit_efficiencies(measurement_jobs(t.rows).head(0)))
-    true_step = base["data_io_s"] + base["compute_bound_s"] / 0.45 + base["memory_bound_s"] / 0.55
-    made = t.rows.with_columns(measured_step_s=true_step, measured=true_step)
-    table = type(t)(rows=made, rejected=t.rejected, path=t.path)
-    res = validate_measurements(table, fit_on="gpu = 'V100-SXM2-16GB'")
+    truth = {"cuda_gemm_eff": 0.8, "memory_eff": 0.9, "step_overhead_us": 1.5}
+    made = predict_jobs(measurement_jobs(t.rows), FittedEfficiencies(truth, 0, "the truth"))["step_s"]
+    table = type(t)(rows=t.rows.with_columns(measured_step_s=made, measured=made), rejected=t.rejected, path=t.path)
+    res = validate_measurements(table, fit_on="batch_per_gpu < 128")
     fit = res.fits["all"]
-    assert (fit.eff_compute, fit.eff_memory) == pytest.approx((0.45, 0.55), rel=1e-6)
-    assert res.rows["role"].to_list() == ["fit", "fit", "test", "test"]
-    assert res.rows["error"].abs().max() == pytest.approx(0.0, abs=1e-6)
+    assert fit.fitted_on == 3
+    for name, factor in truth.items():
+        assert fit.multipliers[name] == pytest.approx(factor, rel=2e-2), name
+    assert fit.multipliers["tensor_gemm_eff"] == pytest.approx(1.0, abs=1e-6)
+    assert res.rows["role"].to_list() == ["fit", "fit", "fit", "test"]
+    assert res.rows["error"].abs().max() < 5e-3
 
 
 def test_cross_validation_leaves_each_group_out(tmp_path):
