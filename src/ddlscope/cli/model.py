@@ -126,7 +126,7 @@ def register(app: typer.Typer) -> None:
         nic: NicOpt = None,
         nvlink: NvlinkOpt = None,
         catalog: CatalogFiles = None,
-        overlap: OverlapOpt = "none",
+        overlap: OverlapOpt = "scheduled",
         fmt: FormatOpt = "table",
     ) -> None:
         """Predict where one training step's time goes for one job.
@@ -181,7 +181,7 @@ def register(app: typer.Typer) -> None:
         nic: NicOpt = None,
         nvlink: NvlinkOpt = None,
         catalog: CatalogFiles = None,
-        overlap: OverlapOpt = "none",
+        overlap: OverlapOpt = "scheduled",
         fmt: FormatOpt = "table",
     ) -> None:
         """Run one job under what-if scenarios and print each with its speedup over the baseline.

@@ -26,7 +26,7 @@ def predict(
     architecture: Architecture,
     system: System,
     *,
-    overlap: str | float = "none",
+    overlap: str | float = "scheduled",
 ) -> pl.DataFrame:
     """The step-time breakdown of one job: a one-row DataFrame (columns: see
     :mod:`ddlscope.model.step_time`).
@@ -43,7 +43,7 @@ def predict_whatif(
     system: System,
     scenarios: Sequence[Scenario],
     *,
-    overlap: str | float = "none",
+    overlap: str | float = "scheduled",
     catalog: Catalog | None = None,
 ) -> pl.DataFrame:
     """One job under the baseline and each scenario: one row each, with ``speedup`` over the

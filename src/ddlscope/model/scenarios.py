@@ -35,7 +35,8 @@ def _link_columns(catalog: Catalog, slot: str, name: str) -> dict[str, object]:
     return link_columns(slot, link)
 
 
-_NETWORK_COLUMNS = frozenset({"nic", "nic_bandwidth_bytes_per_s", "nic_latency_s", "nics_per_server"})
+_NETWORK_COLUMNS = frozenset({"nic", "nic_bandwidth_bytes_per_s", "nic_latency_s", "nic_link_efficiency",
+                              "nics_per_server"})
 """The Jobs columns of the network (a NIC swap and the NIC count)."""
 
 

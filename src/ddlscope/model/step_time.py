@@ -74,7 +74,8 @@ from ddlscope.model.collectives import (
     ring_allreduce_bytes_per_rank,
     ring_allreduce_steps,
 )
-from ddlscope.model.jobs import check_jobs_frame
+from ddlscope.model.jobs import JOB_SCHEMA, OPTIONAL_JOB_COLUMNS, check_jobs_frame
+from ddlscope.model.overlap import schedule_passes, with_schedule_defaults
 
 COMPONENTS: tuple[str, ...] = ("data_io", "compute_bound", "memory_bound", "pcie", "nvlink", "network")
 """The six step-time components, in report order."""
@@ -87,7 +88,9 @@ LinkEnum = pl.Enum([*LINKS, "none"])
 OUTPUT_COLUMNS: tuple[str, ...] = (
     "num_gpus", "gpus_per_server_used", "fits_placement", "fits_gpu_memory",
     "storage_s", "h2d_s", "data_io_s", "compute_bound_s", "memory_bound_s",
-    "pcie_s", "nvlink_s", "network_s", "comm_s", "exposed_comm_s", "step_s", "samples_per_s",
+    "pcie_s", "nvlink_s", "network_s", "comm_s", "exposed_comm_s", "hidden_comm_s", "sync_wait_s",
+    "pcie_exposed_s", "nvlink_exposed_s", "network_exposed_s", "pcie_hidden_s", "nvlink_hidden_s",
+    "network_hidden_s", "step_s", "samples_per_s",
     "pcie_bytes", "nvlink_bytes", "network_bytes",
     *(f"share_{c}" for c in COMPONENTS), "share_comm", "bottleneck", "bottleneck_link",
 )
@@ -140,6 +143,7 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     """
     check_jobs_frame(jobs)
     in_cols = jobs.collect_schema().names()
+    jobs = with_model_defaults(jobs.lazy())
     f = pl.Float64
     arch = c("architecture")
     S, E = c("dense_param_bytes"), c("sparse_bytes_per_step")
@@ -156,9 +160,10 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
         __m=c("num_servers").cast(f),
         __r=pl.min_horizontal(per_server, c("gpus_per_pcie_root")).cast(f),
         __k=c("num_gradient_tensors").cast(f),
-        __B_pcie=c("pcie_bandwidth_bytes_per_s") * c("eff_pcie"),
-        __B_nv=c("nvlink_bandwidth_bytes_per_s") * c("eff_nvlink"),
-        __B_nic=c("nic_bandwidth_bytes_per_s") * c("eff_network"),
+        # a link's transport (its achieved share, ddlscope.model.jobs.OPTIONAL_JOB_COLUMNS) or the system's efficiency
+        __B_pcie=c("pcie_bandwidth_bytes_per_s") * pl.coalesce(c("pcie_link_efficiency"), c("eff_pcie")),
+        __B_nv=c("nvlink_bandwidth_bytes_per_s") * pl.coalesce(c("nvlink_link_efficiency"), c("eff_nvlink")),
+        __B_nic=c("nic_bandwidth_bytes_per_s") * pl.coalesce(c("nic_link_efficiency"), c("eff_network")),
         __peak=pl.when(c("precision") == "fp32").then(c("gpu_peak_fp32_flop_per_s"))
         .when(c("precision") == "tf32").then(c("gpu_peak_tf32_flop_per_s"))
         .when(c("precision") == "fp16").then(c("gpu_peak_fp16_flop_per_s"))
@@ -247,17 +252,42 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     return _shares(_step(lf)).select(*in_cols, *(o for o in OUTPUT_COLUMNS if o not in in_cols))
 
 
+def with_model_defaults(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """``lf`` with the optional Jobs columns it lacks: the links' achieved shares as null
+    (:data:`~ddlscope.model.jobs.OPTIONAL_JOB_COLUMNS`) and the scheduled overlap's parameters at
+    their defaults (:data:`~ddlscope.model.overlap.SCHEDULE_COLUMNS`)."""
+    names = lf.collect_schema().names()
+    missing = {k: pl.lit(None, dtype=JOB_SCHEMA[k][0]) for k in OPTIONAL_JOB_COLUMNS if k not in names}
+    return with_schedule_defaults(lf.with_columns(**missing) if missing else lf)
+
+
 def _step(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """Pass 2: overlap and step time from the components."""
+    """Pass 2: overlap and step time from the components.
+
+    ``overlap_fraction`` null: the scheduled overlap of :mod:`ddlscope.model.overlap` (buckets
+    queued behind the backward, the last exposed, plus the wait for the slowest rank); a number
+    ``f``: ``hidden = min(f comm, compute)``, no wait (``f = 0`` is the PAI study's additive model).
+    """
     compute_s = c("compute_bound_s") + c("memory_bound_s")
-    exposed = c("comm_s") - pl.min_horizontal(c("overlap_fraction") * c("comm_s"), compute_s)
-    return lf.with_columns(exposed_comm_s=exposed, step_s=c("data_io_s") + compute_s + exposed)
+    fraction = c("comm_s") - pl.min_horizontal(c("overlap_fraction") * c("comm_s"), compute_s)
+    lf = schedule_passes(lf, compute_s=compute_s, ranks=c("__p"),
+                         timeline="timeline_tau" in lf.collect_schema().names())
+    is_scheduled = c("overlap_fraction").is_null()
+    lf = lf.with_columns(
+        sync_wait_s=pl.when(is_scheduled).then(c("__sched_wait_s")).otherwise(0.0),
+        exposed_comm_s=pl.when(is_scheduled).then(c("__sched_exposed_s")).otherwise(fraction),
+    )
+    return lf.with_columns(step_s=c("data_io_s") + compute_s + c("exposed_comm_s"),
+                           hidden_comm_s=c("comm_s") + c("sync_wait_s") - c("exposed_comm_s"))
 
 
 def _shares(lf: pl.LazyFrame) -> pl.LazyFrame:
     """Passes 3-5: throughput, shares and bottleneck from the step time."""
     step = c("step_s")
     exposed_per_comm = pl.when(c("comm_s") > 0).then(c("exposed_comm_s") / c("comm_s")).otherwise(0.0)
+    # the links' own exposed time, without the wait for the slowest rank (sync_wait_s, reported apart)
+    link_exposed_per_comm = pl.when(c("comm_s") > 0).then(
+        (c("exposed_comm_s") - c("sync_wait_s")) / c("comm_s")).otherwise(0.0)
     lf = lf.with_columns(
         samples_per_s=c("batch_size") * c("num_gpus") / step,
         share_data_io=c("data_io_s") / step,
@@ -270,6 +300,8 @@ def _shares(lf: pl.LazyFrame) -> pl.LazyFrame:
     link_s = [c(f"{x}_s") for x in LINKS]
     lf = lf.with_columns(
         **{f"share_{x}": c(f"__exposed_{x}_s") / step for x in LINKS},
+        **{f"{x}_exposed_s": c(f"{x}_s") * link_exposed_per_comm for x in LINKS},
+        **{f"{x}_hidden_s": c(f"{x}_s") * (1 - link_exposed_per_comm) for x in LINKS},
         **_running_maxima("__best_component_", candidates),
         **_running_maxima("__best_link_", link_s),
     )
