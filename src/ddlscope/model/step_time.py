@@ -161,7 +161,9 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
         __r=pl.min_horizontal(per_server, c("gpus_per_pcie_root")).cast(f),
         __k=c("num_gradient_tensors").cast(f),
         # a link's transport (its achieved share, ddlscope.model.jobs.OPTIONAL_JOB_COLUMNS) or the system's efficiency
-        __B_pcie=c("pcie_bandwidth_bytes_per_s") * pl.coalesce(c("pcie_link_efficiency"), c("eff_pcie")),
+        # host copies over PCIe at eff_pcie; GPU-to-GPU collectives over PCIe at the link's transport share
+        __B_pcie=c("pcie_bandwidth_bytes_per_s") * c("eff_pcie"),
+        __B_pcie_coll=c("pcie_bandwidth_bytes_per_s") * pl.coalesce(c("pcie_link_efficiency"), c("eff_pcie")),
         __B_nv=c("nvlink_bandwidth_bytes_per_s") * pl.coalesce(c("nvlink_link_efficiency"), c("eff_nvlink")),
         __B_nic=c("nic_bandwidth_bytes_per_s") * pl.coalesce(c("nic_link_efficiency"), c("eff_network")),
         __peak=pl.when(c("precision") == "fp32").then(c("gpu_peak_fp32_flop_per_s"))
@@ -247,7 +249,10 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
         ).otherwise(0.0),
         network_s=alpha_beta_s(c("__network_msgs"), c("nic_latency_s"), c("network_bytes"), B_nic),
     )
-    lf = lf.with_columns(pcie_s=alpha_beta_s(c("__pcie_msgs"), c("pcie_latency_s"), c("pcie_bytes"), B_pcie))
+    intra_on_pcie = pl.when(has_nv).then(0.0).otherwise(c("__intra_bytes"))
+    host_pcie_s = alpha_beta_s(c("__pcie_msgs"), c("pcie_latency_s"), c("pcie_bytes") - intra_on_pcie, B_pcie)
+    lf = lf.with_columns(pcie_s=host_pcie_s
+                         + intra_on_pcie / c("__B_pcie_coll"))
     lf = lf.with_columns(comm_s=c("pcie_s") + c("nvlink_s") + c("network_s"))
     return _shares(_step(lf)).select(*in_cols, *(o for o in OUTPUT_COLUMNS if o not in in_cols))
 
