@@ -92,6 +92,7 @@ SCHEDULE_COLUMNS: dict[str, tuple[pl.DataType, float, str]] = {
     "first_bucket_bytes": (pl.Float64, float(FIRST_BUCKET_BYTES), "first bucket, bytes (DDP 1 MiB)"),
     "skew_sigma": (pl.Float64, SKEW_SIGMA, "relative std of per-rank compute time (straggler wait)"),
     "collective_launch_s": (pl.Float64, COLLECTIVE_LAUNCH_S, "latency per collective (bucket), s"),
+    "flat_ring": (pl.Float64, 0.0, "1: NCCL's flat ring through all GPUs across servers; 0: hierarchical"),
 }
 """Optional Jobs columns of the scheduled overlap: name -> (dtype, default, meaning). A Jobs table
 without them gets the defaults (:func:`with_schedule_defaults`)."""

@@ -189,13 +189,17 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     # intra-server collective traffic (per GPU): the dense ring (reduce-scatter + all-gather among the
     # server's g GPUs), the sparse rows' hierarchical all-gather (each GPU gathers the m E rows its
     # server holds from its g-1 neighbours), and pearl's two all-to-alls with the g-1 neighbours
+    # flat: NCCL's ring through all p GPUs across servers (flat_ring = 1, m > 1): every server's NIC
+    # carries 2 (p-1)/p S in 2 (p-1) steps, its intra-server segments run concurrently with the
+    # (slower) NIC segments and add nothing; else the hierarchical all-reduce of DESIGN.md
+    flat = c("flat_ring") * (m > 1).cast(f)
     intra_bytes = (
-        is_ring * ring_allreduce_bytes_per_rank(S, g)
+        is_ring * (1 - flat) * ring_allreduce_bytes_per_rank(S, g)
         + is_gather * ring_allgather_bytes_per_rank(g * m * E, g)
         + is_pearl * 2 * alltoall_bytes_to_peers(E, p, g - 1)
     )
     intra_msgs = (
-        is_ring * k * ring_allreduce_steps(g)
+        is_ring * (1 - flat) * k * ring_allreduce_steps(g)
         + is_gather * sp * ring_allgather_steps(g)
         + is_pearl * sp * 2 * (g - 1)
     )
@@ -208,7 +212,7 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     ps_net_bytes = 2 * pl.max_horizontal(c("__workers_per_server") * worker_bytes / nics,
                                          c("num_workers").cast(f) * worker_bytes / c("__ps_shards"))
     ring_net_bytes = (
-        is_ring * ring_allreduce_bytes_per_rank(S, m)
+        is_ring * ((1 - flat) * ring_allreduce_bytes_per_rank(S, m) + flat * ring_allreduce_bytes_per_rank(S, p))
         + is_gather * g * ring_allgather_bytes_per_rank(m * E, m)
         + is_pearl * 2 * g * alltoall_bytes_to_peers(E, p, p - g)
     ) / nics
@@ -233,7 +237,8 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
         __intra_msgs=intra_msgs,
         network_bytes=pl.when(is_ps).then(ps_net_bytes).otherwise(ring_net_bytes),
         __network_msgs=pl.when(is_ps).then(2 * (k / c("__ps_shards")).ceil()).otherwise(
-            is_ring * k * ring_allreduce_steps(m) + is_gather * sp * ring_allgather_steps(m)
+            is_ring * k * ((1 - flat) * ring_allreduce_steps(m) + flat * ring_allreduce_steps(p))
+            + is_gather * sp * ring_allgather_steps(m)
             + is_pearl * sp * 2 * (p - g)
         ),
     )

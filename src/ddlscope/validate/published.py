@@ -49,6 +49,7 @@ import polars as pl
 from scipy.optimize import lsq_linear
 
 from ddlscope.model.jobs import JOB_SCHEMA, system_columns
+from ddlscope.model.overlap import bucket_timeline
 from ddlscope.model.step_time import breakdown
 from ddlscope.specs.catalog import Catalog, builtin_catalog
 from ddlscope.specs.system import System
@@ -135,12 +136,13 @@ def _profile_points(model: str, precision: str, optimizer: str, embedding_gradie
     if key not in _PROFILE_CACHE:
         from ddlscope.profile import profile_model
 
-        w2, w4 = (
+        p2, p4 = (
             profile_model(
                 model, batch_size=b, precision=precision, optimizer=optimizer, embedding_gradients=embedding_gradients
-            ).workload
+            )
             for b in (2, 4)
         )
+        w2, w4 = p2.workload, p4.workload
         out = {f"{k}_2": float(getattr(w2, k) or 0.0) for k in WORKLOAD_LINEAR}
         out.update({f"{k}_4": float(getattr(w4, k) or 0.0) for k in WORKLOAD_LINEAR})
         out.update(
@@ -150,18 +152,30 @@ def _profile_points(model: str, precision: str, optimizer: str, embedding_gradie
                 "embedding_table_bytes": w2.embedding_table_bytes,
             }
         )
+        # the scheduled overlap's inputs from the op table at batch 4: the backward's share of the
+        # step's roofline time and the exact bucket timeline (ddlscope.model.overlap)
+        for b, prof in ((2, p2), (4, p4)):
+            out[f"backward_roofline_s_{b}"] = float(prof.ops.filter(pl.col("phase") == "backward")["roofline_s"].sum())
+            out[f"step_roofline_s_{b}"] = float(prof.ops["roofline_s"].sum())
+        out.update(bucket_timeline(p4.ops, p4.params))
         _PROFILE_CACHE[key] = out
     return _PROFILE_CACHE[key]
 
 
-def jobs_for_rows(rows: pl.DataFrame, system: System, *, overlap: float) -> pl.DataFrame:
+def jobs_for_rows(rows: pl.DataFrame, system: System, *, overlap: float | None) -> pl.DataFrame:
     """A Jobs table (:data:`JOB_SCHEMA` columns, plus ``rows``' own) for ``rows`` with columns
     ``model, precision, optimizer, embedding_gradients, batch_per_gpu, gpus, nodes`` on ``system``
-    (vectorised: one profile pair per distinct model, then expressions)."""
+    (vectorised: one profile pair per distinct model, then expressions). ``overlap`` ``None`` is the
+    scheduled overlap, with each model's ``backward_fraction`` and bucket timeline
+    (:data:`ddlscope.model.overlap.TIMELINE_COLUMNS`) from its op table."""
     keys = rows.select("model", "precision", "optimizer", "embedding_gradients").unique()
     prof = pl.DataFrame([{**dict(zip(keys.columns, k, strict=True)), **_profile_points(*k)} for k in keys.iter_rows()])
     b = pl.col("batch_per_gpu").cast(pl.Float64)
     lin = {k: pl.col(f"{k}_2") + (b - 2) * (pl.col(f"{k}_4") - pl.col(f"{k}_2")) / 2 for k in WORKLOAD_LINEAR}
+    # the backward's share of the step at the row's batch: both roofline times are affine in the batch
+    bwd, step = ((pl.col(f"{k}_2") + (b - 2) * (pl.col(f"{k}_4") - pl.col(f"{k}_2")) / 2)
+                 for k in ("backward_roofline_s", "step_roofline_s"))
+    lin["backward_fraction"] = bwd / step
     p, m = pl.col("gpus"), pl.col("nodes")
     arch = (
         pl.when(p == 1)
@@ -186,7 +200,7 @@ def jobs_for_rows(rows: pl.DataFrame, system: System, *, overlap: float) -> pl.D
             num_ps=pl.lit(0, pl.Int64),
             num_servers=m.cast(pl.Int64),
             **{k: pl.lit(v) for k, v in sys_cols.items()},
-            overlap_fraction=pl.lit(float(overlap)),
+            overlap_fraction=pl.lit(None if overlap is None else float(overlap), pl.Float64),
             memory_bound_scale=pl.lit(1.0),
         )
     )
@@ -396,8 +410,37 @@ def _pollux_rows(data_dir: Path, skipped: dict[str, int]) -> pl.DataFrame:
     return pl.concat(frames)
 
 
+POLLUX_GRID: dict[str, list[float]] = {
+    "nic_link_efficiency": np.geomspace(0.05, 0.5, 24).tolist(),
+    "skew_sigma": np.linspace(0.0, 0.04, 9).tolist(),
+    "collective_launch_s": [0.0, 5e-4, 1e-3, 2e-3, 4e-3],
+}
+"""The network parameters fitted on Pollux rows (a grid, one vectorised pass): the NIC's achieved
+share of its 50 Gb/s (the transport), the relative standard deviation of per-rank compute time
+(the wait for the slowest rank) and the per-collective launch latency (ddlscope.model.overlap)."""
+
+
+def _fit_network(jobs: pl.DataFrame) -> dict[str, float]:
+    """The :data:`POLLUX_GRID` point minimising step MAPE + sync MAPE over ``jobs`` (multi-GPU rows
+    with ``step_time`` and ``sync_time``)."""
+    grid = pl.DataFrame(list(itertools.product(*POLLUX_GRID.values())), schema=list(POLLUX_GRID), orient="row")
+    trial = breakdown(jobs.drop(list(POLLUX_GRID), strict=False).join(grid, how="cross"))
+    score = (
+        trial.group_by(list(POLLUX_GRID))
+        .agg(step_mape=(pl.col("step_s") / pl.col("step_time") - 1).abs().mean(),
+             sync_mape=(pl.col("exposed_comm_s") / pl.col("sync_time") - 1).abs().mean())
+        .with_columns(score=pl.col("step_mape") + pl.col("sync_mape"))
+        .sort("score", *POLLUX_GRID)
+    )
+    return score.row(0, named=True)
+
+
 def pollux_validation(data_dir: str | Path, catalog: Catalog | None = None) -> PublishedResult:
-    """Predict every evenly placed row of ``data_dir/pollux/<job>/*.csv`` (module docstring)."""
+    """Predict every evenly placed row of ``data_dir/pollux/<job>/*.csv`` (module docstring):
+    compute efficiencies per job on its one-GPU rows; the network parameters (:data:`POLLUX_GRID`)
+    leave-one-job-out: each job's multi-GPU rows are predicted with the parameters fitted on the
+    other jobs' multi-GPU rows (``fitted["network without <job>"]``); ``fitted["network"]`` is the
+    fit on all three, for reference."""
     cat = catalog or builtin_catalog()
     skipped: dict[str, int] = {}
     rows = _pollux_rows(Path(data_dir), skipped)
@@ -406,37 +449,27 @@ def pollux_validation(data_dir: str | Path, catalog: Catalog | None = None) -> P
         precision=pl.col("job").replace_strict({k: v[1] for k, v in POLLUX_JOBS.items()}),
         optimizer=pl.col("job").replace_strict({k: v[2] for k, v in POLLUX_JOBS.items()}),
         embedding_gradients=pl.col("job").replace_strict({k: v[3] for k, v in POLLUX_JOBS.items()}),
-        role=pl.when(pl.col("gpus") == 1)
-        .then(pl.lit("fit"))
-        .when(pl.col("job") == POLLUX_FIT_JOB)
-        .then(pl.lit("fit"))
-        .otherwise(pl.lit("test")),
+        role=pl.when(pl.col("gpus") == 1).then(pl.lit("fit")).otherwise(pl.lit("test")),
     )
     system = cat.system(POLLUX_SERVER)
-    jobs = jobs_for_rows(rows, system, overlap=1.0)
+    # PyTorch DDP's NCCL all-reduce across servers: one ring through all the GPUs (NCCL's ring
+    # algorithm), not the hierarchical all-reduce
+    jobs = jobs_for_rows(rows, system, overlap=None).with_columns(flat_ring=pl.lit(1.0))
     comp = fit_compute(jobs, "step_time", pl.col("gpus") == 1, ["job"])
     jobs = jobs.drop("eff_compute", "eff_memory").join(comp, on="job", how="left")
-    # network efficiency and overlap on the fit job's multi-GPU rows: one vectorised pass over a grid
-    grid = pl.DataFrame(
-        list(itertools.product(np.geomspace(0.02, 1.0, 40).tolist(), np.linspace(0, 1, 11).tolist())),
-        schema=["eff_network_fit", "overlap_fit"],
-        orient="row",
-    )
-    fit_rows = jobs.filter((pl.col("job") == POLLUX_FIT_JOB) & (pl.col("gpus") > 1))
-    trial = breakdown(
-        fit_rows.join(grid, how="cross").with_columns(
-            eff_network=pl.col("eff_network_fit"), overlap_fraction=pl.col("overlap_fit")
-        )
-    )
-    score = (
-        trial.group_by("eff_network_fit", "overlap_fit")
-        .agg(mape=(pl.col("step_s") / pl.col("step_time") - 1).abs().mean())
-        .sort("mape", "eff_network_fit")
-    )
-    best = score.row(0, named=True)
-    out = breakdown(
-        jobs.with_columns(eff_network=pl.lit(best["eff_network_fit"]), overlap_fraction=pl.lit(best["overlap_fit"]))
-    )
+    multi = jobs.filter(pl.col("gpus") > 1)
+    fitted: dict[str, dict[str, float]] = {
+        f"{r['job']}": {"eff_compute": r["eff_compute"], "eff_memory": r["eff_memory"]}
+        for r in comp.iter_rows(named=True)
+    }
+    parts = [jobs.filter(pl.col("gpus") == 1)]
+    for job in POLLUX_JOBS:
+        best = _fit_network(multi.filter(pl.col("job") != job))
+        fitted[f"network without {job}"] = best
+        parts.append(multi.filter(pl.col("job") == job).with_columns(
+            **{k: pl.lit(best[k], pl.Float64) for k in POLLUX_GRID}))
+    fitted["network"] = _fit_network(multi)
+    out = breakdown(pl.concat(parts, how="diagonal_relaxed"))
     res = out.select(
         source=pl.lit("pollux"),
         table=pl.col("table"),
@@ -465,15 +498,6 @@ def pollux_validation(data_dir: str | Path, catalog: Catalog | None = None) -> P
         on=["table", "role"],
         how="left",
     )
-    fitted = {
-        f"{r['job']}": {"eff_compute": r["eff_compute"], "eff_memory": r["eff_memory"]}
-        for r in comp.iter_rows(named=True)
-    }
-    fitted["network"] = {
-        "eff_network": best["eff_network_fit"],
-        "overlap_fraction": best["overlap_fit"],
-        "fit_mape": best["mape"],
-    }
     return PublishedResult(rows=res, summary=summary, fitted=fitted, skipped=skipped)
 
 
