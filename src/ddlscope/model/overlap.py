@@ -180,27 +180,36 @@ def schedule_passes(lf: pl.LazyFrame, *, compute_s: pl.Expr, ranks: pl.Expr, tim
     architectures (:func:`timeline_exposed_s`).
     """
     S, E = c("dense_param_bytes"), c("sparse_bytes_per_step")
-    total = S + E
+    bucket, first = c("bucket_bytes"), c("first_bucket_bytes")
+    has_comm = c("comm_s") > 0
+    # (guards as when/then: a bool cast to 0/1 costs twice a when in Polars 2.1; clip over min/max)
     lf = lf.with_columns(
-        __sc_dense=c("comm_s") * pl.when(total > 0).then(S / total).otherwise(1.0),
+        __sc_dense=c("comm_s") * S / (S + E).clip(lower_bound=1.0),
         __sc_tb=c("backward_fraction") * compute_s,
-        __sc_B=bucket_count(S, c("bucket_bytes"), c("first_bucket_bytes")),
-        __sc_k=pl.max_horizontal(c("num_gradient_tensors").cast(pl.Float64), 1.0),
-        __sc_wait=pl.when(c("comm_s") > 0).then(skew_wait_s(compute_s, ranks, c("skew_sigma"))).otherwise(0.0),
+        __sc_B=pl.when(S > 0).then(1 + ((S - first).clip(lower_bound=0) / bucket).ceil()).otherwise(0.0),
+        __sc_inv=1.0 / S.clip(lower_bound=1.0),
+        __sc_wait=pl.when(has_comm).then(skew_wait_s(compute_s, ranks, c("skew_sigma"))).otherwise(0.0),
     )
-    B, L, C, T = c("__sc_B"), c("collective_launch_s"), c("__sc_dense"), c("__sc_tb")
-    shares = _shares_before(S, B, c("bucket_bytes"), c("first_bucket_bytes"))
-    lf = lf.with_columns(**{f"__sc_{k}": v for k, v in shares.items()})
-    ring = pl.when(B > 0).then(_ring_exposed(C, T, B, *(c(f"__sc_{k}") for k in shares), launch_s=L)).otherwise(C)
+    B, L, C, T, inv = c("__sc_B"), c("collective_launch_s"), c("__sc_dense"), c("__sc_tb"), c("__sc_inv")
+    lf = lf.with_columns(
+        __sc_u1=pl.min_horizontal(S, first) * inv,
+        __sc_u2=pl.min_horizontal(S, first + bucket) * inv,
+        # B-1 candidate: cum_{max(B-1, 1)} (1 for one bucket) and the bytes before it
+        __sc_v=pl.when(B >= 2).then(pl.min_horizontal(S, first + (B - 2) * bucket) * inv).otherwise(1.0),
+        __sc_w=pl.when(B >= 3).then(pl.min_horizontal(S, first + (B - 3) * bucket) * inv).otherwise(0.0),
+        __sc_n=B.clip(upper_bound=2.0),
+    )
+    ring = _ring_exposed(C, T, B, *(c(f"__sc_{k}") for k in ("u1", "u2", "v", "w", "n")), launch_s=L)
     if timeline:
         ring = pl.when(c("timeline_tau").is_not_null()).then(timeline_exposed_s(C, T, S, L)).otherwise(ring)
     # PS and host parameters: one message per gradient tensor, pushed after its gradient (over the
     # backward), pulled before its forward use (over the forward, T_b / 2)
-    k = c("__sc_k")
+    k = c("num_gradient_tensors").cast(pl.Float64).clip(lower_bound=1.0)
     push_pull = equal_buckets_exposed_s(0.5 * C, T, k, L) + equal_buckets_exposed_s(0.5 * C, 0.5 * T, k, L)
-    dense_exposed = pl.when(c("architecture").is_in(["ps_worker", "1wng"])).then(
-        pl.when(S > 0).then(push_pull).otherwise(C)).otherwise(ring)
-    exposed = pl.when(c("comm_s") > 0).then(dense_exposed + (c("comm_s") - C) + c("__sc_wait")).otherwise(0.0)
+    # without gradients (S = 0) nothing is scheduled: C = 0 and only the sparse part is exposed
+    dense_exposed = (pl.when(S <= 0).then(0.0).when(c("architecture").is_in(["ps_worker", "1wng"]))
+                     .then(push_pull).otherwise(ring))
+    exposed = pl.when(has_comm).then(dense_exposed + (c("comm_s") - C) + c("__sc_wait")).otherwise(0.0)
     return lf.with_columns(__sched_exposed_s=exposed, __sched_wait_s=c("__sc_wait"))
 
 

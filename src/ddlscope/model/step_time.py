@@ -143,6 +143,7 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     """
     check_jobs_frame(jobs)
     in_cols = jobs.collect_schema().names()
+    jobs_in = jobs
     jobs = with_model_defaults(jobs.lazy())
     f = pl.Float64
     arch = c("architecture")
@@ -172,6 +173,7 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
         .otherwise(c("gpu_peak_bf16_flop_per_s")),
         __workers_per_server=((c("num_workers") + c("num_servers") - 1) // c("num_servers")).cast(f),
         __ps_shards=pl.max_horizontal(c("num_ps"), 1).cast(f),
+        __flat=pl.when(c("num_servers") > 1).then(c("flat_ring")).otherwise(0.0),
     )
     p, g, m, r, k = c("__p"), c("__g"), c("__m"), c("__r"), c("__k")
     B_pcie, B_nv, B_nic = c("__B_pcie"), c("__B_nv"), c("__B_nic")
@@ -192,7 +194,7 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     # flat: NCCL's ring through all p GPUs across servers (flat_ring = 1, m > 1): every server's NIC
     # carries 2 (p-1)/p S in 2 (p-1) steps, its intra-server segments run concurrently with the
     # (slower) NIC segments and add nothing; else the hierarchical all-reduce of DESIGN.md
-    flat = c("flat_ring") * (m > 1).cast(f)
+    flat = c("__flat")
     intra_bytes = (
         is_ring * (1 - flat) * ring_allreduce_bytes_per_rank(S, g)
         + is_gather * ring_allgather_bytes_per_rank(g * m * E, g)
@@ -259,7 +261,9 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     lf = lf.with_columns(pcie_s=host_pcie_s
                          + intra_on_pcie / c("__B_pcie_coll"))
     lf = lf.with_columns(comm_s=c("pcie_s") + c("nvlink_s") + c("network_s"))
-    return _shares(_step(lf)).select(*in_cols, *(o for o in OUTPUT_COLUMNS if o not in in_cols))
+    # a DataFrame knows its null count for free: without a scheduled row the schedule is not built
+    scheduled = not isinstance(jobs_in, pl.DataFrame) or jobs_in["overlap_fraction"].null_count() > 0
+    return _shares(_step(lf, scheduled)).select(*in_cols, *(o for o in OUTPUT_COLUMNS if o not in in_cols))
 
 
 def with_model_defaults(lf: pl.LazyFrame) -> pl.LazyFrame:
@@ -271,7 +275,7 @@ def with_model_defaults(lf: pl.LazyFrame) -> pl.LazyFrame:
     return with_schedule_defaults(lf.with_columns(**missing) if missing else lf)
 
 
-def _step(lf: pl.LazyFrame) -> pl.LazyFrame:
+def _step(lf: pl.LazyFrame, scheduled: bool = True) -> pl.LazyFrame:
     """Pass 2: overlap and step time from the components.
 
     ``overlap_fraction`` null: the scheduled overlap of :mod:`ddlscope.model.overlap` (buckets
@@ -280,6 +284,10 @@ def _step(lf: pl.LazyFrame) -> pl.LazyFrame:
     """
     compute_s = c("compute_bound_s") + c("memory_bound_s")
     fraction = c("comm_s") - pl.min_horizontal(c("overlap_fraction") * c("comm_s"), compute_s)
+    if not scheduled:  # every row has a fraction: the PAI study's model or a fixed overlap
+        lf = lf.with_columns(sync_wait_s=pl.lit(0.0), exposed_comm_s=fraction)
+        return lf.with_columns(step_s=c("data_io_s") + compute_s + c("exposed_comm_s"),
+                               hidden_comm_s=c("comm_s") - c("exposed_comm_s"))
     lf = schedule_passes(lf, compute_s=compute_s, ranks=c("__p"),
                          timeline="timeline_tau" in lf.collect_schema().names())
     is_scheduled = c("overlap_fraction").is_null()
