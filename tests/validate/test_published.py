@@ -44,10 +44,13 @@ def test_dle_resnet50_throughput(dle):
     # every other row is a prediction: the other V100 systems and every multi-GPU row
     assert _mape(dle, "resnet50v1.5_pytorch_training_perf_ngc19.10.csv") <= 0.035
     assert _mape(dle, "resnet50v1.5_pytorch_training_perf_ngc21.03.csv") <= 0.07
-    # the measured 8-GPU AMP scaling (6.7x-7.7x) is below the model's, which hides NVLink all-reduce
-    # entirely behind the backward: the model overestimates those rows, never underestimates by > 6 %
+    # scheduled overlap (issue 15): test MAPE 2.5 % (19.10) and 4.8 % (21.03), down from 2.7 % and 6.0 %
+    # with overlap full; the largest underestimate is DGX-2's 16-GPU FP32 row (-6.7 %: the wait for the
+    # slowest of 16 ranks and the last bucket), the 8-GPU AMP rows are still overestimated (+7 % to +11 %)
+    assert _mape(dle, "resnet50v1.5_pytorch_training_perf_ngc19.10.csv") <= 0.026
+    assert _mape(dle, "resnet50v1.5_pytorch_training_perf_ngc21.03.csv") <= 0.049
     multi = dle.rows.filter(pl.col("gpus") > 1)
-    assert multi["error"].min() > -0.06 and multi.height == 12  # 19.10: 4 DGX-1 + 2 DGX-2; 21.03: 6
+    assert multi["error"].min() > -0.07 and multi.height == 12  # 19.10: 4 DGX-1 + 2 DGX-2; 21.03: 6
     assert dle.summary["rows"].sum() == 24
 
 
