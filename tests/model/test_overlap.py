@@ -151,3 +151,15 @@ def test_bucket_timeline_from_op_table():
     frame = pl.DataFrame({**{k: [v] for k, v in tl.items()}, "C": [0.67], "T": [1.0], "S": [S * MIB], "L": [0.0]})
     out = frame.select(timeline_exposed_s(c("C"), c("T"), c("S"), c("L")))[0, 0]
     assert out == pytest.approx(0.41)
+
+
+def test_ps_without_pipelining_waits_for_every_pull(toy_system):
+    # ps_pipelined = 0: the forward starts after all ten pulls: C/2 + 10 L exposed instead of
+    # C/2 + 10 L - 0.9 T_f (T_f = 0.05 s): 0.045 s more
+    from ddlscope.model.jobs import job_row, jobs_frame
+    from ddlscope.model.step_time import breakdown
+
+    arch = Architecture(kind="ps_worker", num_workers=4, num_ps=2)
+    jobs = jobs_frame([job_row(toy_workload(), arch, toy_system)])
+    piped, blocking = (breakdown(jobs.with_columns(ps_pipelined=pl.lit(v))).row(0, named=True) for v in (1.0, 0.0))
+    assert blocking["exposed_comm_s"] - piped["exposed_comm_s"] == pytest.approx(0.9 * 0.05)

@@ -49,7 +49,8 @@ inter-server ring and all-gather of one bucket run back to back, so the bucket c
 (half of the communication, scheduled over the backward as above) and the pull of a weight must end
 before its forward use (the other half, scheduled over the forward ``T_f = T_b / 2`` the same way,
 read in reverse: the pulls are issued together when the update is done and the forward consumes
-them in order, so it waits ``max(C_pull / B, C_pull - (1 - 1/B) T_f)``). Sparse (embedding)
+them in order, so it waits ``max(C_pull / B, C_pull - (1 - 1/B) T_f)``; with ``ps_pipelined = 0``
+the forward waits for every pull, ``C_pull + B L``). Sparse (embedding)
 traffic is exposed whole: the look-up all-to-all or pull comes before the first layer's forward and
 the embedding gradient is the backward's last; it is split off the communication time in proportion
 to bytes, ``E / (S + E)`` (an approximation: the links price both together).
@@ -93,6 +94,7 @@ SCHEDULE_COLUMNS: dict[str, tuple[pl.DataType, float, str]] = {
     "skew_sigma": (pl.Float64, SKEW_SIGMA, "relative std of per-rank compute time (straggler wait)"),
     "collective_launch_s": (pl.Float64, COLLECTIVE_LAUNCH_S, "latency per collective (bucket), s"),
     "flat_ring": (pl.Float64, 0.0, "1: NCCL's flat ring through all GPUs across servers; 0: hierarchical"),
+    "ps_pipelined": (pl.Float64, 1.0, "1: a PS pull ends before its layer's forward; 0: all pulls before it"),
 }
 """Optional Jobs columns of the scheduled overlap: name -> (dtype, default, meaning). A Jobs table
 without them gets the defaults (:func:`with_schedule_defaults`)."""
@@ -205,7 +207,9 @@ def schedule_passes(lf: pl.LazyFrame, *, compute_s: pl.Expr, ranks: pl.Expr, tim
     # PS and host parameters: one message per gradient tensor, pushed after its gradient (over the
     # backward), pulled before its forward use (over the forward, T_b / 2)
     k = c("num_gradient_tensors").cast(pl.Float64).clip(lower_bound=1.0)
-    push_pull = equal_buckets_exposed_s(0.5 * C, T, k, L) + equal_buckets_exposed_s(0.5 * C, 0.5 * T, k, L)
+    pull = pl.when(c("ps_pipelined") > 0).then(equal_buckets_exposed_s(0.5 * C, 0.5 * T, k, L)).otherwise(
+        0.5 * C + k * L)
+    push_pull = equal_buckets_exposed_s(0.5 * C, T, k, L) + pull
     # without gradients (S = 0) nothing is scheduled: C = 0 and only the sparse part is exposed
     dense_exposed = (pl.when(S <= 0).then(0.0).when(c("architecture").is_in(["ps_worker", "1wng"]))
                      .then(push_pull).otherwise(ring))
