@@ -10,7 +10,8 @@ Prints three figures:
   priced once and joined): the population path of issue 14;
 - peak resident memory of the process.
 
-Run: ``python benchmarks/bench_model.py [--jobs 1000000]``
+Run: ``python benchmarks/bench_model.py [--jobs 1000000] [--overlap scheduled|none|full|F]`` (the
+scheduled overlap, the default since issue 15, costs about twice the fraction model's passes).
 """
 
 from __future__ import annotations
@@ -31,11 +32,11 @@ from ddlscope.specs.examples import example_workload
 from ddlscope.specs.scenario import BUILTIN_SCENARIOS, Scenario
 
 
-def random_jobs(n: int, seed: int = 0) -> pl.DataFrame:
+def random_jobs(n: int, seed: int = 0, overlap: str = "scheduled") -> pl.DataFrame:
     """``n`` random jobs on the PAI NVLink server: every architecture, 1-64 GPUs, varied workloads."""
     rng = np.random.default_rng(seed)
     cat = builtin_catalog()
-    template = job_row(example_workload(), Architecture(kind="1w1g"), cat.system("pai-v100-nvlink-8"))
+    template = job_row(example_workload(), Architecture(kind="1w1g"), cat.system("pai-v100-nvlink-8"), overlap=overlap)
     frame = pl.DataFrame([template], schema={k: t for k, (t, _) in JOB_SCHEMA.items()})
     jobs = frame.select(pl.all().gather(np.zeros(n, dtype=np.int64)))
     kind = rng.integers(0, len(ARCHITECTURES), n)
@@ -94,8 +95,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--priced", action="store_true", help="also time the op-priced path")
+    ap.add_argument("--overlap", default="scheduled", help="overlap policy of every job (default: scheduled)")
     args = ap.parse_args()
-    jobs = random_jobs(args.jobs)
+    jobs = random_jobs(args.jobs, overlap=args.overlap)
     stacked = pl.concat([apply_scenario(jobs, s) for s in SCENARIOS], how="vertical_relaxed").collect()
     rows = stacked.height
     print(f"jobs: {args.jobs:,}  scenarios: {len(SCENARIOS)}  job-scenario rows: {rows:,}")

@@ -34,11 +34,11 @@ def test_nic_4x_speedup_is_amdahl_with_network_share_062(toy_entries):
     w = Workload(batch_size=1, compute_bound_flops=3.18e12, memory_bound_bytes=0.0,
                  dense_param_bytes=0.31e9, num_gradient_tensors=1)
     arch = Architecture(kind="ps_worker", num_workers=1, num_ps=1)
-    base = predict(w, arch, cat.system("toy-server", efficiency=ONES)).row(0, named=True)
+    base = predict(w, arch, cat.system("toy-server", efficiency=ONES), overlap="none").row(0, named=True)
     assert base["step_s"] == pytest.approx(1.0)
     assert base["share_network"] == pytest.approx(0.62)
     out = predict_whatif(w, arch, cat.system("toy-server", efficiency=ONES),
-                         [Scenario(name="nic-4x", nic="toy-nic-4x")], catalog=cat)
+                         [Scenario(name="nic-4x", nic="toy-nic-4x")], overlap="none", catalog=cat)
     speedup = out.filter(pl.col("scenario") == "nic-4x")["speedup"].item()
     f = 0.62
     assert speedup == pytest.approx(1 / ((1 - f) + f / 4))
@@ -162,8 +162,8 @@ def test_nic_swap_applies_only_to_jobs_that_use_the_network():
 
 def test_port_keeps_a_faster_nvlink():
     """ps-to-allreduce-nvlink on a DGX H100 (NVLink 4, 450 GB/s) keeps NVLink 4; on the PAI PCIe-only
-    server it adds NVLink 2 (150 GB/s); efficiencies 1. Both PS jobs (4 workers of 1 GPU) fit one 8-GPU
-    server: both ported.
+    server it adds NVLink 2 (150 GB/s); system efficiencies 1. Both PS jobs (4 workers of 1 GPU) fit one
+    8-GPU server: both ported.
 
     The ported ring all-reduce of 4 ranks moves 2 * (4 - 1) / 4 * 100e6 = 150e6 bytes per rank in
     2 * 3 = 6 steps of 10 gradient tensors = 60 latencies of 3 us (both NVLinks: 3 us, catalog):
@@ -182,7 +182,10 @@ def test_port_keeps_a_faster_nvlink():
     assert out["architecture"].cast(pl.String).to_list() == ["allreduce_local", "allreduce_local"]
     assert out["nvlink"].to_list() == ["nvlink4", "nvlink2"]
     assert out["nvlink_bandwidth_bytes_per_s"].to_list() == [450e9, 150e9]
+    # the DGX H100's own NVLink 4 at the system's explicit efficiency 1 (it wins over the link's transport
+    # share), kept by the port; the NVLink 2 the port adds comes with its transport's share, 0.69 (catalog)
+    assert cat.link("nvlink2").achieved_efficiency() == 0.69
     assert out["nvlink_s"][0] == pytest.approx(150e6 / 450e9 + 60 * 3e-6)
-    assert out["nvlink_s"][1] == pytest.approx(150e6 / 150e9 + 60 * 3e-6)
+    assert out["nvlink_s"][1] == pytest.approx(150e6 / (150e9 * 0.69) + 60 * 3e-6)
     # the system label names only the part that was swapped
     assert out["system"].to_list() == ["dgx-h100", "pai-v100-pcie-8[nvlink=nvlink2]"]

@@ -44,25 +44,42 @@ def test_dle_resnet50_throughput(dle):
     # every other row is a prediction: the other V100 systems and every multi-GPU row
     assert _mape(dle, "resnet50v1.5_pytorch_training_perf_ngc19.10.csv") <= 0.035
     assert _mape(dle, "resnet50v1.5_pytorch_training_perf_ngc21.03.csv") <= 0.07
-    # the measured 8-GPU AMP scaling (6.7x-7.7x) is below the model's, which hides NVLink all-reduce
-    # entirely behind the backward: the model overestimates those rows, never underestimates by > 6 %
+    # scheduled overlap (issue 15): test MAPE 2.5 % (19.10) and 4.8 % (21.03), down from 2.7 % and 6.0 %
+    # with overlap full; the largest underestimate is DGX-2's 16-GPU FP32 row (-6.7 %: the wait for the
+    # slowest of 16 ranks and the last bucket), the 8-GPU AMP rows are still overestimated (+7 % to +11 %)
+    assert _mape(dle, "resnet50v1.5_pytorch_training_perf_ngc19.10.csv") <= 0.026
+    assert _mape(dle, "resnet50v1.5_pytorch_training_perf_ngc21.03.csv") <= 0.049
     multi = dle.rows.filter(pl.col("gpus") > 1)
-    assert multi["error"].min() > -0.06 and multi.height == 12  # 19.10: 4 DGX-1 + 2 DGX-2; 21.03: 6
+    assert multi["error"].min() > -0.07 and multi.height == 12  # 19.10: 4 DGX-1 + 2 DGX-2; 21.03: 6
     assert dle.summary["rows"].sum() == 24
 
 
-def test_pollux_step_time(pollux):
-    for table, bound in (("cifar10/placements.csv", 0.125), ("cifar10/scalability.csv", 0.13),
-                         ("ncf/placements.csv", 0.165), ("ncf/scalability.csv", 0.145)):
-        assert _mape(pollux, table) <= bound, table
-    # the fit subset itself (imagenet multi-GPU rows) is reproduced to about 10 %
-    assert _mape(pollux, "imagenet/scalability.csv", "fit") <= 0.12
+def _job_mape(pollux, job: str) -> tuple[float, float]:
+    """Multi-GPU step and sync MAPE of one job's rows (both of its tables)."""
+    rows = pollux.rows.filter(pl.col("table").str.starts_with(f"{job}/"), pl.col("gpus") > 1)
+    sync = (rows["predicted_sync_s"] / rows["measured_sync_s"] - 1).abs().mean()
+    return rows["error"].abs().mean(), sync
+
+
+def test_pollux_leave_one_job_out(pollux):
+    # scheduled overlap (DDP buckets, the exact per-model timeline, flat NCCL ring); each job's
+    # multi-GPU rows predicted with the network parameters fitted on the other two jobs' multi-GPU
+    # rows. Figures of this protocol on shared/data/pollux (docs/validation.md), each bound the
+    # figure rounded up by one point: step MAPE cifar10 11.5 %, imagenet 17.6 %, ncf 11.5 %;
+    # sync MAPE cifar10 103 %, imagenet 68 %, ncf 15.1 %
+    for job, step_bound, sync_bound in (("cifar10", 0.125, 1.04), ("imagenet", 0.186, 0.69), ("ncf", 0.125, 0.16)):
+        step, sync = _job_mape(pollux, job)
+        assert step <= step_bound, job
+        assert sync <= sync_bound, job
+        net = pollux.fitted[f"network without {job}"]
+        assert set(net) >= {"nic_link_efficiency", "skew_sigma", "collective_launch_s"}
+        # NCCL over TCP on the 50 Gb/s ENA reaches a small part of it (the transport's prior: 0.2)
+        assert 0.05 <= net["nic_link_efficiency"] <= 0.3
+    assert (pollux.rows.filter(pl.col("gpus") > 1)["role"] == "test").all()
     # every row of the three jobs is predicted (uneven placements as their busiest node); yolov3 is
     # counted as left out: 540 placement + 108 scalability rows (shared/data/pollux/SOURCES.md)
     assert pollux.rows.height == (864 + 288) + (1183 + 329) + (1661 + 458)
     assert pollux.skipped == {"yolov3: left out (not in the zoo, see LEFT_OUT)": 648}
-    net = pollux.fitted["network"]
-    assert 0 < net["eff_network"] < 0.2  # NCCL over TCP on the 50 Gb/s ENA reaches a small part of it
 
 
 def test_pollux_sync_time_is_compared(pollux):

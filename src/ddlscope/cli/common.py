@@ -125,7 +125,9 @@ GpusPerWorkerOpt = Annotated[int | None, typer.Option("--gpus-per-worker", help=
 PsOpt = Annotated[int | None, typer.Option("--ps", help="parameter-server shards (ps_worker)")]
 ServersOpt = Annotated[int | None, typer.Option("--servers", help="servers (default: as few as fit)")]
 OverlapOpt = Annotated[
-    str, typer.Option("--overlap", help="communication/computation overlap: none, full, or a fraction")
+    str, typer.Option("--overlap", help="communication/computation overlap: scheduled (gradient buckets behind "
+                      "the backward, the last one exposed, plus the wait for the slowest rank), none, full, or a "
+                      "fraction")
 ]
 FormatOpt = Annotated[str, typer.Option("--format", "-f", help="table, json or csv")]
 OverwriteOpt = Annotated[

@@ -102,12 +102,22 @@ def _warn_memory(out: pl.DataFrame) -> None:
 
 
 def _component_table(row: dict) -> pl.DataFrame:
+    """One row per component: its time, share of the step, bytes per step (links), and for the links
+    the communication exposed (on the step's critical path) and hidden behind computation, plus the
+    wait for the slowest rank (``sync_wait``, scheduled overlap)."""
+    names = [*COMPONENTS, "sync_wait"]
+    def link(c: str, suffix: str) -> float | None:
+        return row.get(f"{c}_{suffix}") if c in _LINK_OF else None
     return pl.DataFrame({
-        "component": list(COMPONENTS),
-        "time_s": [row[f"{c}_s"] for c in COMPONENTS],
-        "share": [row[f"share_{c}"] for c in COMPONENTS],
-        "bytes_per_step": [row.get(_LINK_OF.get(c, "")) for c in COMPONENTS],
-    })
+        "component": names,
+        "time_s": [row[f"{c}_s"] for c in names],
+        # links: their exposed time's share (the model's share_<link> also carries the wait, shown apart here)
+        "share": [row[f"{c}_exposed_s"] / row["step_s"] if c in _LINK_OF else
+                  row["sync_wait_s"] / row["step_s"] if c == "sync_wait" else row[f"share_{c}"] for c in names],
+        "bytes_per_step": [row.get(_LINK_OF.get(c, "")) for c in names],
+        "exposed_s": [link(c, "exposed_s") for c in names],
+        "hidden_s": [link(c, "hidden_s") for c in names],
+    }, schema_overrides={"exposed_s": pl.Float64, "hidden_s": pl.Float64})
 
 
 def _compute_provenance(row: dict, system) -> str:
@@ -145,7 +155,7 @@ def register(app: typer.Typer) -> None:
         nic: NicOpt = None,
         nvlink: NvlinkOpt = None,
         catalog: CatalogFiles = None,
-        overlap: OverlapOpt = "none",
+        overlap: OverlapOpt = "scheduled",
         fmt: FormatOpt = "table",
     ) -> None:
         """Predict where one training step's time goes for one job.
@@ -169,7 +179,9 @@ def register(app: typer.Typer) -> None:
                 "samples_per_s (all GPUs)": row["samples_per_s"],
                 "exposed communication share": row["share_comm"],
                 "bottleneck": f"{row['bottleneck']} (link: {row['bottleneck_link']})",
-                "overlap": f"{overlap} (fraction {row['overlap_fraction']})",
+                "overlap": (f"{overlap} (fraction {row['overlap_fraction']})" if row["overlap_fraction"] is not None
+                            else f"{overlap} (buckets behind the backward; hidden {row['hidden_comm_s']:.4g} s of "
+                                 f"{row['comm_s']:.4g} s communication)"),
                 "host (fixed per step)": row["host_s"],
                 "compute priced": _compute_provenance(row, sysm),
             })
@@ -202,7 +214,7 @@ def register(app: typer.Typer) -> None:
         nic: NicOpt = None,
         nvlink: NvlinkOpt = None,
         catalog: CatalogFiles = None,
-        overlap: OverlapOpt = "none",
+        overlap: OverlapOpt = "scheduled",
         fmt: FormatOpt = "table",
     ) -> None:
         """Run one job under what-if scenarios and print each with its speedup over the baseline.

@@ -28,7 +28,7 @@ def predict(
     architecture: Architecture,
     system: System,
     *,
-    overlap: str | float = "none",
+    overlap: str | float = "scheduled",
     ops: pl.DataFrame | None = None,
     efficiencies: Mapping[str, ComputeEfficiency] | ComputeEfficiency | None = None,
     catalog: Catalog | None = None,
@@ -62,7 +62,7 @@ def predict_whatif(
     system: System,
     scenarios: Sequence[Scenario],
     *,
-    overlap: str | float = "none",
+    overlap: str | float = "scheduled",
     catalog: Catalog | None = None,
 ) -> pl.DataFrame:
     """One job under the baseline and each scenario: one row each, with ``speedup`` over the

@@ -69,6 +69,9 @@ JOB_SCHEMA: dict[str, tuple[pl.DataType, str]] = {
     "nic_latency_s": (pl.Float64, "NIC alpha"),
     "nics_per_server": (pl.Int64, "NICs per server"),
     "storage_read_bytes_per_s": (pl.Float64, "storage read bandwidth per server"),
+    "pcie_link_efficiency": (pl.Float64, "achieved share of the PCIe bandwidth (null: eff_pcie)"),
+    "nvlink_link_efficiency": (pl.Float64, "achieved share of the NVLink bandwidth (null: eff_nvlink)"),
+    "nic_link_efficiency": (pl.Float64, "achieved share of the NIC bandwidth (null: eff_network)"),
     "eff_compute": (pl.Float64, "efficiency"),
     "eff_memory": (pl.Float64, "efficiency"),
     "eff_pcie": (pl.Float64, "efficiency"),
@@ -76,9 +79,16 @@ JOB_SCHEMA: dict[str, tuple[pl.DataType, str]] = {
     "eff_network": (pl.Float64, "efficiency"),
     "eff_storage": (pl.Float64, "efficiency"),
     # modifiers
-    "overlap_fraction": (pl.Float64, "fraction of communication that may overlap computation"),
+    "overlap_fraction": (pl.Float64, "fraction of communication that may overlap computation; "
+                         "null: the scheduled overlap (ddlscope.model.overlap)"),
     "memory_bound_scale": (pl.Float64, "factor on memory-bound bytes (op fusion)"),
 }
+
+OPTIONAL_JOB_COLUMNS: tuple[str, ...] = ("pcie_link_efficiency", "nvlink_link_efficiency", "nic_link_efficiency")
+"""Columns of :data:`JOB_SCHEMA` a Jobs table may lack (the model reads them as null: the system's
+efficiency applies). The link's transport (:meth:`ddlscope.specs.system.LinkSpec.achieved_efficiency`)
+fills them; a system whose efficiency for the slot is set explicitly (a calibrated profile, a
+system file) leaves them null, so that efficiency wins."""
 
 _names = list(JOB_SCHEMA)
 WORKLOAD_COLUMNS: tuple[str, ...] = tuple(_names[_names.index("workload") : _names.index("architecture")])
@@ -122,29 +132,42 @@ def gpu_columns(gpu: GPUSpec) -> dict[str, Any]:
 
 def link_columns(slot: str, link: LinkSpec | None) -> dict[str, Any]:
     """One link slot's columns (``pcie``, ``nvlink`` or ``nic``: name, bandwidth in bytes/s, latency
-    in s); ``None`` (no NVLink) gives an empty name, bandwidth 0 and latency 0."""
+    in s, the transport's achieved share of the bandwidth or ``None``); ``None`` (no NVLink) gives an
+    empty name, bandwidth 0, latency 0 and no efficiency."""
     if link is None:
-        return {slot: "", f"{slot}_bandwidth_bytes_per_s": 0.0, f"{slot}_latency_s": 0.0}
+        return {slot: "", f"{slot}_bandwidth_bytes_per_s": 0.0, f"{slot}_latency_s": 0.0,
+                f"{slot}_link_efficiency": None}
     return {
         slot: link.name,
         f"{slot}_bandwidth_bytes_per_s": link.bandwidth_gb_s * 1e9,
         f"{slot}_latency_s": link.latency_us * 1e-6,
+        f"{slot}_link_efficiency": link.achieved_efficiency(),
     }
 
 
 def system_columns(s: System) -> dict[str, Any]:
-    """The system's columns of :data:`JOB_SCHEMA`, converted to base units (bytes/s, FLOP/s, s)."""
+    """The system's columns of :data:`JOB_SCHEMA`, converted to base units (bytes/s, FLOP/s, s).
+
+    ``<slot>_link_efficiency`` is the link's achieved share (its transport) unless the system's
+    :class:`~ddlscope.specs.system.Efficiency` sets that slot explicitly (then null: ``eff_<slot>``)."""
     e = s.efficiency
+    explicit = e.model_fields_set
+    links = {slot: link_columns(slot, getattr(s, slot)) for slot in ("pcie", "nvlink", "nic")}
+    for slot, field in (("pcie", "pcie"), ("nvlink", "nvlink"), ("nic", "network")):
+        if field in explicit:  # the system's own efficiency for the slot wins over the link's
+            links[slot][f"{slot}_link_efficiency"] = None
+    link_eff = {f"{slot}_link_efficiency": links[slot].pop(f"{slot}_link_efficiency") for slot in links}
     return {
         "system": s.name,
         **gpu_columns(s.gpu),
         "server_gpus": s.gpus_per_server,
-        **link_columns("pcie", s.pcie),
+        **links["pcie"],
         "gpus_per_pcie_root": s.gpus_per_pcie_root,
-        **link_columns("nvlink", s.nvlink),
-        **link_columns("nic", s.nic),
+        **links["nvlink"],
+        **links["nic"],
         "nics_per_server": s.nics_per_server,
         "storage_read_bytes_per_s": s.storage_read_gb_s * 1e9,
+        **link_eff,
         "eff_compute": e.compute,
         "eff_memory": e.memory,
         "eff_pcie": e.pcie,
@@ -160,7 +183,7 @@ def job_row(
     system: System,
     *,
     job_id: int = 0,
-    overlap: str | float = "none",
+    overlap: str | float = "scheduled",
     memory_bound_scale: float = 1.0,
 ) -> dict[str, Any]:
     """One row of the Jobs table for a (workload, architecture, system) triple.
@@ -193,8 +216,9 @@ def jobs_frame(rows: Iterable[Mapping[str, Any]]) -> pl.DataFrame:
 
 
 def check_jobs_frame(frame: pl.DataFrame | pl.LazyFrame) -> None:
-    """Raise ``ValueError`` naming every :data:`JOB_SCHEMA` column the frame lacks."""
+    """Raise ``ValueError`` naming every :data:`JOB_SCHEMA` column the frame lacks (those of
+    :data:`OPTIONAL_JOB_COLUMNS` may be absent)."""
     names = frame.collect_schema().names()
-    missing = [c for c in JOB_SCHEMA if c not in names]
+    missing = [c for c in JOB_SCHEMA if c not in names and c not in OPTIONAL_JOB_COLUMNS]
     if missing:
         raise ValueError(f"jobs table: missing column(s) {missing}; see ddlscope.model.jobs.JOB_SCHEMA")

@@ -35,7 +35,8 @@ def _link_columns(catalog: Catalog, slot: str, name: str) -> dict[str, object]:
     return link_columns(slot, link)
 
 
-_NETWORK_COLUMNS = frozenset({"nic", "nic_bandwidth_bytes_per_s", "nic_latency_s", "nics_per_server"})
+_NETWORK_COLUMNS = frozenset({"nic", "nic_bandwidth_bytes_per_s", "nic_latency_s", "nic_link_efficiency",
+                              "nics_per_server"})
 """The Jobs columns of the network (a NIC swap and the NIC count)."""
 
 
@@ -179,8 +180,10 @@ def apply_scenario(
             if getattr(scenario, slot) and f"{slot}_bandwidth_bytes_per_s" in hw:
                 keep = _keeps_own_link(slot, hw)
                 kept[slot] = keep
-                for col in (slot, f"{slot}_bandwidth_bytes_per_s", f"{slot}_latency_s"):
-                    new[col] = pl.when(keep).then(c(col)).otherwise(new[col])
+                # the kept link keeps its own transport share too (ddlscope.model.jobs.link_columns)
+                for col in (slot, f"{slot}_bandwidth_bytes_per_s", f"{slot}_latency_s", f"{slot}_link_efficiency"):
+                    if col in new:
+                        new[col] = pl.when(keep).then(c(col)).otherwise(new[col])
     if hw:
         parts = [pl.when(~kept[k]).then(pl.lit(f"{k}={getattr(scenario, k)}")) if k in kept
                  else pl.lit(f"{k}={getattr(scenario, k)}")

@@ -84,7 +84,8 @@ from ddlscope.model.collectives import (
     ring_allreduce_bytes_per_rank,
     ring_allreduce_steps,
 )
-from ddlscope.model.jobs import check_jobs_frame
+from ddlscope.model.jobs import JOB_SCHEMA, OPTIONAL_JOB_COLUMNS, check_jobs_frame
+from ddlscope.model.overlap import schedule_passes, with_schedule_defaults
 
 COMPONENTS: tuple[str, ...] = ("data_io", "compute_bound", "memory_bound", "pcie", "nvlink", "network")
 """The six step-time components, in report order."""
@@ -97,7 +98,9 @@ LinkEnum = pl.Enum([*LINKS, "none"])
 OUTPUT_COLUMNS: tuple[str, ...] = (
     "num_gpus", "gpus_per_server_used", "fits_placement", "fits_gpu_memory",
     "storage_s", "h2d_s", "data_io_s", "compute_bound_s", "memory_bound_s", "host_s",
-    "pcie_s", "nvlink_s", "network_s", "comm_s", "exposed_comm_s", "step_s", "samples_per_s",
+    "pcie_s", "nvlink_s", "network_s", "comm_s", "exposed_comm_s", "hidden_comm_s", "sync_wait_s",
+    "pcie_exposed_s", "nvlink_exposed_s", "network_exposed_s", "pcie_hidden_s", "nvlink_hidden_s",
+    "network_hidden_s", "step_s", "samples_per_s",
     "pcie_bytes", "nvlink_bytes", "network_bytes",
     *(f"share_{c}" for c in COMPONENTS), "share_comm", "share_host", "bottleneck", "bottleneck_link",
 )
@@ -151,6 +154,8 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     check_jobs_frame(jobs)
     in_cols = jobs.collect_schema().names()
     priced = "priced_compute_bound_s" in in_cols
+    jobs_in = jobs
+    jobs = with_model_defaults(jobs.lazy())
     f = pl.Float64
     arch = c("architecture")
     S, E = c("dense_param_bytes"), c("sparse_bytes_per_step")
@@ -167,15 +172,19 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
         __m=c("num_servers").cast(f),
         __r=pl.min_horizontal(per_server, c("gpus_per_pcie_root")).cast(f),
         __k=c("num_gradient_tensors").cast(f),
+        # a link's transport (its achieved share, ddlscope.model.jobs.OPTIONAL_JOB_COLUMNS) or the system's efficiency
+        # host copies over PCIe at eff_pcie; GPU-to-GPU collectives over PCIe at the link's transport share
         __B_pcie=c("pcie_bandwidth_bytes_per_s") * c("eff_pcie"),
-        __B_nv=c("nvlink_bandwidth_bytes_per_s") * c("eff_nvlink"),
-        __B_nic=c("nic_bandwidth_bytes_per_s") * c("eff_network"),
+        __B_pcie_coll=c("pcie_bandwidth_bytes_per_s") * pl.coalesce(c("pcie_link_efficiency"), c("eff_pcie")),
+        __B_nv=c("nvlink_bandwidth_bytes_per_s") * pl.coalesce(c("nvlink_link_efficiency"), c("eff_nvlink")),
+        __B_nic=c("nic_bandwidth_bytes_per_s") * pl.coalesce(c("nic_link_efficiency"), c("eff_network")),
         __peak=pl.when(c("precision") == "fp32").then(c("gpu_peak_fp32_flop_per_s"))
         .when(c("precision") == "tf32").then(c("gpu_peak_tf32_flop_per_s"))
         .when(c("precision") == "fp16").then(c("gpu_peak_fp16_flop_per_s"))
         .otherwise(c("gpu_peak_bf16_flop_per_s")),
         __workers_per_server=((c("num_workers") + c("num_servers") - 1) // c("num_servers")).cast(f),
         __ps_shards=pl.max_horizontal(c("num_ps"), 1).cast(f),
+        __flat=pl.when(c("num_servers") > 1).then(c("flat_ring")).otherwise(0.0),
     )
     p, g, m, r, k = c("__p"), c("__g"), c("__m"), c("__r"), c("__k")
     B_pcie, B_nv, B_nic = c("__B_pcie"), c("__B_nv"), c("__B_nic")
@@ -193,13 +202,17 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     # intra-server collective traffic (per GPU): the dense ring (reduce-scatter + all-gather among the
     # server's g GPUs), the sparse rows' hierarchical all-gather (each GPU gathers the m E rows its
     # server holds from its g-1 neighbours), and pearl's two all-to-alls with the g-1 neighbours
+    # flat: NCCL's ring through all p GPUs across servers (flat_ring = 1, m > 1): every server's NIC
+    # carries 2 (p-1)/p S in 2 (p-1) steps, its intra-server segments run concurrently with the
+    # (slower) NIC segments and add nothing; else the hierarchical all-reduce of DESIGN.md
+    flat = c("__flat")
     intra_bytes = (
-        is_ring * ring_allreduce_bytes_per_rank(S, g)
+        is_ring * (1 - flat) * ring_allreduce_bytes_per_rank(S, g)
         + is_gather * ring_allgather_bytes_per_rank(g * m * E, g)
         + is_pearl * 2 * alltoall_bytes_to_peers(E, p, g - 1)
     )
     intra_msgs = (
-        is_ring * k * ring_allreduce_steps(g)
+        is_ring * (1 - flat) * k * ring_allreduce_steps(g)
         + is_gather * sp * ring_allgather_steps(g)
         + is_pearl * sp * 2 * (g - 1)
     )
@@ -212,7 +225,7 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     ps_net_bytes = 2 * pl.max_horizontal(c("__workers_per_server") * worker_bytes / nics,
                                          c("num_workers").cast(f) * worker_bytes / c("__ps_shards"))
     ring_net_bytes = (
-        is_ring * ring_allreduce_bytes_per_rank(S, m)
+        is_ring * ((1 - flat) * ring_allreduce_bytes_per_rank(S, m) + flat * ring_allreduce_bytes_per_rank(S, p))
         + is_gather * g * ring_allgather_bytes_per_rank(m * E, m)
         + is_pearl * 2 * g * alltoall_bytes_to_peers(E, p, p - g)
     ) / nics
@@ -247,7 +260,8 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
         __intra_msgs=intra_msgs,
         network_bytes=pl.when(is_ps).then(ps_net_bytes).otherwise(ring_net_bytes),
         __network_msgs=pl.when(is_ps).then(2 * (k / c("__ps_shards")).ceil()).otherwise(
-            is_ring * k * ring_allreduce_steps(m) + is_gather * sp * ring_allgather_steps(m)
+            is_ring * k * ((1 - flat) * ring_allreduce_steps(m) + flat * ring_allreduce_steps(p))
+            + is_gather * sp * ring_allgather_steps(m)
             + is_pearl * sp * 2 * (p - g)
         ),
     )
@@ -263,22 +277,58 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
         ).otherwise(0.0),
         network_s=alpha_beta_s(c("__network_msgs"), c("nic_latency_s"), c("network_bytes"), B_nic),
     )
-    lf = lf.with_columns(pcie_s=alpha_beta_s(c("__pcie_msgs"), c("pcie_latency_s"), c("pcie_bytes"), B_pcie))
+    intra_on_pcie = pl.when(has_nv).then(0.0).otherwise(c("__intra_bytes"))
+    host_pcie_s = alpha_beta_s(c("__pcie_msgs"), c("pcie_latency_s"), c("pcie_bytes") - intra_on_pcie, B_pcie)
+    lf = lf.with_columns(pcie_s=host_pcie_s
+                         + intra_on_pcie / c("__B_pcie_coll"))
     lf = lf.with_columns(comm_s=c("pcie_s") + c("nvlink_s") + c("network_s"))
-    return _shares(_step(lf), priced).select(*in_cols, *(o for o in OUTPUT_COLUMNS if o not in in_cols))
+    # a DataFrame knows its null count for free: without a scheduled row the schedule is not built
+    scheduled = not isinstance(jobs_in, pl.DataFrame) or jobs_in["overlap_fraction"].null_count() > 0
+    out = _shares(_step(lf, scheduled), priced)
+    return out.select(*in_cols, *(o for o in OUTPUT_COLUMNS if o not in in_cols))
 
 
-def _step(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """Pass 2: overlap and step time from the components."""
+def with_model_defaults(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """``lf`` with the optional Jobs columns it lacks: the links' achieved shares as null
+    (:data:`~ddlscope.model.jobs.OPTIONAL_JOB_COLUMNS`) and the scheduled overlap's parameters at
+    their defaults (:data:`~ddlscope.model.overlap.SCHEDULE_COLUMNS`)."""
+    names = lf.collect_schema().names()
+    missing = {k: pl.lit(None, dtype=JOB_SCHEMA[k][0]) for k in OPTIONAL_JOB_COLUMNS if k not in names}
+    return with_schedule_defaults(lf.with_columns(**missing) if missing else lf)
+
+
+def _step(lf: pl.LazyFrame, scheduled: bool = True) -> pl.LazyFrame:
+    """Pass 2: overlap and step time from the components.
+
+    ``overlap_fraction`` null: the scheduled overlap of :mod:`ddlscope.model.overlap` (buckets
+    queued behind the backward, the last exposed, plus the wait for the slowest rank); a number
+    ``f``: ``hidden = min(f comm, compute)``, no wait (``f = 0`` is the PAI study's additive model).
+    """
     compute_s = c("compute_bound_s") + c("memory_bound_s")
-    exposed = c("comm_s") - pl.min_horizontal(c("overlap_fraction") * c("comm_s"), compute_s)
-    return lf.with_columns(exposed_comm_s=exposed, step_s=c("data_io_s") + compute_s + exposed + c("host_s"))
+    fraction = c("comm_s") - pl.min_horizontal(c("overlap_fraction") * c("comm_s"), compute_s)
+    # the host's per-step time (op-priced rows) neither hides communication nor is hidden by it
+    if not scheduled:  # every row has a fraction: the PAI study's model or a fixed overlap
+        lf = lf.with_columns(sync_wait_s=pl.lit(0.0), exposed_comm_s=fraction)
+        return lf.with_columns(step_s=c("data_io_s") + compute_s + c("exposed_comm_s") + c("host_s"),
+                               hidden_comm_s=c("comm_s") - c("exposed_comm_s"))
+    lf = schedule_passes(lf, compute_s=compute_s, ranks=c("__p"),
+                         timeline="timeline_tau" in lf.collect_schema().names())
+    is_scheduled = c("overlap_fraction").is_null()
+    lf = lf.with_columns(
+        sync_wait_s=pl.when(is_scheduled).then(c("__sched_wait_s")).otherwise(0.0),
+        exposed_comm_s=pl.when(is_scheduled).then(c("__sched_exposed_s")).otherwise(fraction),
+    )
+    return lf.with_columns(step_s=c("data_io_s") + compute_s + c("exposed_comm_s") + c("host_s"),
+                           hidden_comm_s=c("comm_s") + c("sync_wait_s") - c("exposed_comm_s"))
 
 
 def _shares(lf: pl.LazyFrame, priced: bool = False) -> pl.LazyFrame:
     """Passes 3-5: throughput, shares and bottleneck from the step time."""
     step = c("step_s")
     exposed_per_comm = pl.when(c("comm_s") > 0).then(c("exposed_comm_s") / c("comm_s")).otherwise(0.0)
+    # the links' own exposed time, without the wait for the slowest rank (sync_wait_s, reported apart)
+    link_exposed_per_comm = pl.when(c("comm_s") > 0).then(
+        (c("exposed_comm_s") - c("sync_wait_s")) / c("comm_s")).otherwise(0.0)
     lf = lf.with_columns(
         samples_per_s=c("batch_size") * c("num_gpus") / step,
         share_data_io=c("data_io_s") / step,
@@ -292,6 +342,8 @@ def _shares(lf: pl.LazyFrame, priced: bool = False) -> pl.LazyFrame:
     link_s = [c(f"{x}_s") for x in LINKS]
     lf = lf.with_columns(
         **{f"share_{x}": c(f"__exposed_{x}_s") / step for x in LINKS},
+        **{f"{x}_exposed_s": c(f"{x}_s") * link_exposed_per_comm for x in LINKS},
+        **{f"{x}_hidden_s": c(f"{x}_s") * (1 - link_exposed_per_comm) for x in LINKS},
         **_running_maxima("__best_component_", candidates),
         **_running_maxima("__best_link_", link_s),
     )

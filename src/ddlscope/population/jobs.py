@@ -39,12 +39,14 @@ KEEP_COLUMNS = ("trace_job_id", "source", "model", "trace_model", "num_steps", "
 
 
 def _system_table(keys: pl.DataFrame, catalog: Catalog, default_server: str,
-                  server_for: Mapping[str, str]) -> pl.DataFrame:
+                  server_for: Mapping[str, str], link_transports: bool = False) -> pl.DataFrame:
     """System columns per distinct (``_gpu_in``, ``_server_gpus_in``, ``_server_in``) key."""
     rows = []
     for gpu, n, server in keys.iter_rows():
         base = server or (server_for.get(gpu) if gpu else None) or default_server
         cols = system_columns(catalog.system(base, gpu=gpu, gpus_per_server=n))
+        if not link_transports:  # the links at the system's efficiencies (see assemble_jobs)
+            cols.update(pcie_link_efficiency=None, nvlink_link_efficiency=None, nic_link_efficiency=None)
         rows.append({"_gpu_in": gpu, "_server_gpus_in": n, "_server_in": server,
                      **{k: cols[k] for k in SYSTEM_COLUMNS}})
     schema = {"_gpu_in": pl.String, "_server_gpus_in": pl.Int64, "_server_in": pl.String,
@@ -78,6 +80,7 @@ def assemble_jobs(
     server_for: Mapping[str, str] | None = None,
     precision: str = "fp32",
     overlap: str | float = "none",
+    link_transports: bool = False,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The Jobs table of a population's attributed jobs, and the population with placement reasons.
 
@@ -92,6 +95,10 @@ def assemble_jobs(
         server_for: catalog GPU name -> server type.
         precision: precision of profiled workloads.
         overlap: overlap policy of every job.
+        link_transports: price links at their catalog transports' achieved bandwidth
+            (:meth:`~ddlscope.specs.system.LinkSpec.achieved_efficiency`); ``False`` (the default,
+            the PAI-study reconstruction of ``characterize``) prices them at the system's stated
+            efficiencies, so its headline figures stay those of docs/characterize.md.
 
     Returns:
         ``(jobs, population)``: ``jobs`` has the :data:`~ddlscope.model.jobs.JOB_SCHEMA` columns
@@ -134,7 +141,8 @@ def assemble_jobs(
     )
     # systems, once per distinct (gpu, GPUs per machine, server)
     keys = ["_gpu_in", "_server_gpus_in", "_server_in"]
-    systems = _system_table(jobs.select(keys).unique(), catalog, default_server, server_for or {})
+    systems = _system_table(jobs.select(keys).unique(), catalog, default_server, server_for or {},
+                            link_transports)
     jobs = jobs.join(systems, on=keys, how="left", nulls_equal=True)
     # placements, once per distinct placement
     place_keys = ["architecture", "num_workers", "gpus_per_worker", "num_ps", "_servers_in", "server_gpus"]

@@ -108,6 +108,9 @@ class LinkSpec(BaseModel):
 
     ``bandwidth_gb_s`` is beta in GB/s (1e9 bytes/s) per direction; ``latency_us`` is alpha in
     microseconds; ``rate_gbps`` the marketed bit rate for network links (informational).
+    ``transport`` names how collectives use the link (``nccl-ib``, ``nccl-roce``, ``nccl-efa``,
+    ``nccl-socket``, ``nccl-nvlink``, ``nccl-pcie``; informational); ``efficiency``, ``flow_gb_s``
+    and ``flows`` give the bandwidth collectives achieve on it (:meth:`achieved_efficiency`).
     Source: Hockney, "The communication challenge for MPP", Parallel Computing 20 (1994).
     """
 
@@ -118,7 +121,29 @@ class LinkSpec(BaseModel):
     bandwidth_gb_s: float = Field(..., gt=0)
     latency_us: float = Field(..., ge=0)
     rate_gbps: float | None = Field(None, gt=0)
+    transport: str = ""
+    efficiency: float | None = Field(None, gt=0, le=1)
+    flow_gb_s: float | None = Field(None, gt=0)
+    flows: int = Field(1, ge=1)
     source: str = ""
+
+    def achieved_efficiency(self) -> float | None:
+        """The achieved share of ``bandwidth_gb_s`` for a large collective on this link, or ``None``
+        where the entry states none (the system's :class:`Efficiency` then applies).
+
+        ``efficiency`` is the transport's measured bus bandwidth over ``bandwidth_gb_s`` (NCCL
+        over InfiniBand/RoCE/EFA, over NVLink/NVSwitch, over PCIe: published nccl-tests figures,
+        cited in ``source``); ``flow_gb_s`` caps what one TCP connection carries (a cloud's
+        per-flow limit, or one socket's throughput), and ``flows`` is how many connections the
+        transport opens in parallel (NCCL's socket transport: channels x
+        ``NCCL_SOCKET_NTHREADS`` x ``NCCL_NSOCKS_PERTHREAD``), so the socket transport reaches
+        ``min(efficiency * bandwidth, flows * flow_gb_s)``.
+        """
+        eff = self.efficiency
+        if self.flow_gb_s is not None:
+            cap = min(1.0, self.flows * self.flow_gb_s / self.bandwidth_gb_s)
+            eff = cap if eff is None else min(eff, cap)
+        return eff
 
 
 class ServerSpec(BaseModel):

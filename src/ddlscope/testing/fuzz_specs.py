@@ -67,13 +67,15 @@ efficiency = {compute = 0.5}   # a table of factors in (0, 1]
 """The system file of docs/model.md."""
 
 CATALOG_EXAMPLE = '''\
-# my-catalog.toml: ddlscope predict --catalog my-catalog.toml -s my-l40s-box
-[gpu."L40S"]
-aliases = ["NVIDIA L40S"]                        # a list of other names traces use
-peak_tflops = {fp32 = 91.6, tf32 = 183.0, fp16 = 362.0, bf16 = 362.0}   # dense, per precision
-memory_bandwidth_gb_s = 864.0                    # 1 GB = 1e9 bytes
-memory_gb = 48.0
-source = "NVIDIA L40S datasheet (dense figures)"
+# my-catalog.toml: ddlscope predict --catalog my-catalog.toml -s my-a5000-box
+[gpu."RTX-A5000"]
+aliases = ["NVIDIA RTX A5000"]                   # a list of other names traces use
+peak_tflops = {fp32 = 27.8, tf32 = 55.6, fp16 = 111.1, bf16 = 111.1}   # dense, per precision
+memory_bandwidth_gb_s = 768.0                    # 1 GB = 1e9 bytes
+memory_gb = 24.0
+generation = "ampere"                            # optional: selects the compute-efficiency curves
+tensor_core_precisions = ["tf32", "fp16", "bf16"]  # optional
+source = "NVIDIA RTX A5000 datasheet (2021): 27.8 TFLOPS FP32, 111.1 dense tensor, 768 GB/s, 24 GB"
 
 [link."eth-50g"]
 kind = "ethernet"                                # pcie, nvlink, ethernet, infiniband or host
@@ -82,8 +84,8 @@ bandwidth_gb_s = 6.25                            # bytes/s per direction
 latency_us = 20.0                                # alpha of the alpha-beta model (assumed)
 source = "IEEE 802.3cd 50GBASE"
 
-[server."my-l40s-box"]
-gpu = "L40S"                                     # names of entries, built-in or in this file
+[server."my-a5000-box"]
+gpu = "RTX-A5000"                                # names of entries, built-in or in this file
 gpus_per_server = 4
 pcie = "pcie4-x16"
 gpus_per_pcie_root = 2                           # GPUs sharing one x16 uplink to the host
@@ -91,7 +93,7 @@ nvlink = "none"                                  # or an nvlink entry
 nic = "eth-50g"
 nics_per_server = 1
 storage_read_gb_s = 2.0
-source = "my lab's 4 x L40S server"
+source = "my lab's 4 x RTX A5000 server"
 '''
 """The catalog file of docs/model.md."""
 

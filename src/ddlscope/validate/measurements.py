@@ -29,8 +29,9 @@ column               required  meaning
 ``image_size``
 ``input_data``       no        ``real`` (default: the batch is copied host to GPU each step) or
                                ``synthetic`` (generated on the GPU: no input copy)
-``overlap``          no        overlap policy (``none``, ``full``, a fraction; default ``full``,
-                               DDP's overlap of the all-reduce with the backward)
+``overlap``          no        overlap policy (``scheduled``, the default: DDP's buckets all-reduced
+                               as the backward produces them, :mod:`ddlscope.model.overlap`;
+                               ``none``, ``full`` or a fraction)
 ``conv_layout``      no        ``nchw`` (default, PyTorch's) or ``nhwc`` (channels_last): NCHW
                                tensor-core convolutions pay cuDNN's layout transposes
 ``measured_sync_s``  no        measured exposed communication per step (s), compared with the
@@ -118,7 +119,7 @@ MEASUREMENT_COLUMNS: dict[str, str] = {
     "seq_len": "sequence length passed to the profiler",
     "image_size": "image size passed to the profiler",
     "input_data": "real (default) or synthetic (no host-to-GPU input copy)",
-    "overlap": "overlap policy: none, full (default) or a fraction",
+    "overlap": "overlap policy: scheduled (default, DDP's buckets), none, full or a fraction",
     "conv_layout": "activation layout of convolutions: nchw (default, PyTorch's) or nhwc (channels_last)",
     "measured_sync_s": "measured exposed communication per step, s",
     "source": "the table a row comes from (default: the file name)",
@@ -358,7 +359,7 @@ def check_measurements(raw: pl.DataFrame, path: str | Path, catalog: Catalog | N
         image_size=pl.col("image_size__i"),
         input_data=inp.fill_null("real"),
         conv_layout=layout.fill_null("nchw"),
-        overlap=pl.col("overlap").fill_null("full"),
+        overlap=pl.col("overlap").fill_null("scheduled"),
         measured_sync_s=pl.col("measured_sync_s__f"),
         source=pl.col("source").fill_null(path.name),
         measured_kind=pl.when(thr.is_not_null()).then(pl.lit("throughput")).otherwise(pl.lit("step_time")),
@@ -379,7 +380,8 @@ def check_measurements(raw: pl.DataFrame, path: str | Path, catalog: Catalog | N
     if bad_overlap:
         more = rows.filter(pl.col("overlap").is_in(bad_overlap)).select(
             "line", "source", reason=pl.lit("bad_overlap"),
-            detail=pl.format("{}:{}: overlap = {}: expected none, full or a fraction in [0, 1]", pl.lit(str(path)),
+            detail=pl.format("{}:{}: overlap = {}: expected scheduled, none, full or a fraction in [0, 1]",
+                             pl.lit(str(path)),
                              pl.col("line"), pl.col("overlap")))
         rejected = pl.concat([rejected, more])
         rows = rows.filter(~pl.col("overlap").is_in(bad_overlap))

@@ -11,14 +11,16 @@ interpolated exactly (``W(b) = W(2) + (b - 2) (W(4) - W(2)) / 2``). Gradients go
 :mod:`ddlscope.validate.ddp`); the input
 is read and decoded by asynchronous loader workers (DALI, DataLoader workers), so only its
 host-to-GPU copy is charged (``stored_input_bytes = 0``); DDP overlaps all-reduce with the
-backward.
+backward as :mod:`ddlscope.model.overlap` schedules it (overlap ``scheduled``: buckets queued behind
+the backward, each model's exact bucket timeline and the backward's share of the step at the row's
+batch from its op table, the wait for the slowest rank).
 
 Protocol (fit on a named subset, test on the rest; MAPE = mean |predicted / measured - 1|):
 
 - **NVIDIA DeepLearningExamples ResNet-50 v1.5** (``dle_tables/*.csv``; throughput, images/s):
   DGX-1 16/32 GB -> ``dgx-1v`` (V100 SXM2 16/32 GB), DGX-2 -> ``dgx-2``, DGX A100 -> ``dgx-a100``;
   FP32 -> ``fp32``, TF32 -> ``tf32``, AMP -> ``fp16``; 1 GPU -> ``1w1g``, n GPUs ->
-  ``allreduce_local`` on NVLink, overlap ``full``. Fitted: ``eff_compute`` per precision class
+  ``allreduce_local`` on NVLink, overlap ``scheduled``. Fitted: ``eff_compute`` per precision class
   (FP32/TF32 vs AMP) and GPU generation on the **1-GPU rows of one system** (V100: DGX-1 16 GB;
   A100: DGX A100), ``eff_memory`` kept at the default 0.7 (two rows cannot fix three numbers).
   Tested: every other row (the other systems' 1-GPU rows, all multi-GPU rows).
@@ -28,8 +30,10 @@ Protocol (fit on a named subset, test on the rest; MAPE = mean |predicted / meas
   MovieLens 1M (FP32, Adam, dense embedding gradients); a placement of ``p`` GPUs on ``m`` nodes is
   ``1w1g`` (p = 1), ``allreduce_local`` (m = 1) or ``allreduce_cluster``. Fitted: per job,
   ``eff_compute`` and ``eff_memory`` on its **one-GPU rows** (placement ``1``, every batch size);
-  ``eff_network`` and the overlap fraction on **imagenet's multi-GPU rows** (both files). Tested:
-  cifar10 and ncf multi-GPU rows. A placement whose GPUs do not split evenly over its nodes
+  the network parameters (:data:`POLLUX_GRID`: the NIC's achieved share, ``skew_sigma``,
+  ``collective_launch_s``) **leave one job out**: each job's multi-GPU rows are tested with the
+  parameters fitted (step MAPE + sync MAPE) on the other two jobs' multi-GPU rows. Across nodes the
+  all-reduce is NCCL's flat ring (``flat_ring = 1``). A placement whose GPUs do not split evenly over its nodes
   (``1124``) is priced as its busiest node: ``max`` GPUs on each of the ``m`` nodes. Per-GPU work
   is the same, the busiest node's intra-server ring is the longest, and every node's NIC carries the
   same inter-node ring traffic, so the step, which waits for the slowest node, is that of the even
@@ -49,6 +53,7 @@ import polars as pl
 from scipy.optimize import lsq_linear
 
 from ddlscope.model.jobs import JOB_SCHEMA, system_columns
+from ddlscope.model.overlap import bucket_timeline
 from ddlscope.model.step_time import breakdown
 from ddlscope.specs.catalog import Catalog, builtin_catalog
 from ddlscope.specs.system import System
@@ -135,12 +140,13 @@ def _profile_points(model: str, precision: str, optimizer: str, embedding_gradie
     if key not in _PROFILE_CACHE:
         from ddlscope.profile import profile_model
 
-        w2, w4 = (
+        p2, p4 = (
             profile_model(
                 model, batch_size=b, precision=precision, optimizer=optimizer, embedding_gradients=embedding_gradients
-            ).workload
+            )
             for b in (2, 4)
         )
+        w2, w4 = p2.workload, p4.workload
         out = {f"{k}_2": float(getattr(w2, k) or 0.0) for k in WORKLOAD_LINEAR}
         out.update({f"{k}_4": float(getattr(w4, k) or 0.0) for k in WORKLOAD_LINEAR})
         out.update(
@@ -150,18 +156,30 @@ def _profile_points(model: str, precision: str, optimizer: str, embedding_gradie
                 "embedding_table_bytes": w2.embedding_table_bytes,
             }
         )
+        # the scheduled overlap's inputs from the op table at batch 4: the backward's share of the
+        # step's roofline time and the exact bucket timeline (ddlscope.model.overlap)
+        for b, prof in ((2, p2), (4, p4)):
+            out[f"backward_roofline_s_{b}"] = float(prof.ops.filter(pl.col("phase") == "backward")["roofline_s"].sum())
+            out[f"step_roofline_s_{b}"] = float(prof.ops["roofline_s"].sum())
+        out.update(bucket_timeline(p4.ops, p4.params))
         _PROFILE_CACHE[key] = out
     return _PROFILE_CACHE[key]
 
 
-def jobs_for_rows(rows: pl.DataFrame, system: System, *, overlap: float) -> pl.DataFrame:
+def jobs_for_rows(rows: pl.DataFrame, system: System, *, overlap: float | None) -> pl.DataFrame:
     """A Jobs table (:data:`JOB_SCHEMA` columns, plus ``rows``' own) for ``rows`` with columns
     ``model, precision, optimizer, embedding_gradients, batch_per_gpu, gpus, nodes`` on ``system``
-    (vectorised: one profile pair per distinct model, then expressions)."""
+    (vectorised: one profile pair per distinct model, then expressions). ``overlap`` ``None`` is the
+    scheduled overlap, with each model's ``backward_fraction`` and bucket timeline
+    (:data:`ddlscope.model.overlap.TIMELINE_COLUMNS`) from its op table."""
     keys = rows.select("model", "precision", "optimizer", "embedding_gradients").unique()
     prof = pl.DataFrame([{**dict(zip(keys.columns, k, strict=True)), **_profile_points(*k)} for k in keys.iter_rows()])
     b = pl.col("batch_per_gpu").cast(pl.Float64)
     lin = {k: pl.col(f"{k}_2") + (b - 2) * (pl.col(f"{k}_4") - pl.col(f"{k}_2")) / 2 for k in WORKLOAD_LINEAR}
+    # the backward's share of the step at the row's batch: both roofline times are affine in the batch
+    bwd, step = ((pl.col(f"{k}_2") + (b - 2) * (pl.col(f"{k}_4") - pl.col(f"{k}_2")) / 2)
+                 for k in ("backward_roofline_s", "step_roofline_s"))
+    lin["backward_fraction"] = bwd / step
     p, m = pl.col("gpus"), pl.col("nodes")
     arch = (
         pl.when(p == 1)
@@ -186,7 +204,7 @@ def jobs_for_rows(rows: pl.DataFrame, system: System, *, overlap: float) -> pl.D
             num_ps=pl.lit(0, pl.Int64),
             num_servers=m.cast(pl.Int64),
             **{k: pl.lit(v) for k, v in sys_cols.items()},
-            overlap_fraction=pl.lit(float(overlap)),
+            overlap_fraction=pl.lit(None if overlap is None else float(overlap), pl.Float64),
             memory_bound_scale=pl.lit(1.0),
         )
     )
@@ -296,7 +314,7 @@ def dle_validation(data_dir: str | Path, catalog: Catalog | None = None) -> Publ
             embedding_gradients=pl.lit("sparse"),
             nodes=pl.lit(1, pl.Int64),
         )
-        jobs.append(jobs_for_rows(spec, system, overlap=1.0))
+        jobs.append(jobs_for_rows(spec, system, overlap=None))
     jobs_df = pl.concat(jobs, how="vertical_relaxed")
     jobs_df = jobs_df.with_columns(
         measured_step_s=pl.col("batch_per_gpu") * pl.col("gpus") / pl.col("throughput_img_s")
@@ -396,8 +414,37 @@ def _pollux_rows(data_dir: Path, skipped: dict[str, int]) -> pl.DataFrame:
     return pl.concat(frames)
 
 
+POLLUX_GRID: dict[str, list[float]] = {
+    "nic_link_efficiency": np.geomspace(0.05, 0.5, 24).tolist(),
+    "skew_sigma": np.linspace(0.0, 0.04, 9).tolist(),
+    "collective_launch_s": [0.0, 5e-4, 1e-3, 2e-3, 4e-3],
+}
+"""The network parameters fitted on Pollux rows (a grid, one vectorised pass): the NIC's achieved
+share of its 50 Gb/s (the transport), the relative standard deviation of per-rank compute time
+(the wait for the slowest rank) and the per-collective launch latency (ddlscope.model.overlap)."""
+
+
+def _fit_network(jobs: pl.DataFrame) -> dict[str, float]:
+    """The :data:`POLLUX_GRID` point minimising step MAPE + sync MAPE over ``jobs`` (multi-GPU rows
+    with ``step_time`` and ``sync_time``)."""
+    grid = pl.DataFrame(list(itertools.product(*POLLUX_GRID.values())), schema=list(POLLUX_GRID), orient="row")
+    trial = breakdown(jobs.drop(list(POLLUX_GRID), strict=False).join(grid, how="cross"))
+    score = (
+        trial.group_by(list(POLLUX_GRID))
+        .agg(step_mape=(pl.col("step_s") / pl.col("step_time") - 1).abs().mean(),
+             sync_mape=(pl.col("exposed_comm_s") / pl.col("sync_time") - 1).abs().mean())
+        .with_columns(score=pl.col("step_mape") + pl.col("sync_mape"))
+        .sort("score", *POLLUX_GRID)
+    )
+    return score.row(0, named=True)
+
+
 def pollux_validation(data_dir: str | Path, catalog: Catalog | None = None) -> PublishedResult:
-    """Predict every evenly placed row of ``data_dir/pollux/<job>/*.csv`` (module docstring)."""
+    """Predict every evenly placed row of ``data_dir/pollux/<job>/*.csv`` (module docstring):
+    compute efficiencies per job on its one-GPU rows; the network parameters (:data:`POLLUX_GRID`)
+    leave-one-job-out: each job's multi-GPU rows are predicted with the parameters fitted on the
+    other jobs' multi-GPU rows (``fitted["network without <job>"]``); ``fitted["network"]`` is the
+    fit on all three, for reference."""
     cat = catalog or builtin_catalog()
     skipped: dict[str, int] = {}
     rows = _pollux_rows(Path(data_dir), skipped)
@@ -406,37 +453,27 @@ def pollux_validation(data_dir: str | Path, catalog: Catalog | None = None) -> P
         precision=pl.col("job").replace_strict({k: v[1] for k, v in POLLUX_JOBS.items()}),
         optimizer=pl.col("job").replace_strict({k: v[2] for k, v in POLLUX_JOBS.items()}),
         embedding_gradients=pl.col("job").replace_strict({k: v[3] for k, v in POLLUX_JOBS.items()}),
-        role=pl.when(pl.col("gpus") == 1)
-        .then(pl.lit("fit"))
-        .when(pl.col("job") == POLLUX_FIT_JOB)
-        .then(pl.lit("fit"))
-        .otherwise(pl.lit("test")),
+        role=pl.when(pl.col("gpus") == 1).then(pl.lit("fit")).otherwise(pl.lit("test")),
     )
     system = cat.system(POLLUX_SERVER)
-    jobs = jobs_for_rows(rows, system, overlap=1.0)
+    # PyTorch DDP's NCCL all-reduce across servers: one ring through all the GPUs (NCCL's ring
+    # algorithm), not the hierarchical all-reduce
+    jobs = jobs_for_rows(rows, system, overlap=None).with_columns(flat_ring=pl.lit(1.0))
     comp = fit_compute(jobs, "step_time", pl.col("gpus") == 1, ["job"])
     jobs = jobs.drop("eff_compute", "eff_memory").join(comp, on="job", how="left")
-    # network efficiency and overlap on the fit job's multi-GPU rows: one vectorised pass over a grid
-    grid = pl.DataFrame(
-        list(itertools.product(np.geomspace(0.02, 1.0, 40).tolist(), np.linspace(0, 1, 11).tolist())),
-        schema=["eff_network_fit", "overlap_fit"],
-        orient="row",
-    )
-    fit_rows = jobs.filter((pl.col("job") == POLLUX_FIT_JOB) & (pl.col("gpus") > 1))
-    trial = breakdown(
-        fit_rows.join(grid, how="cross").with_columns(
-            eff_network=pl.col("eff_network_fit"), overlap_fraction=pl.col("overlap_fit")
-        )
-    )
-    score = (
-        trial.group_by("eff_network_fit", "overlap_fit")
-        .agg(mape=(pl.col("step_s") / pl.col("step_time") - 1).abs().mean())
-        .sort("mape", "eff_network_fit")
-    )
-    best = score.row(0, named=True)
-    out = breakdown(
-        jobs.with_columns(eff_network=pl.lit(best["eff_network_fit"]), overlap_fraction=pl.lit(best["overlap_fit"]))
-    )
+    multi = jobs.filter(pl.col("gpus") > 1)
+    fitted: dict[str, dict[str, float]] = {
+        f"{r['job']}": {"eff_compute": r["eff_compute"], "eff_memory": r["eff_memory"]}
+        for r in comp.iter_rows(named=True)
+    }
+    parts = [jobs.filter(pl.col("gpus") == 1)]
+    for job in POLLUX_JOBS:
+        best = _fit_network(multi.filter(pl.col("job") != job))
+        fitted[f"network without {job}"] = best
+        parts.append(multi.filter(pl.col("job") == job).with_columns(
+            **{k: pl.lit(best[k], pl.Float64) for k in POLLUX_GRID}))
+    fitted["network"] = _fit_network(multi)
+    out = breakdown(pl.concat(parts, how="diagonal_relaxed"))
     res = out.select(
         source=pl.lit("pollux"),
         table=pl.col("table"),
@@ -465,15 +502,6 @@ def pollux_validation(data_dir: str | Path, catalog: Catalog | None = None) -> P
         on=["table", "role"],
         how="left",
     )
-    fitted = {
-        f"{r['job']}": {"eff_compute": r["eff_compute"], "eff_memory": r["eff_memory"]}
-        for r in comp.iter_rows(named=True)
-    }
-    fitted["network"] = {
-        "eff_network": best["eff_network_fit"],
-        "overlap_fraction": best["overlap_fit"],
-        "fit_mape": best["mape"],
-    }
     return PublishedResult(rows=res, summary=summary, fitted=fitted, skipped=skipped)
 
 
