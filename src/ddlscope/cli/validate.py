@@ -132,7 +132,8 @@ def register(app: typer.Typer) -> None:
             "--clock", help="auto, wall or cpu (CPU time: robust on a shared host; auto = cpu for one-core devices)"
         )] = "auto",
         published: Annotated[bool, typer.Option(
-            "--published", help="validate against the published tables (Pollux, NVIDIA DLE) instead")] = False,
+            "--published", help="validate against the published tables (Pollux, NVIDIA DLE, Lambda) instead; "
+            "with --fit-on or --cross-validate, the Lambda + DLE tables as measurement tables")] = False,
         data: Annotated[Path | None, typer.Option("--data", help="folder of the published tables")] = None,
         measurements: Annotated[Path | None, typer.Option(
             "--measurements",
@@ -162,8 +163,8 @@ def register(app: typer.Typer) -> None:
                 _published_measurements(folder, fit_on, cross_validate, fmt)
             else:
                 _published(folder, fmt)
-                if fmt == "table":
-                    _published_measurements(folder, None, "gpu", fmt)
+                if fmt == "table":  # the Lambda + DLE tables at the catalog defaults (nothing fitted)
+                    _published_measurements(folder, None, None, fmt)
             return
         from ddlscope.calibrate.profile_file import load_calibration
         from ddlscope.validate.local import check_options, validate_local
