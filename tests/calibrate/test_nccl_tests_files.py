@@ -245,3 +245,16 @@ def test_per_rank_sizes_in_an_all_reduce_table_are_refused():
         for line in rows.splitlines())
     with pytest.raises(NcclTestsError, match="old per-rank sizes of all-gather/reduce-scatter, in a all_reduce table"):
         parse_nccl_tests(S.HEADER_NEW + doubled)
+
+
+def test_a_mistyped_slot_is_named_not_taken_for_a_file(tmp_path):
+    from typer.testing import CliRunner
+
+    from ddlscope.cli.main import app
+
+    path = tmp_path / "ar.txt"
+    path.write_text("# nothing\n")
+    res = CliRunner().invoke(app, ["calibrate", "--no-bench", "--system", "dgx-a100", "--nccl-tests",
+                                   f"{path}:nvlnk", "-o", str(tmp_path / "s.toml")])
+    assert res.exit_code == 2
+    assert "unknown link slot or table 'nvlnk'" in res.output.replace("\n", "")

@@ -198,3 +198,32 @@ def test_cli_measurements_and_option_errors(tmp_path):
     assert bad.exit_code == 2 and "--fit-on and --cross-validate go with --measurements" in bad.output
     bad = runner.invoke(app, ["validate", "--measurements", str(tmp_path / "none.csv")])
     assert bad.exit_code == 2 and "no such measurement table" in bad.output
+
+
+def test_fit_on_edge_cases_and_placements(tmp_path):
+    header = "model,gpu,gpus,servers,batch_per_gpu,precision,step_time_s,server\n"
+    path = _write(tmp_path, header + "\n".join([
+        "resnet18_cifar,A100-SXM4-80GB,16,1,32,fp32,0.1,dgx-a100",   # line 2: 16 GPUs in an 8-GPU server
+        "resnet18_cifar,A100-SXM4-80GB,2,4,32,fp32,0.1,dgx-a100",    # line 3: fewer GPUs than servers
+        "resnet18_cifar,A100-SXM4-80GB,1,1,32,fp32,0.05,dgx-a100",
+        "resnet18_cifar,V100,1,1,32,fp32,0.08,",
+    ]) + "\n")
+    t = read_measurements(path)
+    assert dict(zip(t.rejected["line"], t.rejected["reason"], strict=True)) == {2: "placement", 3: "placement"}
+    assert "16 GPUs per server, the server (dgx-a100) has 8" in t.rejected["detail"][0]
+    # a constant condition selects every row: fitted, nothing left to test, and said so
+    res = validate_measurements(t, fit_on="1 = 1")
+    assert res.rows["role"].to_list() == ["fit", "fit"]
+    assert any("no test row" in line for line in res.protocol)
+    with pytest.raises(ValueError, match="selects no row of the 2; gpu holds the catalog's names"):
+        validate_measurements(t, fit_on="gpu = 'V100'")
+
+
+def test_a_json_array_of_rows_reads_as_a_table(tmp_path):
+    rows = [{"model": "resnet18_cifar", "gpu": "V100", "gpus": 1, "batch_per_gpu": 32, "precision": "fp32",
+             "step_time_s": 0.05}, {"model": "resnet18_cifar", "gpu": "T4", "gpus": "x", "batch_per_gpu": 32,
+                                    "precision": "fp32", "step_time_s": 0.3}]
+    path = tmp_path / "m.json"
+    path.write_text(__import__("json").dumps(rows))
+    t = read_measurements(path)
+    assert t.rows.height == 1 and t.rejected["reason"].to_list() == ["not_an_integer"]

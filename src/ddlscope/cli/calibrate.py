@@ -62,6 +62,11 @@ def _nccl_inputs(items: list[str], collective: str | None, ranks: int | None, de
     out = []
     for item in items:
         path, slot, which = split_nccl_item(item, default_slot)
+        if not Path(path).exists() and ":" in item:
+            head, _, tail = item.rpartition(":")
+            if Path(head).exists() or Path(head.rpartition(":")[0]).exists():
+                raise ValueError(f"--nccl-tests {item}: unknown link slot or table {tail!r}; expected "
+                                 "FILE[:SLOT[:COLLECTIVE|TABLE]] with SLOT nvlink, pcie or nic")
         parsed = read_nccl_tests(path, collective=collective, ranks=ranks)
         table, note = parsed.select(which)
         warn = "[yellow]warning:[/yellow]"

@@ -40,8 +40,21 @@ def _published(data: Path, fmt: str) -> None:
     with err_console.status("profiling ResNet-50, CIFAR ResNet-18, NeuMF; predicting every row"):
         res = published_validation(data)
     if fmt != "table":
-        emit(res.rows, fmt) if fmt == "csv" else emit(res.rows, fmt, extra={
-            "summary": res.summary.to_dicts(), "fitted": res.fitted, "skipped": res.skipped})
+        from ddlscope.validate.measurements import concat_tables, validate_measurements
+        from ddlscope.validate.shared_tables import dle_measurements, lambda_measurements
+
+        with err_console.status("profiling the Lambda and DLE tables' models; predicting every row"):
+            mres = validate_measurements(concat_tables([lambda_measurements(data), dle_measurements(data)]))
+        mrows = _measurement_rows(mres).with_columns(source=pl.lit("measurement table ") + pl.col("source"))
+        if fmt == "csv":
+            emit(pl.concat([res.rows, mrows], how="diagonal_relaxed"), "csv")
+        else:
+            emit(res.rows, fmt, extra={
+                "summary": res.summary.to_dicts(), "fitted": res.fitted, "skipped": res.skipped,
+                "measurement_tables": {"rows": mrows.to_dicts(), "summary": mres.summary.to_dicts(),
+                                       "ratios": mres.ratios.to_dicts(), "protocol": mres.protocol,
+                                       "rejected_by_reason": _rejected_counts(mres)}})
+        _rejected_note(mres)
         return
     emit(res.summary.select(
         "source", "table", "role", "rows", "mape", "median_ape", "max_ape", "bias",
@@ -49,10 +62,11 @@ def _published(data: Path, fmt: str) -> None:
         "table", title=f"Published measurements ({data}): MAPE of throughput (dle) and step time (pollux)",
         caption="role fit: rows the efficiencies were fitted on; test: the rest. sync_*: Pollux sync_time vs the "
         "model's exposed communication, multi-GPU rows")
-    fitted = pl.DataFrame([{"fit": k, **{n: v.get(n) for n in ("eff_compute", "eff_memory", "eff_network",
-                                                                "overlap_fraction")}}
-                           for k, v in res.fitted.items()])
-    emit(fitted, "table", title="Fitted parameters")
+    names = list(dict.fromkeys(n for v in res.fitted.values() for n in v))
+    fitted = pl.DataFrame([{"fit": k, **{n: v.get(n) for n in names}} for k, v in res.fitted.items()])
+    emit(fitted, "table", title="Fitted parameters",
+         caption="eff_compute = 1 is the bound of the fit (the op-mix fit cannot exceed the peak); network: the "
+         "NIC's achieved share, the slowest-rank sigma and the collective launch latency, fitted without each job")
     for key, n in {**res.skipped, **{f"{k}: {v}": 0 for k, v in LEFT_OUT.items()}}.items():
         if n:
             out_console.print(f"skipped rows: {escape(key)}: {n}")
@@ -60,23 +74,45 @@ def _published(data: Path, fmt: str) -> None:
             out_console.print(f"left out: {escape(key)}")
 
 
+def _measurement_rows(res) -> pl.DataFrame:
+    """The columns of a measurement validation's rows that users read (csv/json)."""
+    return res.rows.select(
+        *[c for c in ("source", "line", "testbed", "model", "gpu", "gpu_given", "gpus", "servers", "batch_per_gpu",
+                      "precision", "role", "fold", "measured_kind", "measured", "predicted", "error", "step_s",
+                      "measured_step_s", "compute_bound_s", "memory_bound_s", "host_s", "data_io_s", "exposed_comm_s",
+                      "measured_sync_s", "compute_efficiency_source") if c in res.rows.columns]
+    ).with_columns(pl.col("precision").cast(pl.String))
+
+
+def _rejected_counts(res) -> dict[str, int]:
+    return dict(res.rejected.group_by("reason").len().sort("len", descending=True).iter_rows())
+
+
+def _rejected_note(res) -> None:
+    """On stderr (so a csv/json stream stays clean): how many rows were not used, by reason."""
+    if res.rejected.height:
+        counts = ", ".join(f"{r} {n}" for r, n in _rejected_counts(res).items())
+        err_console.print(f"[yellow]note:[/yellow] {res.rejected.height} row(s) not used ({escape(counts)}); "
+                          "--format json lists each with its file:line")
+
+
 def _measurement_report(res, title: str, fmt: str) -> None:
     """Print a :class:`~ddlscope.validate.measurements.MeasurementValidation`: rows (csv), everything
     (json), or the error summary, ratio errors, protocol and rejected rows by reason (table)."""
-    rows = res.rows.select(
-        *[c for c in ("source", "line", "testbed", "model", "gpu", "gpus", "servers", "batch_per_gpu", "precision",
-                      "role", "fold", "measured_kind", "measured", "predicted", "error", "step_s", "measured_step_s",
-                      "compute_bound_s", "memory_bound_s", "data_io_s", "exposed_comm_s", "measured_sync_s",
-                      "eff_compute", "eff_memory") if c in res.rows.columns])
+    rows = _measurement_rows(res)
     rejected = res.rejected.group_by("reason").agg(rows=pl.len(), example=pl.col("detail").first()).sort(
         "rows", descending=True)
-    if fmt == "csv":
-        emit(rows.with_columns(pl.col("precision").cast(pl.String)), "csv")
-        return
-    if fmt == "json":
-        emit(rows.with_columns(pl.col("precision").cast(pl.String)), "json", extra={
-            "summary": res.summary.to_dicts(), "ratios": res.ratios.to_dicts(), "protocol": res.protocol,
-            "fits": {k: vars(v) for k, v in res.fits.items()}, "rejected": res.rejected.to_dicts()})
+    if fmt in ("csv", "json"):
+        if fmt == "csv":
+            emit(rows, "csv")
+        else:
+            emit(rows, "json", extra={
+                "summary": res.summary.to_dicts(), "ratios": res.ratios.to_dicts(), "protocol": res.protocol,
+                "fits": {k: vars(v) for k, v in res.fits.items()}, "rejected": res.rejected.to_dicts()})
+        for line in res.protocol:
+            if "warning" in line:
+                err_console.print(f"[yellow]{escape(line)}[/yellow]")
+        _rejected_note(res)
         return
     emit(res.summary, "table", title=title,
          caption="error = predicted / measured - 1 of the measured quantity; mape = mean |error|; bias = mean error; "
@@ -88,7 +124,8 @@ def _measurement_report(res, title: str, fmt: str) -> None:
     for line in res.protocol:
         out_console.print(f"protocol: {escape(line)}")
     if rejected.height:
-        emit(rejected, "table", title=f"Rows not used ({res.rejected.height})")
+        emit(rejected, "table", title=f"Rows not used ({res.rejected.height})",
+             caption="one example per reason; --format json lists every row with its file:line")
 
 
 def _measurements(path: Path, fit_on: str | None, cross_validate: str | None, fmt: str) -> None:

@@ -175,8 +175,12 @@ def _read_raw(path: Path) -> pl.DataFrame:
             raw = pl.read_parquet(path)
             raw = raw.with_columns(pl.col(c).cast(pl.String) for c in raw.columns)
             return raw.with_row_index("line", offset=1).with_columns(pl.col("line").cast(pl.Int64))
-        if suffix in (".jsonl", ".ndjson"):
-            raw = pl.read_ndjson(path, infer_schema_length=None)
+        if suffix in (".jsonl", ".ndjson", ".json"):
+            text = path.read_text(encoding="utf-8").lstrip()
+            if text.startswith("["):  # one JSON array of row objects
+                raw = pl.read_json(path, infer_schema_length=None)
+            else:
+                raw = pl.read_ndjson(path, infer_schema_length=None)
             raw = raw.with_columns(pl.col(c).cast(pl.String) for c in raw.columns)
             return raw.with_row_index("line", offset=1).with_columns(pl.col("line").cast(pl.Int64))
         raw = pl.read_csv(path, infer_schema=False, comment_prefix="#", truncate_ragged_lines=False)
@@ -321,6 +325,20 @@ def check_measurements(raw: pl.DataFrame, path: str | Path, catalog: Catalog | N
         reject(pl.col(slot).is_in(bad), f"unknown_{slot}",
                pl.format(f"{slot} = {{}}: not in the catalog", pl.col(slot)))
 
+    # the placement must fit: at least one GPU per server, at most the server's GPUs on each
+    server_gpus = {}
+    for v in [*typed["server"].drop_nulls().unique(), DEFAULT_SERVER]:
+        with contextlib.suppress(CatalogError):
+            server_gpus[v] = cat.server(v).gpus_per_server
+    gpus_i, servers_i = pl.col("gpus__i"), pl.col("servers__i").fill_null(1)
+    per_server = (gpus_i + servers_i - 1) // servers_i
+    capacity = pl.col("server").fill_null(DEFAULT_SERVER).replace_strict(server_gpus, default=None,
+                                                                          return_dtype=pl.Int64)
+    reject(servers_i > gpus_i, "placement", pl.format("gpus = {} on servers = {}: fewer GPUs than servers",
+                                                      pl.col("gpus"), servers_i))
+    reject((servers_i <= gpus_i) & (per_server > capacity), "placement",
+           pl.format("gpus = {} on servers = {}: {} GPUs per server, the server ({}) has {}", pl.col("gpus"),
+                     servers_i, per_server, pl.col("server").fill_null(DEFAULT_SERVER), capacity))
     checked = typed.with_columns(
         _why=pl.coalesce(reasons) if reasons else pl.lit(None, pl.Struct({"reason": pl.String, "detail": pl.String}))
     )
@@ -537,6 +555,8 @@ FIT_PARAMETERS: tuple[str, ...] = ("tensor_gemm_eff", "tf32_gemm_eff", "cuda_gem
                                    "step_overhead_us")
 """The compute-efficiency fields a fit scales (:mod:`ddlscope.specs.efficiency`): one factor each,
 applied to every generation's catalog value (efficiencies capped at 1)."""
+FIT_LOG_BOUND = 2.0
+"""Each fitted factor's log lies in [-FIT_LOG_BOUND, FIT_LOG_BOUND] (a factor of 0.14 to 7.4)."""
 FIT_PRIOR_WEIGHT = 1e-3
 """Weight of the prior that keeps each log factor at 0 (the catalog value): it only decides the
 factors no fit row can move (a fit set without TF32 rows leaves ``tf32_gemm_eff`` as it is)."""
@@ -556,6 +576,13 @@ class FittedEfficiencies:
     multipliers: dict[str, float]
     fitted_on: int
     origin: str
+
+    def at_bounds(self) -> list[str]:
+        """One warning per factor the fit left at a bound of its range (e^-2 or e^2): the data pulled it
+        further than the fit allows, so it stands in for something the model lacks."""
+        lo, hi = math.exp(-FIT_LOG_BOUND), math.exp(FIT_LOG_BOUND)
+        return [f"warning: {k} x {v:.3g} is at the bound of its factor ([{lo:.3g}, {hi:.3g}])"
+                for k, v in self.multipliers.items() if v <= lo * 1.0001 or v >= hi * 0.9999]
 
     def efficiencies(self, catalog: Catalog | None = None) -> dict[str, ComputeEfficiency] | None:
         """Generation -> :class:`ComputeEfficiency` with the factors applied (None: catalog defaults)."""
@@ -602,7 +629,8 @@ def fit_efficiencies(jobs: pl.DataFrame, describe: str = "the fit set", catalog:
                 + priced["priced_host_s"].to_numpy())
         return np.concatenate([np.log(step / measured), FIT_PRIOR_WEIGHT * x])
 
-    sol = least_squares(residual, np.zeros(len(FIT_PARAMETERS)), bounds=(-2.0, 2.0), diff_step=1e-4)
+    sol = least_squares(residual, np.zeros(len(FIT_PARAMETERS)), bounds=(-FIT_LOG_BOUND, FIT_LOG_BOUND),
+                        diff_step=1e-4)
     factors = dict(zip(FIT_PARAMETERS, np.exp(sol.x).tolist(), strict=True))
     return FittedEfficiencies(factors, one.height, note)
 
@@ -725,12 +753,17 @@ def _fit_mask(rows: pl.DataFrame, fit_on: str | None) -> pl.Series:
         return pl.Series([True] * rows.height)
     try:
         expr = pl.sql_expr(fit_on)
-        mask = rows.select(expr.cast(pl.Boolean).fill_null(False).alias("m"))["m"]
+        # with_columns broadcasts a constant condition (1 = 1, TRUE) to every row
+        mask = rows.with_columns(__fit_on=expr.cast(pl.Boolean).fill_null(False))["__fit_on"]
     except pl.exceptions.PolarsError as exc:
         cols = ", ".join(c for c in rows.columns if not c.endswith(("_2", "_4")))
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ValueError(f"--fit-on {fit_on!r}: not a SQL condition over the table's columns ({first}); "
                          f"columns: {cols}") from exc
+    if not mask.any():
+        names = ", ".join(sorted(rows["gpu"].unique())[:4])
+        raise ValueError(f"--fit-on {fit_on!r} selects no row of the {rows.height}; gpu holds the catalog's names "
+                         f"({names}, ...): gpu_given holds the table's own spelling")
     return mask
 
 
@@ -762,7 +795,9 @@ def validate_measurements(
     """
     rows = table.rows
     if rows.height == 0:
-        raise ValueError(f"{table.path}: no usable row ({table.rejected.height} rejected; see the rejected rows)")
+        first = table.rejected.head(3).select(pl.format("{} ({})", "detail", "reason")).to_series().to_list()
+        raise ValueError(f"{table.path}: no usable row ({table.rejected.height} rejected: {'; '.join(first)}"
+                         f"{'; ...' if table.rejected.height > 3 else ''})")
     jobs = measurement_jobs(rows, catalog, progress)
     in_fit = _fit_mask(jobs, fit_on)
     fits: dict[str, FittedEfficiencies] = {}
@@ -775,7 +810,11 @@ def validate_measurements(
             fit = fit_efficiencies(jobs.filter(in_fit), f"--fit-on {fit_on}", catalog)
             role = pl.Series(["fit" if m else "test" for m in in_fit])
         fits["all"] = fit
-        protocol.append(f"{fit.origin}; tested on {int((role == 'test').sum())} row(s)")
+        n_test = int((role == "test").sum())
+        protocol.append(f"{fit.origin}; tested on {n_test} row(s)")
+        if n_test == 0:
+            protocol.append("warning: --fit-on selects every row: no test row, the errors shown are in-sample")
+        protocol.extend(fit.at_bounds())
         out = predict_jobs(jobs, fit, catalog).with_columns(role=role, fold=pl.lit("all"))
         by = ["source", "role"]
     else:
@@ -793,6 +832,7 @@ def validate_measurements(
             fit = fit_efficiencies(fit_set, f"{col} != {g}" + (f" and {fit_on}" if fit_on else ""), catalog)
             fits[g] = fit
             protocol.append(f"{col} = {g}: {fit.origin}; tested on {int(test.sum())} row(s)")
+            protocol.extend(f"{col} = {g}: {w}" for w in fit.at_bounds())
             parts.append(predict_jobs(jobs.filter(test), fit, catalog).with_columns(role=pl.lit("test"),
                                                                                      fold=pl.lit(g)))
         out = pl.concat(parts, how="vertical_relaxed").sort("job_id")
