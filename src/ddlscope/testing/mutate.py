@@ -91,11 +91,12 @@ def _mutate_json_objects(data: bytes, rng: random.Random, duplicate: bool) -> by
     return b"\n".join(out)
 
 
-def drop_column(data: bytes, rng: random.Random) -> bytes:
-    """Remove one column from every line of a delimited file (or one key of every JSON line)."""
+def _mutate_column(data: bytes, rng: random.Random, duplicate: bool) -> bytes:
+    """Drop (or repeat in place) one column of every line of a delimited file, or one key of every
+    JSON line: the column is drawn from the first line's width."""
     lines = _lines(data)
     if _is_json_lines(lines):
-        return _mutate_json_objects(data, rng, duplicate=False)
+        return _mutate_json_objects(data, rng, duplicate=duplicate)
     delim = _delimiter(lines[0]) if lines else b","
     width = lines[0].count(delim) + 1 if lines else 1
     k = rng.randrange(width)
@@ -103,26 +104,22 @@ def drop_column(data: bytes, rng: random.Random) -> bytes:
     for ln in lines:
         fields = ln.split(delim)
         if len(fields) > k:
-            del fields[k]
+            if duplicate:
+                fields.insert(k, fields[k])
+            else:
+                del fields[k]
         out.append(delim.join(fields))
     return b"\n".join(out)
+
+
+def drop_column(data: bytes, rng: random.Random) -> bytes:
+    """Remove one column from every line of a delimited file (or one key of every JSON line)."""
+    return _mutate_column(data, rng, duplicate=False)
 
 
 def duplicate_column(data: bytes, rng: random.Random) -> bytes:
     """Repeat one column of every line of a delimited file (header included: a duplicate name)."""
-    lines = _lines(data)
-    if _is_json_lines(lines):
-        return _mutate_json_objects(data, rng, duplicate=True)
-    delim = _delimiter(lines[0]) if lines else b","
-    width = lines[0].count(delim) + 1 if lines else 1
-    k = rng.randrange(width)
-    out = []
-    for ln in lines:
-        fields = ln.split(delim)
-        if len(fields) > k:
-            fields.insert(k, fields[k])
-        out.append(delim.join(fields))
-    return b"\n".join(out)
+    return _mutate_column(data, rng, duplicate=True)
 
 
 def _replace_numbers(data: bytes, rng: random.Random, choices: tuple[bytes, ...]) -> bytes:
