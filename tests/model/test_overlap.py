@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import polars as pl
 import pytest
 from hypothesis import given, settings
@@ -12,8 +13,9 @@ from hypothesis import strategies as st
 
 from ddlscope.model.api import predict
 from ddlscope.model.overlap import (
+    SCHEDULE_INPUTS,
     bucket_timeline,
-    scheduled_exposed_s,
+    schedule_arrays,
     skew_wait_s,
     timeline_exposed_s,
 )
@@ -25,9 +27,15 @@ c = pl.col
 
 
 def closed_form(comm, window, S, bucket, first, launch) -> float:
-    frame = pl.DataFrame({"C": [float(comm)], "T": [float(window)], "S": [float(S)], "q": [float(bucket)],
-                          "f": [float(first)], "L": [float(launch)]})
-    return frame.select(scheduled_exposed_s(c("C"), c("T"), c("S"), c("q"), c("f"), c("L")))[0, 0]
+    """The bucket queue's exposed time of the compiled schedule: all of ``comm`` dense (E = 0), the
+    backward = ``window`` (compute = window, backward_fraction = 1), one rank (no wait)."""
+    row = {"comm_s": comm, "compute_s": window, "dense_param_bytes": S, "sparse_bytes_per_step": 0.0,
+           "num_gradient_tensors": 1.0, "ranks": 1.0, "skew_sigma": 0.0, "bucket_bytes": bucket,
+           "first_bucket_bytes": first, "collective_launch_s": launch, "ps_pipelined": 1.0, "backward_fraction": 1.0,
+           "overlap_fraction": math.nan}
+    exposed, wait = schedule_arrays(np.array([False]), *(np.array([float(row[k])]) for k in SCHEDULE_INPUTS))
+    assert wait[0] == 0.0
+    return float(exposed[0])
 
 
 def simulate(comm, window, S, bucket, first, launch) -> float:
@@ -163,3 +171,24 @@ def test_ps_without_pipelining_waits_for_every_pull(toy_system):
     jobs = jobs_frame([job_row(toy_workload(), arch, toy_system)])
     piped, blocking = (breakdown(jobs.with_columns(ps_pipelined=pl.lit(v))).row(0, named=True) for v in (1.0, 0.0))
     assert blocking["exposed_comm_s"] - piped["exposed_comm_s"] == pytest.approx(0.9 * 0.05)
+
+
+def test_scheduled_and_explicit_rows_in_one_frame(toy_system):
+    # the compiled schedule prices each row by its own policy: a frame mixing scheduled rows and
+    # explicit fractions gives each row what it gets alone
+    from ddlscope.model.jobs import job_row, jobs_frame
+    from ddlscope.model.step_time import breakdown
+
+    archs = [Architecture(kind="allreduce_local", num_workers=4),
+             Architecture(kind="ps_worker", num_workers=4, num_ps=2), Architecture(kind="1w1g")]
+    rows = [job_row(toy_workload(), a, toy_system, overlap=o) for a in archs for o in ("scheduled", "none", 0.5)]
+    together = breakdown(jobs_frame(rows))
+    for i, row in enumerate(rows):
+        alone = breakdown(jobs_frame([row])).row(0, named=True)
+        assert together.row(i, named=True)["exposed_comm_s"] == pytest.approx(alone["exposed_comm_s"], rel=1e-12)
+        assert together.row(i, named=True)["sync_wait_s"] == pytest.approx(alone["sync_wait_s"], rel=1e-12)
+    # allreduce_local, overlap "none": everything exposed (1.8 ms), no wait; 0.5: half hidden (0.9 ms)
+    assert together.row(1, named=True)["exposed_comm_s"] == pytest.approx(1.8e-3)
+    assert together.row(2, named=True)["exposed_comm_s"] == pytest.approx(0.9e-3)
+    assert together.row(1, named=True)["sync_wait_s"] == 0.0
+    assert together.row(0, named=True)["sync_wait_s"] > 0.0

@@ -18,7 +18,7 @@ optimizer. With ``B`` buckets of cost ``c_i`` ready at ``t_i`` during a backward
 gives the maximum). Horovod's tensor fusion (a 64 MiB buffer, cycle 5 ms) is the same schedule with
 ``bucket_bytes`` = 64 MiB.
 
-**Closed form** (what :func:`scheduled_exposed_s` evaluates per row): gradients are produced
+**Closed form** (what :func:`schedule_arrays` evaluates per row): gradients are produced
 *uniformly in bytes* over the backward, so bucket ``k`` is ready at ``t_k = T_b * cum_k / S``
 (``cum_k`` the bytes of buckets 1..k, ``S`` the gradient bytes), and a bucket costs
 ``c_i = L + C * b_i / S`` (``C`` the communication time of all ``S`` bytes, priced by
@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import polars as pl
 
 c = pl.col
@@ -113,108 +114,153 @@ def bucket_count(grad_bytes: pl.Expr, bucket: pl.Expr, first: pl.Expr) -> pl.Exp
     return pl.when(grad_bytes > 0).then(1 + ((grad_bytes - first).clip(lower_bound=0) / bucket).ceil()).otherwise(0.0)
 
 
-def _shares_before(S: pl.Expr, B: pl.Expr, bucket: pl.Expr, first: pl.Expr) -> dict[str, pl.Expr]:
-    """The byte shares ``cum_k / S`` the closed form reads (``cum_k`` = bytes of buckets 1..k):
-    ``u1 = cum_1``, ``u2 = cum_2``, ``v = cum_{max(B-1, 1)}``, ``w = cum_{max(B-1, 1) - 1}``, and
-    ``n = min(B, 2)`` the buckets from ``max(B-1, 1)`` on. With one bucket the ``B-1`` candidate
-    is the first (``v = 1, w = 0, n = 1``)."""
-    inv = 1.0 / S
-    return {
-        "u1": pl.min_horizontal(S, first) * inv,
-        "u2": pl.min_horizontal(S, first + bucket) * inv,
-        "v": pl.when(B >= 2).then(pl.min_horizontal(S, first + (B - 2) * bucket) * inv).otherwise(1.0),
-        "w": pl.when(B >= 3).then(pl.min_horizontal(S, first + (B - 3) * bucket) * inv).otherwise(0.0),
-        "n": pl.min_horizontal(B, 2.0),
-    }
-
-
-def _ring_exposed(comm_s: pl.Expr, window_s: pl.Expr, B: pl.Expr, u1: pl.Expr, u2: pl.Expr, v: pl.Expr,
-                  w: pl.Expr, n: pl.Expr, launch_s: pl.Expr) -> pl.Expr:
-    """``max over k in {1, 2, B-1, B}`` of ``t_k + sum_{i>=k} c_i``, minus ``T_b`` (module
-    docstring), with ``t_k = T_b cum_k / S`` and ``sum_{i>=k} c_i = (B-k+1) L + C (1 - cum_{k-1} / S)``:
-
-    - ``k = 1``: ``T_b (u1 - 1) + B L + C``
-    - ``k = 2``: ``T_b (u2 - 1) + (B-1) L + C (1 - u1)``
-    - ``k = B-1``: ``T_b (v - 1) + n L + C (1 - w)``
-    - ``k = B``: ``L + C (1 - v)`` (the last bucket, after the backward)
-    """
-    return pl.max_horizontal(
-        window_s * (u1 - 1) + B * launch_s + comm_s,
-        window_s * (u2 - 1) + (B - 1) * launch_s + comm_s * (1 - u1),
-        window_s * (v - 1) + n * launch_s + comm_s * (1 - w),
-        launch_s + comm_s * (1 - v),
-    ).clip(lower_bound=0.0)
-
-
-def scheduled_exposed_s(comm_s: pl.Expr, window_s: pl.Expr, grad_bytes: pl.Expr, bucket: pl.Expr,
-                        first: pl.Expr, launch_s: pl.Expr) -> pl.Expr:
-    """Exposed seconds of ``comm_s`` (all the bucketed communication) behind a window of
-    ``window_s`` seconds (the backward) with gradients produced uniformly in bytes: the closed form
-    of the module docstring, ``max over k in {1, 2, B-1, B} of (t_k + sum_{i>=k} c_i) - T_b``.
-    ``comm_s`` itself is returned where there are no gradient bytes (nothing to schedule).
-    (:func:`schedule_passes` evaluates the same algebra in passes, for speed.)"""
-    B = bucket_count(grad_bytes, bucket, first)
-    exposed = _ring_exposed(comm_s, window_s, B, **_shares_before(grad_bytes, B, bucket, first), launch_s=launch_s)
-    return pl.when(B > 0).then(exposed).otherwise(comm_s)
-
-
-def equal_buckets_exposed_s(comm_s: pl.Expr, window_s: pl.Expr, buckets: pl.Expr, launch_s: pl.Expr) -> pl.Expr:
-    """The closed form for ``B`` equal buckets: ``max(C + B L - (1 - 1/B) T, C/B + L)`` (``k = 1`` and
-    ``k = B``; the middle terms are linear in ``k``), for per-tensor messages (PS push and pull)."""
-    return pl.max_horizontal(comm_s + buckets * launch_s - (1 - 1 / buckets) * window_s,
-                             comm_s / buckets + launch_s)
-
-
 def skew_wait_s(compute_s: pl.Expr, ranks: pl.Expr, sigma: pl.Expr) -> pl.Expr:
     """The expected wait for the slowest of ``ranks`` ranks, seconds: ``sigma sqrt(2 ln p) compute``
-    (0 for ``p <= 1``; module docstring)."""
+    (0 for ``p <= 1``; module docstring). The scheduled model evaluates the same term in
+    :func:`schedule_arrays`."""
     p = pl.max_horizontal(ranks, 1.0)
     return sigma * (2 * p.log()).sqrt() * compute_s
 
 
+# -- the schedule as one compiled loop -----------------------------------------------------------------
+# Every row takes one branch (no communication, PS push/pull, or the bucket queue): Polars
+# expressions evaluate every branch on every row and allocate per operation (about 110-150 ns per
+# row for this schedule on the 2-core development machine), one compiled loop costs about 10 ns per
+# row (benchmarks/bench_model.py). Numba compiles it on first use and caches the machine code.
+SCHEDULE_INPUTS: tuple[str, ...] = (
+    "comm_s", "compute_s", "dense_param_bytes", "sparse_bytes_per_step", "num_gradient_tensors", "ranks",
+    "skew_sigma", "bucket_bytes", "first_bucket_bytes", "collective_launch_s", "ps_pipelined",
+    "backward_fraction", "overlap_fraction",
+)
+"""The per-row inputs of :func:`schedule_arrays`, in its argument order after ``is_ps``."""
+
+_KERNEL = None
+
+
+def _schedule_kernel():
+    """The compiled per-row loop of :func:`schedule_arrays` (compiled on first use, then cached)."""
+    global _KERNEL
+    if _KERNEL is not None:
+        return _KERNEL
+    import numba
+
+    @numba.njit(nogil=True, cache=True)
+    def kernel(is_ps, comm, compute, S, E, k, ranks, sigma, bucket, first, L, pipelined, bf, fraction, exposed,
+               wait):
+        for i in range(comm.shape[0]):
+            c_all = comm[i]
+            if not math.isnan(fraction[i]):  # an explicit policy: hidden = min(f comm, compute), no wait
+                exposed[i] = c_all - min(fraction[i] * c_all, compute[i])
+                wait[i] = 0.0
+                continue
+            if not c_all > 0.0:  # no communication (or NaN: nothing to schedule)
+                exposed[i] = 0.0 if c_all <= 0.0 else c_all
+                wait[i] = 0.0 if c_all <= 0.0 else c_all
+                continue
+            w = sigma[i] * math.sqrt(2.0 * math.log(max(ranks[i], 1.0))) * compute[i]
+            s = S[i]
+            C = c_all * s / max(s + E[i], 1.0)  # the dense part; the sparse rest is exposed whole
+            T = bf[i] * compute[i]  # the backward
+            lat = L[i]
+            if s <= 0.0:
+                d = 0.0
+            elif is_ps[i]:  # one message per tensor: pushes over the backward, pulls over the forward
+                kk = max(k[i], 1.0)
+                push = max(0.5 * C + kk * lat - (1.0 - 1.0 / kk) * T, 0.5 * C / kk + lat)
+                if pipelined[i] > 0.0:
+                    pull = max(0.5 * C + kk * lat - (1.0 - 1.0 / kk) * 0.5 * T, 0.5 * C / kk + lat)
+                else:
+                    pull = 0.5 * C + kk * lat
+                d = push + pull
+            else:  # the bucket queue: max over k in {1, 2, B-1, B} of t_k + sum_{i>=k} c_i, minus T_b
+                b, f = bucket[i], first[i]
+                B = 1.0 + math.ceil(max(s - f, 0.0) / b)
+                inv = 1.0 / s
+                u1 = min(s, f) * inv
+                u2 = min(s, f + b) * inv
+                v = min(s, f + (B - 2.0) * b) * inv if B >= 2.0 else 1.0
+                ww = min(s, f + (B - 3.0) * b) * inv if B >= 3.0 else 0.0
+                d = max(T * (u1 - 1.0) + B * lat + C,
+                        T * (u2 - 1.0) + (B - 1.0) * lat + C * (1.0 - u1),
+                        T * (v - 1.0) + min(B, 2.0) * lat + C * (1.0 - ww),
+                        lat + C * (1.0 - v),
+                        0.0)
+            exposed[i] = d + (c_all - C) + w
+            wait[i] = w
+
+    _KERNEL = kernel
+    return kernel
+
+
+def schedule_arrays(is_ps: np.ndarray, *inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The scheduled exposed communication and the wait for the slowest rank, per row (seconds).
+
+    Args:
+        is_ps: bool, shape ``(n,)``: the row's parameters live on PS shards or the host
+            (``ps_worker``, ``1wng``): per-tensor push and pull; else the DDP bucket queue.
+        inputs: the :data:`SCHEDULE_INPUTS`, each float64 of shape ``(n,)`` (a broadcast
+            constant is fine): the communication ``comm_s`` (all links, s), the compute
+            ``compute_s`` (compute-bound + memory-bound, s), the dense gradient bytes ``S``, the
+            sparse bytes ``E``, the gradient tensors ``k``, the ranks ``p``, the
+            :data:`SCHEDULE_COLUMNS` parameters and ``overlap_fraction`` (NaN: scheduled; a number
+            ``f``: the explicit policy ``exposed = comm - min(f comm, compute)``, no wait).
+
+    Returns:
+        ``(exposed_s, wait_s)``, float64 ``(n,)``: exposed = the dense part's scheduled exposed
+        time + the sparse part + the wait (0 without communication). The formulas are the module
+        docstring's closed forms: the bucket queue's maximum over ``k in {1, 2, B-1, B}`` and the
+        PS push/pull's equal-buckets form ``max(C + B L - (1 - 1/B) T, C/B + L)``.
+    """
+    if len(inputs) != len(SCHEDULE_INPUTS):
+        raise ValueError(f"schedule_arrays takes {len(SCHEDULE_INPUTS)} inputs after is_ps "
+                         f"({', '.join(SCHEDULE_INPUTS)}), got {len(inputs)}")
+    n = is_ps.shape[0]
+    arrays = [np.broadcast_to(np.asarray(a, dtype=np.float64), (n,)) for a in inputs]
+    exposed, wait = np.empty(n), np.empty(n)
+    _schedule_kernel()(np.ascontiguousarray(is_ps, dtype=np.bool_), *arrays, exposed, wait)
+    return exposed, wait
+
+
+_SCHEDULE_DTYPE = pl.Struct({"exposed": pl.Float64, "wait": pl.Float64})
+
+
+def _schedule_batch(batch: pl.Series) -> pl.Series:
+    """:func:`schedule_arrays` on one batch (a struct Series of ``is_ps`` and :data:`SCHEDULE_INPUTS`)."""
+    frame = batch.struct.unnest()
+    is_ps = frame["is_ps"].to_numpy()
+    exposed, wait = schedule_arrays(is_ps, *(frame[name].to_numpy() for name in SCHEDULE_INPUTS))  # null -> NaN
+    return pl.DataFrame({"exposed": exposed, "wait": wait}).to_struct(batch.name)
+
+
 def schedule_passes(lf: pl.LazyFrame, *, compute_s: pl.Expr, ranks: pl.Expr, timeline: bool = False) -> pl.LazyFrame:
     """``lf`` (a breakdown in progress: ``architecture``, ``comm_s``, ``dense_param_bytes``,
-    ``sparse_bytes_per_step``, ``num_gradient_tensors`` and the :data:`SCHEDULE_COLUMNS`) with
-    ``__sched_exposed_s`` (the scheduled exposed communication, the wait included) and
-    ``__sched_wait_s`` (the wait for the slowest rank), module docstring. Three passes, each reading
-    the previous one's columns (no sub-expression evaluated twice). With ``timeline``, rows whose
-    ``timeline_tau`` is not null use the exact per-workload timeline for the all-reduce
-    architectures (:func:`timeline_exposed_s`).
+    ``sparse_bytes_per_step``, ``num_gradient_tensors``, ``overlap_fraction`` and the
+    :data:`SCHEDULE_COLUMNS`) with ``__sched_exposed_s`` (the exposed communication, the wait
+    included: scheduled where ``overlap_fraction`` is null, else the explicit policy) and
+    ``__sched_wait_s`` (the wait for the slowest rank, 0 under an explicit policy), module
+    docstring: :func:`schedule_arrays` per batch of rows (elementwise, so the streaming engine runs
+    batches in parallel). With ``timeline``, scheduled rows whose ``timeline_tau`` is not null use
+    the exact per-workload timeline for the all-reduce architectures (:func:`timeline_exposed_s`).
     """
-    S, E = c("dense_param_bytes"), c("sparse_bytes_per_step")
-    bucket, first = c("bucket_bytes"), c("first_bucket_bytes")
-    has_comm = c("comm_s") > 0
-    # (guards as when/then: a bool cast to 0/1 costs twice a when in Polars 2.1; clip over min/max)
-    lf = lf.with_columns(
-        __sc_dense=c("comm_s") * S / (S + E).clip(lower_bound=1.0),
-        __sc_tb=c("backward_fraction") * compute_s,
-        __sc_B=pl.when(S > 0).then(1 + ((S - first).clip(lower_bound=0) / bucket).ceil()).otherwise(0.0),
-        __sc_inv=1.0 / S.clip(lower_bound=1.0),
-        __sc_wait=pl.when(has_comm).then(skew_wait_s(compute_s, ranks, c("skew_sigma"))).otherwise(0.0),
-    )
-    B, L, C, T, inv = c("__sc_B"), c("collective_launch_s"), c("__sc_dense"), c("__sc_tb"), c("__sc_inv")
-    lf = lf.with_columns(
-        __sc_u1=pl.min_horizontal(S, first) * inv,
-        __sc_u2=pl.min_horizontal(S, first + bucket) * inv,
-        # B-1 candidate: cum_{max(B-1, 1)} (1 for one bucket) and the bytes before it
-        __sc_v=pl.when(B >= 2).then(pl.min_horizontal(S, first + (B - 2) * bucket) * inv).otherwise(1.0),
-        __sc_w=pl.when(B >= 3).then(pl.min_horizontal(S, first + (B - 3) * bucket) * inv).otherwise(0.0),
-        __sc_n=B.clip(upper_bound=2.0),
-    )
-    ring = _ring_exposed(C, T, B, *(c(f"__sc_{k}") for k in ("u1", "u2", "v", "w", "n")), launch_s=L)
+    f = pl.Float64
+    names = dict(zip(SCHEDULE_INPUTS, (
+        c("comm_s"), compute_s, c("dense_param_bytes"), c("sparse_bytes_per_step"), c("num_gradient_tensors"), ranks,
+        *(c(k) for k in ("skew_sigma", "bucket_bytes", "first_bucket_bytes", "collective_launch_s", "ps_pipelined",
+                         "backward_fraction", "overlap_fraction"))), strict=True))
+    inputs = pl.struct(is_ps=c("architecture").is_in(["ps_worker", "1wng"]),
+                       **{k: e.cast(f) for k, e in names.items()})
+    lf = lf.with_columns(__sched=inputs.map_batches(_schedule_batch, return_dtype=_SCHEDULE_DTYPE,
+                                                    is_elementwise=True))
+    exposed = c("__sched").struct.field("exposed")
+    wait = c("__sched").struct.field("wait")
     if timeline:
-        ring = pl.when(c("timeline_tau").is_not_null()).then(timeline_exposed_s(C, T, S, L)).otherwise(ring)
-    # PS and host parameters: one message per gradient tensor, pushed after its gradient (over the
-    # backward), pulled before its forward use (over the forward, T_b / 2)
-    k = c("num_gradient_tensors").cast(pl.Float64).clip(lower_bound=1.0)
-    pull = pl.when(c("ps_pipelined") > 0).then(equal_buckets_exposed_s(0.5 * C, 0.5 * T, k, L)).otherwise(
-        0.5 * C + k * L)
-    push_pull = equal_buckets_exposed_s(0.5 * C, T, k, L) + pull
-    # without gradients (S = 0) nothing is scheduled: C = 0 and only the sparse part is exposed
-    dense_exposed = (pl.when(S <= 0).then(0.0).when(c("architecture").is_in(["ps_worker", "1wng"]))
-                     .then(push_pull).otherwise(ring))
-    exposed = pl.when(has_comm).then(dense_exposed + (c("comm_s") - C) + c("__sc_wait")).otherwise(0.0)
-    return lf.with_columns(__sched_exposed_s=exposed, __sched_wait_s=c("__sc_wait"))
+        S, E = c("dense_param_bytes"), c("sparse_bytes_per_step")
+        dense = c("comm_s") * S / (S + E).clip(lower_bound=1.0)
+        exact = timeline_exposed_s(dense, c("backward_fraction") * compute_s, S, c("collective_launch_s"))
+        use = (c("timeline_tau").is_not_null() & c("overlap_fraction").is_null() & (c("comm_s") > 0) & (S > 0)
+               & ~c("architecture").is_in(["ps_worker", "1wng"]))
+        exposed = pl.when(use).then(exact + (c("comm_s") - dense) + wait).otherwise(exposed)
+    return lf.with_columns(__sched_exposed_s=exposed, __sched_wait_s=wait)
 
 
 # -- the exact per-workload timeline ------------------------------------------------------------------

@@ -108,32 +108,23 @@ OUTPUT_COLUMNS: tuple[str, ...] = (
 c = pl.col
 
 
-def _running_maxima(prefix: str, cols: list[pl.Expr]) -> dict[str, pl.Expr]:
-    """Columns ``<prefix>i`` = the maximum of ``cols[:i+1]``, for :func:`_argmax` (one pass, each a
-    flat ``max_horizontal``: nothing re-evaluated)."""
-    return {f"{prefix}{i}": pl.max_horizontal(cols[: i + 1]) for i in range(1, len(cols))}
-
-
-def _argmax(names: tuple[str, ...], cols: list[pl.Expr], prefix: str, dtype: pl.DataType,
+def _argmax(names: tuple[str, ...], cols: list[pl.Expr], best: pl.Expr, dtype: pl.DataType,
             none_label: str | None) -> pl.Expr:
     """The name of the largest of ``cols`` (the first wins ties); ``none_label`` if all are <= 0.
 
-    Reads the running maxima :func:`_running_maxima` wrote under ``prefix`` in an earlier pass:
-    column i wins where it exceeds the maximum of the columns before it and no later column
-    exceeds its own running maximum. The names are ``dtype`` (Enum) literals: no per-row look-up
-    from index to name (``replace_strict`` to an Enum cost 5x more on 3 M rows, Polars 2.1).
+    ``best`` is their maximum, written by an earlier pass (one ``max_horizontal``): the first
+    column equal to it wins. The names are ``dtype`` (Enum) literals: no per-row look-up from index
+    to name (``replace_strict`` to an Enum cost 5x more on 3 M rows, Polars 2.1).
     """
     def label(name: str) -> pl.Expr:
         return pl.lit(name, dtype=dtype)
 
-    def best(i: int) -> pl.Expr:  # the maximum of cols[: i + 1]
-        return cols[0] if i == 0 else c(f"{prefix}{i}")
-
-    out = label(names[0])
-    for i in range(1, len(cols)):
-        out = pl.when(cols[i] > best(i - 1)).then(label(names[i])).otherwise(out)
+    out = pl.when(cols[0] == best).then(label(names[0]))
+    for name, col in zip(names[1:-1], cols[1:-1], strict=True):
+        out = out.when(col == best).then(label(name))
+    out = out.otherwise(label(names[-1]))
     if none_label is not None:
-        out = pl.when(best(len(cols) - 1) <= 0).then(label(none_label)).otherwise(out)
+        out = pl.when(best <= 0).then(label(none_label)).otherwise(out)
     return out
 
 
@@ -142,7 +133,8 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     with the output columns of this module's docstring appended.
 
     Evaluated in passes (placement and link bandwidths; components, bytes, messages and memory fit;
-    link times; overlap; shares and running maxima; bottlenecks): each pass reads the previous
+    link times; overlap (the compiled schedule of :mod:`ddlscope.model.overlap`); shares and maxima;
+    bottlenecks): each pass reads the previous
     passes' columns by name, so no sub-expression is evaluated twice (Polars' common-sub-expression
     elimination does not reach across the nested ``when`` chains; one expression graph was 2-3x
     slower). The ``__``-prefixed
@@ -185,16 +177,20 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
         __workers_per_server=((c("num_workers") + c("num_servers") - 1) // c("num_servers")).cast(f),
         __ps_shards=pl.max_horizontal(c("num_ps"), 1).cast(f),
         __flat=pl.when(c("num_servers") > 1).then(c("flat_ring")).otherwise(0.0),
+        # architecture indicators as 0/1 factors, stored once: a bool cast to Float64 costs about as
+        # much as a multiplication, and each is read by several terms below
+        __sp=(E > 0).cast(f),
+        __is_host_ps=arch.is_in(["1wng", "ps_worker"]).cast(f),
+        __is_ring=arch.is_in(["allreduce_local", "allreduce_cluster", "pearl"]).cast(f),
+        __is_gather=arch.is_in(["allreduce_local", "allreduce_cluster"]).cast(f),
+        __is_pearl=(arch == "pearl").cast(f),
     )
     p, g, m, r, k = c("__p"), c("__g"), c("__m"), c("__r"), c("__k")
     B_pcie, B_nv, B_nic = c("__B_pcie"), c("__B_nv"), c("__B_nic")
+    sp, is_host_ps, is_ring, is_gather, is_pearl = (c(f"__{x}") for x in ("sp", "is_host_ps", "is_ring", "is_gather",
+                                                                        "is_pearl"))
     # cheap per row (an Enum or a number compared): recomputed where used rather than stored
-    sp = (E > 0).cast(f)
     has_nv = c("nvlink_bandwidth_bytes_per_s") > 0
-    is_host_ps = arch.is_in(["1wng", "ps_worker"]).cast(f)
-    is_ring = arch.is_in(["allreduce_local", "allreduce_cluster", "pearl"]).cast(f)
-    is_gather = arch.is_in(["allreduce_local", "allreduce_cluster"]).cast(f)
-    is_pearl = (arch == "pearl").cast(f)
     is_ps = arch == "ps_worker"
 
     # -- pass 2: data I/O, computation, bytes and messages per link class ------------------------
@@ -305,51 +301,53 @@ def _step(lf: pl.LazyFrame, scheduled: bool = True) -> pl.LazyFrame:
     ``f``: ``hidden = min(f comm, compute)``, no wait (``f = 0`` is the PAI study's additive model).
     """
     compute_s = c("compute_bound_s") + c("memory_bound_s")
-    fraction = c("comm_s") - pl.min_horizontal(c("overlap_fraction") * c("comm_s"), compute_s)
     # the host's per-step time (op-priced rows) neither hides communication nor is hidden by it
     if not scheduled:  # every row has a fraction: the PAI study's model or a fixed overlap
+        fraction = c("comm_s") - pl.min_horizontal(c("overlap_fraction") * c("comm_s"), compute_s)
         lf = lf.with_columns(sync_wait_s=pl.lit(0.0), exposed_comm_s=fraction)
-        return lf.with_columns(step_s=c("data_io_s") + compute_s + c("exposed_comm_s") + c("host_s"),
-                               hidden_comm_s=c("comm_s") - c("exposed_comm_s"))
-    lf = schedule_passes(lf, compute_s=compute_s, ranks=c("__p"),
-                         timeline="timeline_tau" in lf.collect_schema().names())
-    is_scheduled = c("overlap_fraction").is_null()
-    lf = lf.with_columns(
-        sync_wait_s=pl.when(is_scheduled).then(c("__sched_wait_s")).otherwise(0.0),
-        exposed_comm_s=pl.when(is_scheduled).then(c("__sched_exposed_s")).otherwise(fraction),
+    else:  # the compiled schedule prices both kinds of row (a fraction where one is given)
+        lf = schedule_passes(lf, compute_s=compute_s, ranks=c("__p"),
+                             timeline="timeline_tau" in lf.collect_schema().names())
+        lf = lf.with_columns(sync_wait_s=c("__sched_wait_s"), exposed_comm_s=c("__sched_exposed_s"))
+    step = c("data_io_s") + compute_s + c("exposed_comm_s") + c("host_s")
+    # what the shares read, once: 1 / step, and the exposed (with and without the wait) per unit of communication
+    has_comm = c("comm_s") > 0
+    return lf.with_columns(
+        step_s=step,
+        hidden_comm_s=c("comm_s") + c("sync_wait_s") - c("exposed_comm_s"),
+        __inv_step=1.0 / step,
+        __exposed_per_comm=pl.when(has_comm).then(c("exposed_comm_s") / c("comm_s")).otherwise(0.0),
+        # the links' own exposed time, without the wait for the slowest rank (sync_wait_s, reported apart)
+        __link_exposed_per_comm=pl.when(has_comm).then(
+            (c("exposed_comm_s") - c("sync_wait_s")) / c("comm_s")).otherwise(0.0),
     )
-    return lf.with_columns(step_s=c("data_io_s") + compute_s + c("exposed_comm_s") + c("host_s"),
-                           hidden_comm_s=c("comm_s") + c("sync_wait_s") - c("exposed_comm_s"))
 
 
 def _shares(lf: pl.LazyFrame, priced: bool = False) -> pl.LazyFrame:
     """Passes 3-5: throughput, shares and bottleneck from the step time."""
-    step = c("step_s")
-    exposed_per_comm = pl.when(c("comm_s") > 0).then(c("exposed_comm_s") / c("comm_s")).otherwise(0.0)
-    # the links' own exposed time, without the wait for the slowest rank (sync_wait_s, reported apart)
-    link_exposed_per_comm = pl.when(c("comm_s") > 0).then(
-        (c("exposed_comm_s") - c("sync_wait_s")) / c("comm_s")).otherwise(0.0)
+    inv_step, exposed_per_comm, link_exposed_per_comm = c("__inv_step"), c("__exposed_per_comm"), c(
+        "__link_exposed_per_comm")
     lf = lf.with_columns(
-        samples_per_s=c("batch_size") * c("num_gpus") / step,
-        share_data_io=c("data_io_s") / step,
-        share_compute_bound=c("compute_bound_s") / step,
-        share_memory_bound=c("memory_bound_s") / step,
-        share_comm=c("exposed_comm_s") / step,
-        share_host=c("host_s") / step if priced else pl.lit(0.0),
+        samples_per_s=c("batch_size") * c("num_gpus") * inv_step,
+        share_data_io=c("data_io_s") * inv_step,
+        share_compute_bound=c("compute_bound_s") * inv_step,
+        share_memory_bound=c("memory_bound_s") * inv_step,
+        share_comm=c("exposed_comm_s") * inv_step,
+        share_host=c("host_s") * inv_step if priced else pl.lit(0.0),
         **{f"__exposed_{x}_s": c(f"{x}_s") * exposed_per_comm for x in LINKS},
     )
     candidates = [c(f"{x}_s") for x in COMPONENTS[:3]] + [c(f"__exposed_{x}_s") for x in LINKS]
     link_s = [c(f"{x}_s") for x in LINKS]
     lf = lf.with_columns(
-        **{f"share_{x}": c(f"__exposed_{x}_s") / step for x in LINKS},
+        **{f"share_{x}": c(f"__exposed_{x}_s") * inv_step for x in LINKS},
         **{f"{x}_exposed_s": c(f"{x}_s") * link_exposed_per_comm for x in LINKS},
         **{f"{x}_hidden_s": c(f"{x}_s") * (1 - link_exposed_per_comm) for x in LINKS},
-        **_running_maxima("__best_component_", candidates),
-        **_running_maxima("__best_link_", link_s),
+        __best_component=pl.max_horizontal(candidates),
+        __best_link=pl.max_horizontal(link_s),
     )
     return lf.with_columns(
-        bottleneck=_argmax(COMPONENTS, candidates, "__best_component_", ComponentEnum, None),
-        bottleneck_link=_argmax(LINKS, link_s, "__best_link_", LinkEnum, "none"),
+        bottleneck=_argmax(COMPONENTS, candidates, c("__best_component"), ComponentEnum, None),
+        bottleneck_link=_argmax(LINKS, link_s, c("__best_link"), LinkEnum, "none"),
     )
 
 
