@@ -212,3 +212,47 @@ def test_a_fit_with_scipy_recovers_a_known_parameter_through_predict_single_gpu(
     fitted = volta.with_values({"memory_eff": res.x}, "fitted on 2 synthetic rows")
     out = predict_single_gpu(cases, {"volta": fitted})
     assert "memory_eff overridden (fitted on 2 synthetic rows)" in out["compute_efficiency_source"][0]
+
+
+def _fp16_ops() -> pl.DataFrame:
+    # the same step profiled under mixed precision: the GEMMs' results and the activations in FP16
+    return _ops().with_columns(dtype=pl.lit("float16"), total_bytes=pl.col("total_bytes") // 2)
+
+
+def test_whatif_with_op_tables_reprices_every_scenario_on_its_own_gpu_and_precision():
+    from ddlscope.model.api import predict_whatif
+    from ddlscope.specs.scenario import Scenario
+
+    w, a, s = _job()
+    cat = builtin_catalog()
+    scenarios = [Scenario(name="a100", gpu="A100-SXM4-40GB"), Scenario(name="amp", precision="fp16")]
+    out = predict_whatif(w, a, s, scenarios, ops={"fp32": _ops(), "fp16": _fp16_ops()})
+    rows = {r["scenario"]: r for r in out.iter_rows(named=True)}
+    # the baseline is predict with the same op table
+    base = predict(w, a, s, ops=_ops()).row(0, named=True)
+    assert rows["baseline"]["step_s"] == pytest.approx(base["step_s"], rel=1e-12)
+    # the GPU swap re-prices every op on the A100 (ampere efficiencies), not the peak ratio
+    a100 = predict_single_gpu([SingleGpuCase(_ops(), "A100-SXM4-40GB", "fp32", 64)], catalog=cat).row(0, named=True)
+    assert rows["a100"]["compute_bound_s"] == pytest.approx(a100["compute_bound_s"], rel=1e-12)
+    assert rows["a100"]["host_s"] == pytest.approx(a100["host_s"], rel=1e-12)
+    assert rows["a100"]["compute_efficiency_source"].startswith("catalog default for ampere")
+    # mixed precision prices the FP16 profile on the V100's tensor cores; memory-bound time from its bytes
+    amp = predict_single_gpu([SingleGpuCase(_fp16_ops(), "V100", "fp16", 64)], catalog=cat).row(0, named=True)
+    assert rows["amp"]["compute_bound_s"] == pytest.approx(amp["compute_bound_s"], rel=1e-12)
+    assert rows["amp"]["speedup"] == pytest.approx(base["step_s"] / rows["amp"]["step_s"])
+    # without the tables the same scenarios take the totals path (no host cost)
+    plain = {r["scenario"]: r for r in predict_whatif(w, a, s, scenarios).iter_rows(named=True)}
+    assert plain["a100"]["host_s"] == 0.0
+
+
+def test_price_jobs_picks_the_table_of_the_rows_precision():
+    w, a, s = _job()
+    jobs = jobs_frame([job_row(w, a, s, job_id=0), job_row(w.model_copy(update={"precision": "fp16"}), a, s, job_id=1),
+                       job_row(w.model_copy(update={"precision": "tf32"}), a, s, job_id=2)])
+    priced = price_jobs(jobs, {("toy", "fp32"): _ops(), ("toy", "fp16"): _fp16_ops()})
+    fp16 = predict_single_gpu([SingleGpuCase(_fp16_ops(), "V100", "fp16", 64)]).row(0, named=True)
+    tf32 = predict_single_gpu([SingleGpuCase(_ops(), "V100", "tf32", 64)]).row(0, named=True)
+    assert priced["priced_compute_bound_s"][1] == pytest.approx(fp16["compute_bound_s"])
+    assert priced["priced_compute_bound_s"][2] == pytest.approx(tf32["compute_bound_s"])  # tf32 shares fp32's
+    only16 = price_jobs(jobs, {("toy", "fp16"): _fp16_ops()})  # no fp32 table: those rows stay unpriced
+    assert only16["priced_compute_bound_s"].null_count() == 2

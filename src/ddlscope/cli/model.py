@@ -222,12 +222,18 @@ def register(app: typer.Typer) -> None:
         Without options: the built-in example job (ResNet-50, PS/Worker, 8 workers, 2 PS shards on the PAI study's
         8 x V100 NVLink server with 25 Gb/s Ethernet) under every built-in scenario.
         """
-        w = _workload(workload_file, batch_size, precision, model, seq_len, image_size, optimizer)
+        w, ops = _workload_and_ops(workload_file, batch_size, precision, model, seq_len, image_size, optimizer)
         arch = resolve_architecture(architecture, workers, gpus_per_worker, ps, servers, example_architecture())
         sysm, cat = resolve_system(system, system_file, gpu, nic, nvlink, catalog)
         scenarios = parse_scenarios(scenario, cat)
         expected_one_of(fmt, FORMATS)
-        out = predict_whatif(w, arch, sysm, scenarios, overlap=overlap, catalog=cat)
+        op_tables = None
+        if ops is not None:  # every scenario priced op by op: its precisions profiled too (tf32 shares fp32's)
+            op_tables = {w.precision: ops}
+            for p in sorted({s.precision for s in scenarios if s.precision} - {w.precision}):
+                if {p, w.precision} != {"fp32", "tf32"}:
+                    op_tables[p] = _workload_and_ops(None, batch_size, p, model, seq_len, image_size, optimizer)[1]
+        out = predict_whatif(w, arch, sysm, scenarios, overlap=overlap, ops=op_tables, catalog=cat)
         _warn_memory(out)
         if fmt == "table":
             table = out.select(
@@ -247,7 +253,10 @@ def register(app: typer.Typer) -> None:
             emit(table, "table",
                  title=f"What-if: {w.name} | {arch.kind}, {arch.num_gpus} GPU(s) | {sysm.name}",
                  caption="times in seconds per step; compute_s = compute-bound + memory-bound; "
-                 "speedup = baseline step_s / scenario step_s; --format json for every column")
+                 "speedup = baseline step_s / scenario step_s; compute "
+                 + ("priced op by op on each scenario's GPU and precision" if ops is not None
+                    else "from the workload's totals (give --model to price op by op)")
+                 + "; --format json for every column")
         else:
             emit(out, fmt)
 

@@ -13,7 +13,7 @@ import polars as pl
 
 from ddlscope.model.compute import price_jobs
 from ddlscope.model.jobs import job_row, jobs_frame
-from ddlscope.model.scenarios import whatif
+from ddlscope.model.scenarios import OpPricing, whatif
 from ddlscope.model.step_time import breakdown
 from ddlscope.specs.architecture import Architecture
 from ddlscope.specs.catalog import Catalog
@@ -63,14 +63,33 @@ def predict_whatif(
     scenarios: Sequence[Scenario],
     *,
     overlap: str | float = "scheduled",
+    ops: pl.DataFrame | Mapping[str, pl.DataFrame] | None = None,
+    efficiencies: Mapping[str, ComputeEfficiency] | ComputeEfficiency | None = None,
     catalog: Catalog | None = None,
 ) -> pl.DataFrame:
     """One job under the baseline and each scenario: one row each, with ``speedup`` over the
     baseline (see :func:`ddlscope.model.scenarios.whatif`).
+
+    Args:
+        workload, architecture, system, scenarios: the job and the what-ifs.
+        overlap: the overlap policy (as :func:`predict`).
+        ops: the workload's op table (as :func:`predict`), or a mapping precision -> op table
+            profiled at that precision (for scenarios that change it): the baseline and every
+            scenario are then priced op by op on their own GPU and precision, so the baseline
+            equals :func:`predict` with the same table and a GPU swap re-prices every op on the
+            new GPU. A scenario whose precision has no table is priced from the totals.
+        efficiencies: overrides of the catalog's compute efficiencies, only with ``ops``.
+        catalog: for scenarios' hardware and the GPUs' generations (default: built-in).
 
     Raises:
         ValueError: the job does not fit, duplicate scenario names, a wrong link kind.
         CatalogError: a scenario names an unknown catalog entry.
     """
     jobs = jobs_frame([job_row(workload, architecture, system, overlap=overlap)])
-    return whatif(jobs, scenarios, catalog)
+    pricing = None
+    if ops is not None:
+        tables: dict[str | tuple[str, str], pl.DataFrame] = (
+            {(workload.name, p): t for p, t in ops.items()} if isinstance(ops, Mapping)
+            else {(workload.name, workload.precision): ops})
+        pricing = OpPricing(tables, efficiencies, catalog, gpus={system.gpu.name: system.gpu})
+    return whatif(jobs, scenarios, catalog, pricing=pricing)

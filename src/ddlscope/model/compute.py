@@ -317,7 +317,7 @@ def _spec_from_columns(row: Mapping[str, object]) -> GPUSpec:
 
 def price_jobs(
     jobs: pl.DataFrame,
-    op_tables: Mapping[str, pl.DataFrame],
+    op_tables: Mapping[str | tuple[str, str], pl.DataFrame],
     efficiencies: Mapping[str, ComputeEfficiency] | ComputeEfficiency | None = None,
     catalog: Catalog | None = None,
     gpus: Mapping[str, GPUSpec] | None = None,
@@ -327,10 +327,19 @@ def price_jobs(
     of a job whose ``workload`` has an op table in ``op_tables`` is priced once by
     :func:`predict_single_gpu`; other jobs get nulls there (the totals path prices them).
 
+    ``op_tables`` is keyed by workload name (one table for every precision of that workload) or by
+    ``(workload, precision)`` (a table profiled at that precision: a mixed-precision run's op
+    table holds FP16 GEMMs and FP16 activations, which an FP32 table priced at ``fp16`` does not).
+    A row takes the ``(workload, precision)`` table, else that of the precision with the same
+    profile (``fp32`` and ``tf32`` share one: TF32 changes the arithmetic, not the tensors), else
+    the workload's own key; with only per-precision keys and none for the row's precision, the
+    row is not priced.
+
     ``priced_gpu`` and ``priced_precision`` record what was priced: the step-time model uses the
     priced seconds only on rows whose ``gpu`` and ``precision`` still match (a scenario that
     swaps the GPU or precision falls back to the totals path unless ``price_jobs`` runs again on
-    its rows). The op table of a workload must be profiled at the jobs' batch size. A job's GPU
+    its rows, as :func:`ddlscope.model.scenarios.whatif` does when given the op tables). The op
+    table of a workload must be profiled at the jobs' batch size. A job's GPU
     is looked up by its ``gpu`` name in ``gpus`` (e.g. a system file's own entry), then in the
     catalog, else rebuilt from its Jobs columns (no generation: the ``default`` efficiencies).
     ``conv_layout`` is every workload's activation layout (:class:`SingleGpuCase`).
@@ -344,17 +353,22 @@ def price_jobs(
     keys = ["workload", "gpu", "precision"]
     gpu_cols = ["gpu_peak_fp32_flop_per_s", "gpu_peak_tf32_flop_per_s", "gpu_peak_fp16_flop_per_s",
                 "gpu_peak_bf16_flop_per_s", "gpu_memory_bandwidth_bytes_per_s", "gpu_memory_bytes"]
-    distinct = (jobs.filter(c("workload").is_in(list(op_tables)))
+    names = {k if isinstance(k, str) else k[0] for k in op_tables}
+    distinct = (jobs.filter(c("workload").is_in(list(names)))
                 .select(*keys, "batch_size", *gpu_cols).unique(subset=keys, keep="first", maintain_order=True))
+    tables = [_op_table_for(op_tables, row["workload"], str(row["precision"]))
+              for row in distinct.iter_rows(named=True)]
+    distinct = distinct.filter(pl.Series([t is not None for t in tables], dtype=pl.Boolean))
+    tables = [t for t in tables if t is not None]
     cases = []
-    for row in distinct.iter_rows(named=True):
+    for row, op_table in zip(distinct.iter_rows(named=True), tables, strict=True):
         gpu = (gpus or {}).get(row["gpu"])
         if gpu is None:
             try:
                 gpu = cat.gpu(row["gpu"])
             except CatalogError:
                 gpu = _spec_from_columns(row)
-        cases.append(SingleGpuCase(op_tables[row["workload"]], gpu, str(row["precision"]), int(row["batch_size"]),
+        cases.append(SingleGpuCase(op_table, gpu, str(row["precision"]), int(row["batch_size"]),
                                    conv_layout=conv_layout))
     priced = predict_single_gpu(cases, efficiencies, cat)
     table = distinct.select(keys).with_columns(
@@ -369,3 +383,16 @@ def price_jobs(
         priced_compute_bound_s=pl.lit(None, pl.Float64), priced_memory_bound_s=pl.lit(None, pl.Float64),
         priced_host_s=pl.lit(None, pl.Float64), compute_efficiency_source=pl.lit(None, pl.String))
     return jobs.join(table, on=keys, how="left", maintain_order="left")
+
+
+_SAME_PROFILE = {"fp32": "tf32", "tf32": "fp32"}
+
+
+def _op_table_for(op_tables: Mapping[str | tuple[str, str], pl.DataFrame], workload: str,
+                  precision: str) -> pl.DataFrame | None:
+    """The op table :func:`price_jobs` prices a (workload, precision) row with (its docstring), or
+    ``None``."""
+    for key in ((workload, precision), (workload, _SAME_PROFILE.get(precision, precision)), workload):
+        if key in op_tables:
+            return op_tables[key]
+    return None

@@ -8,16 +8,19 @@ own baseline.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 import polars as pl
 
+from ddlscope.model.compute import price_jobs
 from ddlscope.model.jobs import JOB_SCHEMA, check_jobs_frame, gpu_columns, link_columns, system_columns
 from ddlscope.model.step_time import breakdown_lazy
 from ddlscope.specs.catalog import Catalog, builtin_catalog
+from ddlscope.specs.efficiency import ComputeEfficiency
 from ddlscope.specs.overlap import overlap_fraction
 from ddlscope.specs.scenario import Scenario
-from ddlscope.specs.system import PCIE_SLOT_KINDS
+from ddlscope.specs.system import PCIE_SLOT_KINDS, GPUSpec
 from ddlscope.specs.workload import precision_bytes_factor
 
 c = pl.col
@@ -235,13 +238,14 @@ def whatif_blocks(
     scenarios: Sequence[Scenario],
     catalog: Catalog | None = None,
     columns: Sequence[str] | None = None,
+    pricing: OpPricing | None = None,
 ) -> Iterator[pl.DataFrame]:
     """The rows of :func:`whatif`, one block per scenario (baseline first), each computed when
     asked for: a population of millions of jobs never holds more than one scenario's breakdown
     beside the results kept.
 
     Args:
-        jobs, scenarios, catalog: as :func:`whatif`.
+        jobs, scenarios, catalog, pricing: as :func:`whatif`.
         columns: keep only these columns of each block (the model computes only what they need).
 
     Raises:
@@ -255,29 +259,61 @@ def whatif_blocks(
     if jobs["job_id"].n_unique() != jobs.height:
         raise ValueError("jobs: job_id must be unique")
     keep = list(columns) if columns is not None else None
-    base = breakdown_lazy(jobs.lazy().with_columns(scenario=pl.lit("baseline").cast(order),
-                                                   scenario_applied=pl.lit(False))).collect()
+    base_jobs = jobs.with_columns(scenario=pl.lit("baseline").cast(order), scenario_applied=pl.lit(False))
+    base = breakdown_lazy(pricing.price(base_jobs) if pricing else base_jobs).collect()
     base_step = base["step_s"]
     base = base.with_columns(speedup=pl.lit(1.0))
     yield base.select(keep) if keep else base
     # apply_scenario keeps the jobs' row order, so each scenario's rows align with the baseline's
     # by position: the speedup is a plain division, no grouping by job_id
     for s in scenarios:
-        block = breakdown_lazy(apply_scenario(jobs, s, catalog).with_columns(c("scenario").cast(order)))
-        block = block.with_columns(speedup=pl.lit(base_step) / c("step_s"))
+        block = apply_scenario(jobs, s, catalog).with_columns(c("scenario").cast(order))
+        if pricing:  # the scenario's GPU and precision, priced op by op as the baseline was
+            block = pricing.price(block.collect()).lazy()
+        block = breakdown_lazy(block).with_columns(speedup=pl.lit(base_step) / c("step_s"))
         yield (block.select(keep) if keep else block).collect()
+
+
+@dataclass(frozen=True)
+class OpPricing:
+    """Op-level compute pricing for :func:`whatif` (:func:`ddlscope.model.compute.price_jobs`):
+    the baseline and every scenario's rows are priced op by op on their own GPU and precision, so
+    a GPU swap is a re-pricing of every op on the new GPU (its generation's efficiencies, tensor
+    cores or not), not the ratio of datasheet peaks, and the baseline equals ``predict`` with
+    the same op tables.
+
+    Attributes:
+        op_tables: workload name, or ``(workload, precision)``, -> op table (as ``price_jobs``).
+        efficiencies: overrides of the catalog's compute efficiencies (as ``price_jobs``).
+        catalog: GPUs and default efficiencies (default: built-in).
+        gpus: GPUs by name that the catalog may not hold (e.g. a system file's own entry).
+    """
+
+    op_tables: Mapping[str | tuple[str, str], pl.DataFrame]
+    efficiencies: Mapping[str, ComputeEfficiency] | ComputeEfficiency | None = None
+    catalog: Catalog | None = None
+    gpus: Mapping[str, GPUSpec] | None = None
+
+    def price(self, jobs: pl.DataFrame) -> pl.DataFrame:
+        """``jobs`` with the ``priced_*`` columns of :func:`~ddlscope.model.compute.price_jobs`."""
+        return price_jobs(jobs, self.op_tables, self.efficiencies, self.catalog, self.gpus)
 
 
 def whatif(
     jobs: pl.DataFrame | pl.LazyFrame,
     scenarios: Sequence[Scenario],
     catalog: Catalog | None = None,
+    pricing: OpPricing | None = None,
 ) -> pl.DataFrame:
     """Every job under the baseline and every scenario, with its speedup.
 
     Args:
         jobs: a Jobs table (:data:`~ddlscope.model.jobs.JOB_SCHEMA`), ``job_id`` unique per row.
         scenarios: the what-ifs; names must be unique.
+        pricing: op tables of the jobs' workloads (:class:`OpPricing`): every block, the
+            baseline's and each scenario's, is priced op by op on its own GPU and precision
+            (rows of workloads without a table keep the totals path). Without it, priced columns
+            already in ``jobs`` serve the rows whose GPU and precision they were priced for.
 
     Returns:
         One row per job x (baseline + scenarios), baseline rows first, then each scenario's in the
@@ -290,4 +326,4 @@ def whatif(
     Raises:
         ValueError: duplicate scenario names, a missing column, a duplicate ``job_id``.
     """
-    return pl.concat(list(whatif_blocks(jobs, scenarios, catalog)), how="vertical_relaxed")
+    return pl.concat(list(whatif_blocks(jobs, scenarios, catalog, pricing=pricing)), how="vertical_relaxed")
