@@ -10,6 +10,8 @@ iteration 2: compute-bound 20, memory-bound 8, device copy 2, idle 70.
 
 from __future__ import annotations
 
+import math
+
 import polars as pl
 import pytest
 from kineto_fixture import write_fixture
@@ -84,7 +86,19 @@ def test_model_check(analysis):
     assert mc["data_io"]["measured_us"] == pytest.approx(5.0)
     assert mc["data_io"]["error"] == pytest.approx(mc["data_io"]["predicted_us"] / 5.0 - 1)
     assert mc["communication"]["measured_us"] == pytest.approx(15.0)
-    assert mc["communication"]["predicted_us"] is not None
+    # the all-reduce of 4000 B in iteration 1 (2000 B and 0.5 calls per iteration, at least one
+    # message): 2 (p-1) = 2 steps x 3 us + 2000 B / (150 GB/s x 0.69) on NVLink2
+    comm_us = 2 * 3.0 + 2000 / (150e9 * 0.69) * 1e6
+    assert mc["communication"]["predicted_us"] == pytest.approx(comm_us)
+    # exposed: measured (25 + 0) / 2 us. The schedule: 2000 B is one bucket (< the 1 MiB first
+    # bucket), so nothing hides it: the launch latency (20 us) + the transfer, plus the model's wait
+    # for the slowest of 2 ranks: 0.01 sqrt(2 ln 2) x the measured compute (busy 30 + 30 over 2 iterations)
+    exposed = mc["exposed_communication"]
+    assert exposed["measured_us"] == pytest.approx(12.5)
+    compute_us = 30.0
+    assert exposed["predicted_us"] == pytest.approx(20.0 + comm_us + 0.01 * (2 * math.log(2)) ** 0.5 * compute_us)
+    assert "1 bucket(s)" in exposed["basis"]
+    assert "exposed_communication_measured_wait" not in mc  # one rank in the trace: its wait is not measured
 
 
 def test_unknown_gpu_needs_gpu_option(tmp_path):

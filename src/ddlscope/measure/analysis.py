@@ -497,6 +497,11 @@ def _model_inputs(
             sized_share=pl.when(c("calls_time_s").sum() > 0)
             .then(c("sized_time_s").sum() / c("calls_time_s").sum()).otherwise(1.0),
             comm_busy_s=c("comm_busy_s").mean(),
+            # what the exposed-communication check reads: the GPU's compute (busy, overlapped or
+            # not), the exposed communication and the rank's own time (step - exposed communication)
+            compute_busy_s=(c("compute_bound_busy_s") + c("memory_busy_s")).mean(),
+            comm_exposed_s=(c("comm_busy_s") * (1 - c("comm_overlap_fraction"))).mean(),
+            own_s=(c("window_s") - c("comm_busy_s") * (1 - c("comm_overlap_fraction"))).mean(),
         )
         .join(n_it, on="rank", how="left").join(flops.drop("_n"), on="rank", how="left")
         .join(cover, on="rank", how="left").join(et, on="rank", how="left")

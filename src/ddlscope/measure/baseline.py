@@ -36,6 +36,18 @@ are not rescaled). At the baseline every ratio is 1 and ``step' = window`` exact
 (:mod:`ddlscope.measure.flops`), host-to-device bytes, collective message sizes, on the trace's
 hardware with the default efficiencies, beside the measured times of the same work: the compute-
 bound kernels those operators launched, the data I/O busy time, the communication busy time.
+
+The **exposed communication** check (issue 15) tests the overlap model on its own: the scheduled
+overlap of :mod:`ddlscope.model.overlap` (DDP buckets of the measured message bytes queued behind
+the backward, the last bucket exposed, the wait for the slowest rank) with the communication
+priced from the message sizes and the compute window set to the rank's *measured* GPU compute
+(compute-bound + memory-bound busy time, the backward its ``backward_fraction``), beside the
+measured exposed communication (busy minus overlapped). Two predictions: with the model's own wait
+for the slowest rank (``sigma sqrt(2 ln p) x compute``), and, where the trace holds several ranks,
+with the measured wait instead: the slowest rank's own time (step minus exposed communication)
+minus this rank's, the time this rank's collectives spend waiting for it. A collective kernel's
+time includes that wait (NCCL's kernels spin until the peers arrive), which is why the
+communication busy time of a trace is usually far above the transfer time the links explain.
 """
 
 from __future__ import annotations
@@ -47,6 +59,7 @@ import polars as pl
 
 from ddlscope.measure.rules import DEFAULT_PRECISION
 from ddlscope.model.jobs import JOB_SCHEMA, job_row, jobs_frame
+from ddlscope.model.overlap import BACKWARD_FRACTION, BUCKET_BYTES, FIRST_BUCKET_BYTES, bucket_count
 from ddlscope.model.scenarios import whatif
 from ddlscope.model.step_time import breakdown
 from ddlscope.specs.architecture import Architecture
@@ -335,6 +348,47 @@ def whatif_summary(pred: pl.DataFrame, scenarios: Sequence[Scenario]) -> pl.Data
     )
 
 
+def _exposed_check(jobs: pl.DataFrame) -> pl.DataFrame:
+    """The exposed-communication rows of :func:`model_check` (module docstring): per rank, structs
+    ``component, measured_us, predicted_us, basis`` named ``d`` (the model's wait) and, with
+    several ranks, ``e`` (the measured wait)."""
+    sched = _set(
+        jobs,
+        compute_bound_flops=c("compute_busy_s") * _peak(c("precision")) * c("eff_compute"),
+        memory_bound_bytes=pl.lit(0.0), memory_bound_flops=pl.lit(0.0),
+        overlap_fraction=pl.lit(None, pl.Float64),
+    )
+    out = breakdown(sched).with_columns(
+        _buckets=bucket_count(c("dense_param_bytes").cast(pl.Float64), pl.lit(float(BUCKET_BYTES)),
+                              pl.lit(float(FIRST_BUCKET_BYTES))),
+        _measured_wait=c("own_s").max() - c("own_s"),
+    )
+    some_unknown = c("unknown_calls") > 0
+    sized = (c("messages") - c("unknown_messages") > 0) | (c("sparse_bytes") > 0)
+    measured = pl.when(some_unknown).then(c("comm_exposed_s") * c("sized_share")).otherwise(c("comm_exposed_s"))
+    basis = pl.format("scheduled overlap: {} MB dense in {} bucket(s) behind the measured backward ({} x {} ms "
+                      "of GPU compute), {} MB all-to-all exposed whole",
+                      (c("dense_param_bytes") / 1e6).round(3), c("_buckets").cast(pl.Int64),
+                      pl.lit(round(BACKWARD_FRACTION, 3)), (c("compute_busy_s") * 1e3).round_sig_figs(4),
+                      (2 * c("sparse_bytes_per_step") / 1e6).round(3))
+    cols = [
+        "rank",
+        pl.struct(component=pl.lit("exposed_communication"), measured_us=measured * 1e6,
+                  predicted_us=pl.when(sized).then(c("exposed_comm_s") * 1e6),
+                  basis=pl.concat_str(basis, pl.format(
+                      "; the model's wait for the slowest of {} ranks {} ms", c("num_gpus"),
+                      (c("sync_wait_s") * 1e3).round_sig_figs(3)))).alias("d"),
+    ]
+    if jobs.height > 1:  # the measured wait for the slowest rank replaces the model's
+        cols.append(pl.struct(
+            component=pl.lit("exposed_communication_measured_wait"), measured_us=measured * 1e6,
+            predicted_us=pl.when(sized).then((c("exposed_comm_s") - c("sync_wait_s") + c("_measured_wait")) * 1e6),
+            basis=pl.concat_str(basis, pl.format(
+                "; the measured wait for the slowest rank (its own time - this rank's) {} ms",
+                (c("_measured_wait") * 1e3).round_sig_figs(3)))).alias("e"))
+    return out.select(cols)
+
+
 def model_check(per_rank: pl.DataFrame, hw: TraceHardware, precision: str) -> pl.DataFrame:
     """The model's prediction of each measurable component beside the measurement, per rank.
 
@@ -347,9 +401,15 @@ def model_check(per_rank: pl.DataFrame, hw: TraceHardware, precision: str) -> pl
             checked iterations, summed), ``sized_share`` (call time of the calls with a message size
             over all call time), ``comm_busy_s``.
 
+    Optional ``per_rank`` columns (the exposed-communication check, module docstring):
+    ``compute_busy_s`` (compute-bound + memory-bound busy time), ``comm_exposed_s`` and ``own_s``
+    (step - exposed communication).
+
     Returns:
         ``rank, component, measured_us, predicted_us, error, basis`` for the components
-        ``compute_bound`` (counted FLOPs only), ``data_io`` and ``communication``;
+        ``compute_bound`` (counted FLOPs only), ``data_io`` and ``communication``, and with the
+        optional columns ``exposed_communication`` (and ``exposed_communication_measured_wait``
+        with more than one rank);
         ``error = predicted / measured - 1``; null predictions where the trace lacks the input
         (the basis says what is missing). Communication compares like with like: where some calls
         have no message size, the prediction covers the calls with one and the measurement is
@@ -359,7 +419,9 @@ def model_check(per_rank: pl.DataFrame, hw: TraceHardware, precision: str) -> pl
     need = ["rank", "flops", "covered_compute_s", "compute_coverage", "flops_source", "h2d_bytes", "data_io_busy_s",
             "dense_bytes", "messages", "sparse_bytes", "unknown_calls", "unknown_messages", "comm_calls",
             "sized_share", "comm_busy_s"]
-    jobs = _base_jobs(per_rank.select(need), hw, precision)
+    exposed_need = ["compute_busy_s", "comm_exposed_s", "own_s"]
+    has_exposed = all(k in per_rank.columns for k in exposed_need)
+    jobs = _base_jobs(per_rank.select(need + (exposed_need if has_exposed else [])), hw, precision)
     jobs = _set(
         jobs,
         compute_bound_flops=c("flops").fill_null(0.0),
@@ -407,6 +469,8 @@ def model_check(per_rank: pl.DataFrame, hw: TraceHardware, precision: str) -> pl
                                 (2 * c("sparse_bytes") / 1e6).round(3),
                                 c("architecture").cast(pl.String), c("nvlink"), c("nic"))))).alias("c"),
     )
+    if has_exposed:
+        rows = rows.join(_exposed_check(jobs), on="rank", how="left", maintain_order="left")
     long = rows.unpivot(index="rank", value_name="s").unnest("s").drop("variable")
     return long.with_columns(
         error=pl.when((c("measured_us") > 0) & c("predicted_us").is_not_null())
