@@ -256,3 +256,43 @@ def test_price_jobs_picks_the_table_of_the_rows_precision():
     assert priced["priced_compute_bound_s"][2] == pytest.approx(tf32["compute_bound_s"])  # tf32 shares fp32's
     only16 = price_jobs(jobs, {("toy", "fp16"): _fp16_ops()})  # no fp32 table: those rows stay unpriced
     assert only16["priced_compute_bound_s"].null_count() == 2
+
+
+def test_a_training_batch_norm_is_priced_at_its_passes_over_the_tensor():
+    from ddlscope.model.compute import BATCH_NORM_PASSES
+
+    ops = pl.DataFrame({"phase": ["forward", "backward", "forward"],
+                        "op": ["aten.native_batch_norm", "aten.native_batch_norm_backward", "aten.relu"],
+                        "dtype": ["float32"] * 3, "flops": [0.0, 0.0, 0.0],
+                        "total_bytes": [int(8e8), int(12e8), int(8e8)],
+                        "class_by_type": ["memory_bound"] * 3})
+    out = predict_single_gpu([SingleGpuCase(ops, _gpu(), "fp32", 1)], EFF).row(0, named=True)
+    # 0.8 GB counted x 3/2 (two reads + one write) and 1.2 GB x 5/3, the ReLU as counted; 1 TB/s x 0.8,
+    # 2 us fill + 5 us launch each
+    expect = (8e8 * 1.5 + 12e8 * 5 / 3 + 8e8) / 0.8e12 + 3 * 7e-6
+    assert out["memory_bound_s"] == pytest.approx(expect)
+    assert BATCH_NORM_PASSES["aten.native_batch_norm"] == 1.5
+
+
+def test_batch_norm_passes_agree_with_the_shared_resnet_trace(shared_data):
+    # param_dlrm/resnet_kineto.json.gz: FP32 ResNet-18 on an RTX 2080 Ti; per element of the same
+    # tensors, BN kernels take 1.76x (forward) and 1.92x (backward) the time of the ReLU's, whose
+    # passes are 2 and 3: 3.5 and 5.75 passes (the model prices 3 and 5)
+    import gzip
+    import json
+
+    events = json.load(gzip.open(shared_data / "param_dlrm" / "resnet_kineto.json.gz"))["traceEvents"]
+    t = {"bn_fw": 0.0, "bn_bw": 0.0, "relu_fw": 0.0, "relu_bw": 0.0}
+    for e in events:
+        if e.get("cat") == "kernel":
+            n = e["name"]
+            key = ("bn_fw" if "bn_fw_tr_1C11" in n else "bn_bw" if "bn_bw_1C11" in n
+                   else "relu_fw" if "launch_clamp_scalar" in n else "relu_bw" if "threshold_kernel" in n else None)
+            if key:
+                t[key] += e["dur"]
+    relu = 64 * 112 * 112 + 4 * (64 * 56 * 56 + 128 * 28 * 28 + 256 * 14 * 14 + 512 * 7 * 7)
+    bn = relu + 128 * 28 * 28 + 256 * 14 * 14 + 512 * 7 * 7
+    forward = t["bn_fw"] / t["relu_fw"] * relu / bn * 2
+    backward = t["bn_bw"] / t["relu_bw"] * relu / bn * 3
+    assert forward == pytest.approx(3.53, abs=0.01) and backward == pytest.approx(5.75, abs=0.01)
+    assert forward >= 3.0 and backward >= 5.0  # at least the two-pass algorithm's passes
