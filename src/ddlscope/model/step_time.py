@@ -52,7 +52,13 @@ Components (seconds per step):
                           exchanged by two all-to-alls (look-up, gradient): intra
                           ``2 (g-1)/p E``, NIC ``2 g (p-g)/p E`` per server, ``2 (g-1)`` and
                           ``2 (p-g)`` steps.
+  ``fsdp``                sharded data parallelism, priced by :mod:`ddlscope.model.sharded`
+                          through :mod:`ddlscope.model.arch_costs` (all-gathers and
+                          reduce-scatters per sharding; its own memory need and prefetch overlap).
   ======================  =====================================================================
+
+  Which formula a row gets is read from the traits table :data:`ddlscope.specs.traits.TRAITS`
+  (``host_parameters``, ``dense_ring``, ``sparse_allgather``, ``sparse_alltoall``, ``cost``).
 
 - overlap: ``hidden = min(overlap_fraction * comm, compute_bound + memory_bound)``;
   ``step = data_io + compute_bound + memory_bound + host + comm - hidden``. ``overlap_fraction = 0`` is the
@@ -84,8 +90,16 @@ from ddlscope.model.collectives import (
     ring_allreduce_bytes_per_rank,
     ring_allreduce_steps,
 )
-from ddlscope.model.jobs import JOB_SCHEMA, OPTIONAL_JOB_COLUMNS, check_jobs_frame
+from ddlscope.model import arch_costs
+from ddlscope.model.jobs import (
+    ARCHITECTURE_OPTION_COLUMNS,
+    JOB_SCHEMA,
+    OPTIONAL_JOB_COLUMNS,
+    check_jobs_frame,
+    with_known_architectures,
+)
 from ddlscope.model.overlap import schedule_passes, with_schedule_defaults
+from ddlscope.specs.traits import kinds_where
 
 COMPONENTS: tuple[str, ...] = ("data_io", "compute_bound", "memory_bound", "pcie", "nvlink", "network")
 """The six step-time components, in report order."""
@@ -149,13 +163,17 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     temporaries are dropped; the output is ``jobs``' columns then :data:`OUTPUT_COLUMNS`.
 
     Raises:
-        ValueError: a required column is missing (all are named).
+        ValueError: a required column is missing (all are named); an architecture the traits table
+            does not know (:func:`~ddlscope.model.jobs.with_known_architectures`).
     """
     check_jobs_frame(jobs)
     in_cols = jobs.collect_schema().names()
     priced = "priced_compute_bound_s" in in_cols
     jobs_in = jobs
-    jobs = with_model_defaults(jobs.lazy())
+    # rows of an architecture priced by its own cost function (arch_costs); a DataFrame says so for free-ish
+    costed = arch_costs.costed_kinds()
+    extra = not isinstance(jobs_in, pl.DataFrame) or bool(jobs_in["architecture"].is_in(costed).any())
+    jobs = with_model_defaults(with_known_architectures(jobs))
     f = pl.Float64
     arch = c("architecture")
     S, E = c("dense_param_bytes"), c("sparse_bytes_per_step")
@@ -191,11 +209,14 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     # cheap per row (an Enum or a number compared): recomputed where used rather than stored
     sp = (E > 0).cast(f)
     has_nv = c("nvlink_bandwidth_bytes_per_s") > 0
-    is_host_ps = arch.is_in(["1wng", "ps_worker"]).cast(f)
-    is_ring = arch.is_in(["allreduce_local", "allreduce_cluster", "pearl"]).cast(f)
-    is_gather = arch.is_in(["allreduce_local", "allreduce_cluster"]).cast(f)
-    is_pearl = (arch == "pearl").cast(f)
-    is_ps = arch == "ps_worker"
+    # the architectures' flags, from the traits table (ddlscope.specs.traits)
+    is_host_ps = arch.is_in(kinds_where("host_parameters")).cast(f)
+    is_ring = arch.is_in(kinds_where("dense_ring")).cast(f)
+    is_gather = arch.is_in(kinds_where("sparse_allgather")).cast(f)
+    is_pearl = arch.is_in(kinds_where("sparse_alltoall")).cast(f)
+    is_ps = arch.is_in(kinds_where("parameter_servers"))
+    tables_on_ps = arch.is_in(kinds_where("tables_off_gpu", "ps")).cast(f)
+    tables_split = arch.is_in(kinds_where("tables_off_gpu", "split")).cast(f)
 
     # -- pass 2: data I/O, computation, bytes and messages per link class ------------------------
     # host traffic (GPU <-> host memory over the shared PCIe uplink): up, then down
@@ -246,7 +267,15 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     # a replica's memory: the embedding tables live on the PS shards (ps_worker) or are split over
     # the p GPUs (pearl)
     table = c("embedding_table_bytes")
-    needed = c("peak_memory_bytes") - table * (is_ps.cast(f) + is_pearl * (1 - 1 / p))
+    needed = c("peak_memory_bytes") - table * (tables_on_ps + tables_split * (1 - 1 / p))
+    net_msgs = (is_ring * k * ((1 - flat) * ring_allreduce_steps(m) + flat * ring_allreduce_steps(p))
+                + is_gather * sp * ring_allgather_steps(m)
+                + is_pearl * sp * 2 * (p - g))
+    if extra:  # the architectures with their own cost function (0 on the other rows)
+        x = arch_costs.extra_terms(arch, arch_costs.context(p=p, g=g, m=m, k=k, S=S, nics=nics, needed=needed))
+        intra_bytes, intra_msgs = intra_bytes + x["intra_bytes"], intra_msgs + x["intra_msgs"]
+        ring_net_bytes, net_msgs = ring_net_bytes + x["network_bytes"], net_msgs + x["network_msgs"]
+        needed = x["needed"]
     lf = lf.with_columns(
         fits_gpu_memory=needed <= c("gpu_memory_bytes"),
         storage_s=storage_s,
@@ -259,11 +288,7 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
         __intra_bytes=intra_bytes,
         __intra_msgs=intra_msgs,
         network_bytes=pl.when(is_ps).then(ps_net_bytes).otherwise(ring_net_bytes),
-        __network_msgs=pl.when(is_ps).then(2 * (k / c("__ps_shards")).ceil()).otherwise(
-            is_ring * k * ((1 - flat) * ring_allreduce_steps(m) + flat * ring_allreduce_steps(p))
-            + is_gather * sp * ring_allgather_steps(m)
-            + is_pearl * sp * 2 * (p - g)
-        ),
+        __network_msgs=pl.when(is_ps).then(2 * (k / c("__ps_shards")).ceil()).otherwise(net_msgs),
     )
 
     # -- pass 3: the intra-server traffic goes on NVLink where the server has it, else on PCIe ---
@@ -284,7 +309,7 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     lf = lf.with_columns(comm_s=c("pcie_s") + c("nvlink_s") + c("network_s"))
     # a DataFrame knows its null count for free: without a scheduled row the schedule is not built
     scheduled = not isinstance(jobs_in, pl.DataFrame) or jobs_in["overlap_fraction"].null_count() > 0
-    out = _shares(_step(lf, scheduled), priced)
+    out = _shares(_step(lf, scheduled, extra), priced)
     return out.select(*in_cols, *(o for o in OUTPUT_COLUMNS if o not in in_cols))
 
 
@@ -294,10 +319,11 @@ def with_model_defaults(lf: pl.LazyFrame) -> pl.LazyFrame:
     their defaults (:data:`~ddlscope.model.overlap.SCHEDULE_COLUMNS`)."""
     names = lf.collect_schema().names()
     missing = {k: pl.lit(None, dtype=JOB_SCHEMA[k][0]) for k in OPTIONAL_JOB_COLUMNS if k not in names}
+    missing |= {k: pl.lit(None, dtype=t) for k, (t, _) in ARCHITECTURE_OPTION_COLUMNS.items() if k not in names}
     return with_schedule_defaults(lf.with_columns(**missing) if missing else lf)
 
 
-def _step(lf: pl.LazyFrame, scheduled: bool = True) -> pl.LazyFrame:
+def _step(lf: pl.LazyFrame, scheduled: bool = True, extra: bool = False) -> pl.LazyFrame:
     """Pass 2: overlap and step time from the components.
 
     ``overlap_fraction`` null: the scheduled overlap of :mod:`ddlscope.model.overlap` (buckets
@@ -314,9 +340,13 @@ def _step(lf: pl.LazyFrame, scheduled: bool = True) -> pl.LazyFrame:
     lf = schedule_passes(lf, compute_s=compute_s, ranks=c("__p"),
                          timeline="timeline_tau" in lf.collect_schema().names())
     is_scheduled = c("overlap_fraction").is_null()
+    sched = c("__sched_exposed_s")
+    if extra:  # an architecture's own overlap (FSDP's prefetch, ddlscope.model.arch_costs)
+        sched = arch_costs.scheduled_exposed(c("architecture"), sched, c("comm_s"), compute_s,
+                                             c("num_gradient_tensors").cast(pl.Float64), c("__sched_wait_s"))
     lf = lf.with_columns(
         sync_wait_s=pl.when(is_scheduled).then(c("__sched_wait_s")).otherwise(0.0),
-        exposed_comm_s=pl.when(is_scheduled).then(c("__sched_exposed_s")).otherwise(fraction),
+        exposed_comm_s=pl.when(is_scheduled).then(sched).otherwise(fraction),
     )
     return lf.with_columns(step_s=c("data_io_s") + compute_s + c("exposed_comm_s") + c("host_s"),
                            hidden_comm_s=c("comm_s") + c("sync_wait_s") - c("exposed_comm_s"))

@@ -74,6 +74,9 @@ class Workload(BaseModel):
     - ``embedding_table_bytes``: total size of the sparse (embedding) tables.
     - ``peak_memory_bytes``: optional peak GPU memory of one replica (weights, gradients, optimizer
       state, activations, embedding tables held on the GPU); used to flag jobs that do not fit.
+    - ``num_params``: optional parameter count of the model (dense and sparse); the sharded
+      architectures (``fsdp``) read it for the bytes of a parameter all-gather and the memory each
+      sharding saves (:mod:`ddlscope.model.sharded`). ``None``: unknown.
 
     Raises:
         pydantic.ValidationError: a negative, infinite or NaN quantity, a batch that is not a
@@ -97,6 +100,7 @@ class Workload(BaseModel):
     sparse_bytes_per_step: float = Field(0.0, ge=0)
     embedding_table_bytes: float = Field(0.0, ge=0)
     peak_memory_bytes: float | None = Field(None, ge=0)
+    num_params: float | None = Field(None, ge=0)
     source: str = Field("", description="where the numbers come from (profile command, file)")
 
     def at(self, *, batch_size: int | None = None, precision: str | None = None) -> Workload:
