@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ddlscope.specs.architecture import ARCHITECTURES, Architecture
+from ddlscope.specs.traits import traits_of
 from ddlscope.specs.catalog import Catalog, CatalogError, load_catalog, load_system
 from ddlscope.specs.errors import describe_validation
 from ddlscope.specs.examples import EXAMPLE_SERVER
@@ -164,13 +165,14 @@ def resolve_architecture(
         fields = default.model_dump()
     else:
         fields = {"kind": kind, "num_workers": 1, "gpus_per_worker": 1, "num_ps": 0, "num_servers": None}
-        if kind == "ps_worker":
+        if traits_of(kind).parameter_servers:
             fields["num_ps"] = 1
     for key, value in (("num_workers", workers), ("gpus_per_worker", gpus_per_worker), ("num_ps", ps),
                        ("num_servers", servers)):
         if value is not None:
             fields[key] = value
-    if kind == "1wng" and gpus_per_worker is None and workers and workers > 1:
+    if (kind is not None and traits_of(kind).one_worker and traits_of(kind).max_gpus != 1
+            and gpus_per_worker is None and workers and workers > 1):
         # `-a 1wng -w 4` reads naturally as four GPUs under one worker
         fields["num_workers"], fields["gpus_per_worker"] = 1, workers
     return Architecture.model_validate(fields)
