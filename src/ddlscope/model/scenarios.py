@@ -274,7 +274,13 @@ def whatif_blocks(
     if len(set(names)) != len(names):
         raise ValueError(f"scenarios: names must be unique, got {names}")
     order = pl.Enum(["baseline", *names])
-    jobs = jobs.lazy().with_columns(baseline_architecture=c("architecture")).collect()
+    jobs = jobs.lazy().with_columns(baseline_architecture=c("architecture"))
+    names_in = jobs.collect_schema().names()
+    if any(s.architecture and traits_of(s.architecture).sharded for s in scenarios):
+        # a port to a sharded architecture adds its option columns: every block has them (null elsewhere)
+        jobs = jobs.with_columns(**{k: pl.lit(None, t) for k, (t, _) in ARCHITECTURE_OPTION_COLUMNS.items()
+                                    if k not in names_in})
+    jobs = jobs.collect()
     if jobs["job_id"].n_unique() != jobs.height:
         raise ValueError("jobs: job_id must be unique")
     keep = list(columns) if columns is not None else None
