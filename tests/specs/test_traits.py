@@ -18,7 +18,7 @@ from ddlscope.specs.workload import Workload
 
 def test_the_type_and_the_table_list_the_same_architectures():
     assert typing.get_args(ArchitectureKind) == ARCHITECTURES == tuple(TRAITS)
-    assert SINGLE_SERVER_ARCHITECTURES == {"1w1g", "1wng", "allreduce_local"}
+    assert {"1w1g", "1wng", "allreduce_local"} == SINGLE_SERVER_ARCHITECTURES
 
 
 def test_builtin_population_grid_comes_from_the_table():

@@ -14,13 +14,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from ddlscope.specs.architecture import ARCHITECTURES, Architecture
-from ddlscope.specs.traits import traits_of
 from ddlscope.specs.catalog import Catalog, CatalogError, load_catalog, load_system
 from ddlscope.specs.errors import describe_validation
 from ddlscope.specs.examples import EXAMPLE_SERVER
 from ddlscope.specs.files import parse_pairs
 from ddlscope.specs.scenario import BUILTIN_SCENARIOS, Scenario, resolve_scenarios
 from ddlscope.specs.system import System
+from ddlscope.specs.traits import traits_of
 
 err_console = Console(stderr=True, soft_wrap=True)  # long messages (paths) stay on one line
 """The console of every command's progress, notes, warnings and errors (stderr)."""

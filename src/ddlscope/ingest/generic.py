@@ -59,9 +59,9 @@ from ddlscope.ingest.table import (
 )
 from ddlscope.model.jobs import ArchitectureEnum
 from ddlscope.specs.architecture import ARCHITECTURES
-from ddlscope.specs.traits import TRAITS, kinds_where, single_server_kinds
 from ddlscope.specs.errors import describe_validation
 from ddlscope.specs.files import parse_pairs, read_toml_or_json
+from ddlscope.specs.traits import TRAITS, kinds_where, single_server_kinds
 from ddlscope.specs.workload import PRECISIONS
 
 #: population field -> kind its source column is parsed as.

@@ -467,7 +467,7 @@ def read_pai_v2020(
     for kind, t in TRAITS.items():
         if t.single_server:
             continue
-        fits = (a == kind) & (M >= t.min_servers)
+        fits = (a == kind) & (t.min_servers <= M)
         if t.even_split:
             fits = fits & ((n % M.cast(pl.Int64).clip(1)) == 0)
         servers = servers.when(fits).then(M)

@@ -82,6 +82,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from ddlscope.model import arch_costs
 from ddlscope.model.collectives import (
     alltoall_bytes_to_peers,
     alpha_beta_s,
@@ -90,7 +91,6 @@ from ddlscope.model.collectives import (
     ring_allreduce_bytes_per_rank,
     ring_allreduce_steps,
 )
-from ddlscope.model import arch_costs
 from ddlscope.model.jobs import (
     ARCHITECTURE_OPTION_COLUMNS,
     JOB_SCHEMA,
