@@ -114,7 +114,7 @@ def leave_one_model_out(data: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
     models = built[True][2]["Model"].unique(maintain_order=True).to_list()
     tests, folds = [], []
     for held in models:
-        def train_error(key: tuple) -> float:
+        def train_error(key: tuple, held: str = held) -> float:
             return float(grid[key].filter(pl.col("model") != held)["error"].abs().median())
         best = min(grid, key=train_error)
         skip, t, m = best
