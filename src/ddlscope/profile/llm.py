@@ -69,7 +69,8 @@ class DecoderConfig(BaseModel):
     ``vocab``; ``seq_len``; ``tied_embeddings`` (the LM head reuses the embedding);
     ``flash_attention``; ``causal_skip`` (flash attention skips the blocks the causal mask
     hides, halving the attention work, as FlashAttention-2 does; false: the kernel does the full
-    ``s x s`` work).
+    ``s x s`` work); ``norm_bias`` (layer norms with a bias: GPT-2, GPT-NeoX; Llama's RMSNorm
+    and MPT's ``no_bias`` norms have a weight only).
 
     Raises:
         pydantic.ValidationError: a count < 1, heads not dividing hidden or kv_heads not dividing
@@ -90,6 +91,7 @@ class DecoderConfig(BaseModel):
     tied_embeddings: bool = True
     flash_attention: bool = True
     causal_skip: bool = True
+    norm_bias: bool = False
 
     @model_validator(mode="after")
     def _shapes(self) -> DecoderConfig:
@@ -111,15 +113,17 @@ class DecoderConfig(BaseModel):
 
     @property
     def num_params(self) -> float:
-        """Parameters: per layer ``h (h + 2 a_kv d) + h^2`` attention, ``(2 or 3) h f`` MLP,
-        ``4 h`` layer-norm weights and biases; ``V h`` embedding (twice untied), ``2 h`` final norm.
-        Biases of the projections are left out (MPT and Llama have none)."""
+        """Parameters: per layer ``h (h + 2 a_kv d) + h^2`` attention, ``(2 or 3) h f`` MLP, two
+        norms of ``h`` (``2 h`` with ``norm_bias``); ``V h`` embedding (twice untied), the final
+        norm. Biases of the projections are left out (MPT and Llama have none). Llama-2-7B's
+        config gives 6,738,415,616 and Llama-2-70B's 68,976,648,192, their published counts."""
         h, d = self.hidden, self.hidden // self.heads
         attn = h * (h + 2 * self.kv * d) + h * h
         mlp = (3 if self.gated_mlp else 2) * h * self.ffn
-        per_layer = attn + mlp + 4 * h
+        norm = (2 if self.norm_bias else 1) * h
+        per_layer = attn + mlp + 2 * norm
         emb = self.vocab * h * (1 if self.tied_embeddings else 2)
-        return float(self.layers * per_layer + emb + 2 * h)
+        return float(self.layers * per_layer + emb + norm)
 
     @classmethod
     def from_hf(cls, config: dict[str, Any], *, seq_len: int | None = None, name: str | None = None) -> DecoderConfig:
@@ -158,6 +162,7 @@ class DecoderConfig(BaseModel):
             vocab=int(get("vocab_size")),
             seq_len=int(seq_len or get("max_position_embeddings", "n_positions", "max_seq_len")),
             tied_embeddings=bool(config.get("tie_word_embeddings", config.get("model_type") in ("gpt2", "mpt"))),
+            norm_bias=config.get("model_type") in ("gpt2", "gpt_neox"),
             flash_attention=str(attn_cfg.get("attn_impl", "flash")) in ("flash", "triton")
             if attn_cfg else True,
         )
