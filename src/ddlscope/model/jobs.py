@@ -95,6 +95,13 @@ ARCHITECTURE_OPTION_COLUMNS: dict[str, tuple[pl.DataType, str]] = {
     "sharding": (ShardingEnum, "fsdp sharding (ddlscope.specs.traits.SHARDINGS); null: zero3 for fsdp"),
     "num_params": (pl.Float64, "parameters of the model (count; null: unknown, fsdp then gathers "
                    "dense_param_bytes and its memory fit is unknown)"),
+    "tp": (pl.Int64, "3d: tensor-parallel GPUs (null: 1)"),
+    "pp": (pl.Int64, "3d: pipeline stages (null: 1)"),
+    "virtual_stages": (pl.Int64, "3d: virtual stages per GPU, interleaved schedule (null: 1, 1F1B)"),
+    "microbatches": (pl.Int64, "3d: micro-batches per step, gradient accumulation (null: 1)"),
+    "num_layers": (pl.Int64, "transformer layers of the model (null: unknown)"),
+    "layer_activation_bytes": (pl.Float64, "bytes of one layer's output activation for one micro-batch "
+                               "(b s h x element size; what TP all-reduces and PP sends; null: unknown)"),
 }
 """Columns only some architectures read (``fsdp``), outside :data:`JOB_SCHEMA` so that the tables of
 the other architectures are unchanged: :func:`job_row` writes them where set, :func:`jobs_frame`
@@ -210,6 +217,12 @@ def job_row(
         options["sharding"] = architecture.sharding or "zero3"
     if workload.num_params is not None:
         options["num_params"] = workload.num_params
+    if architecture.kind == "3d":
+        options.update(tp=architecture.tp, pp=architecture.pp, virtual_stages=architecture.virtual_stages,
+                       microbatches=architecture.microbatches)
+    for key in ("num_layers", "layer_activation_bytes"):
+        if getattr(workload, key) is not None:
+            options[key] = getattr(workload, key)
     return {
         "job_id": job_id,
         **workload_columns(workload),

@@ -140,6 +140,8 @@ def _port(sc: Scenario, G: pl.Expr) -> tuple[dict[str, pl.Expr], pl.Expr]:
         ValueError: an architecture the traits table does not know.
     """
     t = traits_of(sc.architecture)
+    if not t.port_target:
+        raise ValueError(f"scenario {sc.name}: architecture {t.kind} is not a port target")
     p = c("num_workers") * c("gpus_per_worker")
     m = (p + G - 1) // G
     one = pl.lit(1, pl.Int64)

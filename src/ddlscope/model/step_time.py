@@ -276,6 +276,8 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
         intra_bytes, intra_msgs = intra_bytes + x["intra_bytes"], intra_msgs + x["intra_msgs"]
         ring_net_bytes, net_msgs = ring_net_bytes + x["network_bytes"], net_msgs + x["network_msgs"]
         needed = x["needed"]
+        # model parallelism and the pipeline bubble scale the replica's compute (ddlscope.model.pipeline)
+        compute_bound_s, memory_bound_s = compute_bound_s * x["compute_scale"], memory_bound_s * x["compute_scale"]
     lf = lf.with_columns(
         fits_gpu_memory=needed <= c("gpu_memory_bytes"),
         storage_s=storage_s,
@@ -288,6 +290,7 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
         __intra_bytes=intra_bytes,
         __intra_msgs=intra_msgs,
         network_bytes=pl.when(is_ps).then(ps_net_bytes).otherwise(ring_net_bytes),
+        **({"__replicas": x["replicas"]} if extra else {}),
         __network_msgs=pl.when(is_ps).then(2 * (k / c("__ps_shards")).ceil()).otherwise(net_msgs),
     )
 
@@ -309,7 +312,7 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     lf = lf.with_columns(comm_s=c("pcie_s") + c("nvlink_s") + c("network_s"))
     # a DataFrame knows its null count for free: without a scheduled row the schedule is not built
     scheduled = not isinstance(jobs_in, pl.DataFrame) or jobs_in["overlap_fraction"].null_count() > 0
-    out = _shares(_step(lf, scheduled, extra), priced)
+    out = _shares(_step(lf, scheduled, extra), priced, extra)
     return out.select(*in_cols, *(o for o in OUTPUT_COLUMNS if o not in in_cols))
 
 
@@ -352,7 +355,7 @@ def _step(lf: pl.LazyFrame, scheduled: bool = True, extra: bool = False) -> pl.L
                            hidden_comm_s=c("comm_s") + c("sync_wait_s") - c("exposed_comm_s"))
 
 
-def _shares(lf: pl.LazyFrame, priced: bool = False) -> pl.LazyFrame:
+def _shares(lf: pl.LazyFrame, priced: bool = False, extra: bool = False) -> pl.LazyFrame:
     """Passes 3-5: throughput, shares and bottleneck from the step time."""
     step = c("step_s")
     exposed_per_comm = pl.when(c("comm_s") > 0).then(c("exposed_comm_s") / c("comm_s")).otherwise(0.0)
@@ -360,7 +363,7 @@ def _shares(lf: pl.LazyFrame, priced: bool = False) -> pl.LazyFrame:
     link_exposed_per_comm = pl.when(c("comm_s") > 0).then(
         (c("exposed_comm_s") - c("sync_wait_s")) / c("comm_s")).otherwise(0.0)
     lf = lf.with_columns(
-        samples_per_s=c("batch_size") * c("num_gpus") / step,
+        samples_per_s=c("batch_size") * (c("__replicas") if extra else c("num_gpus")) / step,
         share_data_io=c("data_io_s") / step,
         share_compute_bound=c("compute_bound_s") / step,
         share_memory_bound=c("memory_bound_s") / step,

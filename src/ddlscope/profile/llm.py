@@ -342,6 +342,8 @@ def decoder_workload(cfg: DecoderConfig, micro_batch: int, *, precision: str = "
         dense_param_bytes=grads,
         num_gradient_tensors=cfg.layers + 1,
         num_params=n,
+        num_layers=cfg.layers,
+        layer_activation_bytes=ACT_BYTES * micro_batch * cfg.seq_len * cfg.hidden,
         peak_memory_bytes=unsharded_state_bytes(n, grads, precision) + activation_bytes(cfg, micro_batch, recompute),
         source=f"ddlscope.profile.llm analytic decoder ({cfg.layers} layers, hidden {cfg.hidden}, seq {cfg.seq_len})",
     )

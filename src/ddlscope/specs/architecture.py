@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from ddlscope.specs.base import SPEC_CONFIG
 from ddlscope.specs.traits import ARCHITECTURES, SHARDINGS, canonical_sharding, single_server_kinds, traits_of
 
-ArchitectureKind = Literal["1w1g", "1wng", "ps_worker", "allreduce_local", "allreduce_cluster", "pearl", "fsdp"]
+ArchitectureKind = Literal["1w1g", "1wng", "ps_worker", "allreduce_local", "allreduce_cluster", "pearl", "fsdp", "3d"]
 """The names of :data:`ARCHITECTURES` as a type (a test checks they are the same)."""
 Sharding = Literal["zero1", "zero2", "zero3", "hybrid"]
 """The names of :data:`~ddlscope.specs.traits.SHARDINGS` as a type."""
@@ -51,6 +51,10 @@ class Architecture(BaseModel):
     - ``sharding``: ``fsdp`` only: ``zero1``, ``zero2`` (``SHARD_GRAD_OP``), ``zero3``
       (``FULL_SHARD``, the default when ``None``) or ``hybrid`` (``HYBRID_SHARD``); FSDP's names
       are accepted in any case.
+    - ``tp``, ``pp``, ``virtual_stages``, ``microbatches``: ``3d`` only (1 elsewhere): tensor-parallel
+      GPUs (within a server), pipeline stages, virtual stages per GPU (the interleaved schedule,
+      ``microbatches`` a multiple of ``pp``), micro-batches per step; ``tp x pp`` divides the GPUs
+      and ``dp = num_gpus / (tp x pp)``.
 
     Derived: ``num_gpus = num_workers * gpus_per_worker`` (data-parallel replicas).
 
@@ -69,6 +73,10 @@ class Architecture(BaseModel):
     num_ps: int = Field(strict=True, default=0, ge=0, description="parameter-server shards")
     num_servers: int | None = Field(None, ge=1, description="servers holding the GPUs")
     sharding: Sharding | None = Field(None, description="fsdp: zero1 | zero2 | zero3 | hybrid (default zero3)")
+    tp: int = Field(strict=True, default=1, ge=1, description="3d: tensor-parallel GPUs")
+    pp: int = Field(strict=True, default=1, ge=1, description="3d: pipeline stages")
+    virtual_stages: int = Field(strict=True, default=1, ge=1, description="3d: virtual stages (interleaved)")
+    microbatches: int = Field(strict=True, default=1, ge=1, description="3d: micro-batches per step")
 
     @field_validator("sharding", mode="before")
     @classmethod
@@ -110,6 +118,15 @@ class Architecture(BaseModel):
             )
         if self.sharding is not None and not t.sharded:
             raise ValueError(f"sharding: only fsdp shards its state, got sharding={self.sharding!r} for {k}")
+        mp = {"tp": self.tp, "pp": self.pp, "virtual_stages": self.virtual_stages, "microbatches": self.microbatches}
+        if not t.model_parallel and any(v != 1 for v in mp.values()):
+            raise ValueError(f"tp/pp/virtual_stages/microbatches: only 3d is model-parallel, got {mp} for {k}")
+        if t.model_parallel:
+            if n % (self.tp * self.pp):
+                raise ValueError(f"tp/pp: {k} expects tp x pp = {self.tp * self.pp} to divide the {n} GPUs")
+            if self.virtual_stages > 1 and (self.pp < 2 or self.microbatches % self.pp):
+                raise ValueError(f"virtual_stages: the interleaved schedule expects pp >= 2 and microbatches a "
+                                 f"multiple of pp, got pp={self.pp}, microbatches={self.microbatches}")
         if self.num_servers is not None:
             if self.num_servers > n:
                 raise ValueError(f"num_servers: {self.num_servers} servers for {n} GPUs leaves servers empty")
@@ -133,6 +150,9 @@ class Architecture(BaseModel):
         """
         n = self.num_gpus
         t = traits_of(self.kind)
+        if self.tp > gpus_per_server:
+            raise ValueError(f"tp: the {self.tp} tensor-parallel GPUs must sit in one server, which has "
+                             f"{gpus_per_server}; expected tp <= {gpus_per_server}")
         if self.gpus_per_worker > gpus_per_server:
             raise ValueError(
                 f"gpus_per_worker: a worker's {self.gpus_per_worker} GPUs must sit in one server, which has "

@@ -93,6 +93,9 @@ class Scenario(BaseModel):
 
     @model_validator(mode="after")
     def _sharding_needs_port(self) -> Scenario:
+        if self.architecture is not None and not traits_of(self.architecture).port_target:
+            raise ValueError(f"architecture: {self.architecture} is not a port target (its tp/pp plan is the job's; "
+                             "see ddlscope plan)")
         if self.sharding is not None and (self.architecture is None or not traits_of(self.architecture).sharded):
             raise ValueError(f"sharding: a sharding needs a port to fsdp (architecture = 'fsdp'), got "
                              f"architecture={self.architecture!r}")
