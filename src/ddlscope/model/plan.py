@@ -156,7 +156,7 @@ def rank_plans(evaluated: pl.DataFrame, seq_len: int) -> pl.DataFrame:
     ``tokens_per_s``, ``tokens_per_s_per_gpu``, ``mfu`` (llm-foundry's definition, BF16 peak),
     ``bubble_s`` and ``loses_by`` (module docstring)."""
     f = pl.Float64
-    tp, pp = c("tp").fill_null(1).cast(f), c("pp").fill_null(1).cast(f)
+    pp = c("pp").fill_null(1).cast(f)
     v, M = c("virtual_stages").fill_null(1).cast(f), c("microbatches").fill_null(1).cast(f)
     is3d = c("architecture") == "3d"
     bubble_share = pl.when(is3d).then(((pp - 1) / v) / (M + (pp - 1) / v)).otherwise(0.0)
