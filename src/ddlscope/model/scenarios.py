@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 
 import polars as pl
 
+from ddlscope.model import arch_costs
 from ddlscope.model.jobs import (
     ARCHITECTURE_OPTION_COLUMNS,
     JOB_SCHEMA,
@@ -286,15 +287,19 @@ def whatif_blocks(
     if jobs["job_id"].n_unique() != jobs.height:
         raise ValueError("jobs: job_id must be unique")
     keep = list(columns) if columns is not None else None
+    # rows of a costed architecture (fsdp, 3d): in the jobs, or ported to by a scenario
+    costed_kinds = arch_costs.costed_kinds()
+    in_jobs = bool(jobs["architecture"].is_in(costed_kinds).any())
     base = breakdown_lazy(jobs.lazy().with_columns(scenario=pl.lit("baseline").cast(order),
-                                                   scenario_applied=pl.lit(False))).collect()
+                                                   scenario_applied=pl.lit(False)), costed=in_jobs).collect()
     base_step = base["step_s"]
     base = base.with_columns(speedup=pl.lit(1.0))
     yield base.select(keep) if keep else base
     # apply_scenario keeps the jobs' row order, so each scenario's rows align with the baseline's
     # by position: the speedup is a plain division, no grouping by job_id
     for s in scenarios:
-        block = breakdown_lazy(apply_scenario(jobs, s, catalog).with_columns(c("scenario").cast(order)))
+        block = breakdown_lazy(apply_scenario(jobs, s, catalog).with_columns(c("scenario").cast(order)),
+                               costed=in_jobs or s.architecture in costed_kinds)
         block = block.with_columns(speedup=pl.lit(base_step) / c("step_s"))
         yield (block.select(keep) if keep else block).collect()
 

@@ -151,7 +151,7 @@ def _argmax(names: tuple[str, ...], cols: list[pl.Expr], prefix: str, dtype: pl.
     return out
 
 
-def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
+def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame, costed: bool | None = None) -> pl.LazyFrame:
     """The model as a lazy query: ``jobs`` (columns of :data:`ddlscope.model.jobs.JOB_SCHEMA`)
     with the output columns of this module's docstring appended.
 
@@ -162,6 +162,11 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     slower). The ``__``-prefixed
     temporaries are dropped; the output is ``jobs``' columns then :data:`OUTPUT_COLUMNS`.
 
+    ``costed``: whether rows of an architecture with its own cost function
+    (:mod:`ddlscope.model.arch_costs`: ``fsdp``, ``3d``) may be present; ``None`` finds out for a
+    DataFrame and assumes so for a LazyFrame. ``False`` with such rows prices them wrongly: only a
+    caller that knows (:func:`ddlscope.model.scenarios.whatif_blocks`) passes it.
+
     Raises:
         ValueError: a required column is missing (all are named); an architecture the traits table
             does not know (:func:`~ddlscope.model.jobs.with_known_architectures`).
@@ -171,8 +176,10 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     priced = "priced_compute_bound_s" in in_cols
     jobs_in = jobs
     # rows of an architecture priced by its own cost function (arch_costs); a DataFrame says so for free-ish
-    costed = arch_costs.costed_kinds()
-    extra = not isinstance(jobs_in, pl.DataFrame) or bool(jobs_in["architecture"].is_in(costed).any())
+    if costed is None:
+        costed = not isinstance(jobs_in, pl.DataFrame) or bool(
+            jobs_in["architecture"].is_in(arch_costs.costed_kinds()).any())
+    extra = costed
     jobs = with_model_defaults(with_known_architectures(jobs))
     f = pl.Float64
     arch = c("architecture")
