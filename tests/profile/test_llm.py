@@ -81,3 +81,18 @@ def test_workload_and_memory():
     assert activation_bytes(no_flash, 3) == 2 * 32 * 3 * 64 * (34 + 5 * 4 * 32 / 64) + 4 * 32 * 3 * 100 * 2
     # the replica's peak: unsharded Adam state (2 + 12 bytes per parameter + 4-byte gradients) + activations
     assert w.peak_memory_bytes == pytest.approx(18 * cfg.num_params + activation_bytes(cfg, 3))
+
+
+def test_analytic_flops_equal_the_meta_device_trace_of_gpt2():
+    # the profiler traces Hugging Face's GPT-2 small on the meta device; the analytic op table of the
+    # same config (no causal skip: the traced SDPA kernel does the full s x s work) gives its GEMM and
+    # attention FLOPs exactly (biases and the positional embedding add no compute-bound FLOPs)
+    transformers = pytest.importorskip("transformers")
+    from ddlscope.profile import profile_model
+
+    traced = profile_model("gpt2", batch_size=2, seq_len=128, precision="bf16")
+    cfg = DecoderConfig.from_hf(transformers.GPT2Config().to_dict(), seq_len=128)
+    assert (cfg.layers, cfg.hidden, cfg.heads, cfg.ffn, cfg.vocab) == (12, 768, 12, 3072, 50257)
+    assert cfg.tied_embeddings and cfg.norm_bias and not cfg.gated_mlp
+    w, _ = decoder_workload(cfg.model_copy(update={"causal_skip": False}), 2)
+    assert w.compute_bound_flops == traced.totals["compute_bound_flops"] == 193_973_059_584
