@@ -58,3 +58,17 @@ def test_cli_plan(tmp_path):
     assert len(out["rows"]) == 3 and out["rows"][0]["loses_by"] == "(best)" and out["plans"] > 3
     bad = CliRunner().invoke(app, ["plan", "gpt-9"])
     assert bad.exit_code == 2 and "expected a Hugging Face config.json path or mpt-<size>" in bad.output
+
+
+def test_cli_predict_parallel_settings():
+    runner = CliRunner()
+    res = runner.invoke(app, ["predict", "-a", "fsdp", "-w", "16", "-s", "dgx-a100", "--parallel",
+                              "sharding=SHARD_GRAD_OP", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.output)
+    row = rows[0] if isinstance(rows, list) else rows["rows"][0]
+    assert row["architecture"] == "fsdp" and row["sharding"] == "zero2" and row["num_servers"] == 2
+    res = runner.invoke(app, ["predict", "-a", "3d", "-w", "32", "-s", "dgx-a100", "--parallel", "tp=4,pp=3"])
+    assert res.exit_code == 2 and "tp x pp = 12 to divide the 32 GPUs" in res.output
+    res = runner.invoke(app, ["predict", "-a", "fsdp", "-w", "16", "--parallel", "stages=2"])
+    assert res.exit_code == 2 and "expected key=value with a key of sharding, tp" in res.output

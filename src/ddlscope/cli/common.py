@@ -125,6 +125,13 @@ WorkersOpt = Annotated[int | None, typer.Option("--workers", "-w", help="worker 
 GpusPerWorkerOpt = Annotated[int | None, typer.Option("--gpus-per-worker", help="GPUs per worker")]
 PsOpt = Annotated[int | None, typer.Option("--ps", help="parameter-server shards (ps_worker)")]
 ServersOpt = Annotated[int | None, typer.Option("--servers", help="servers (default: as few as fit)")]
+ParallelOpt = Annotated[
+    str | None,
+    typer.Option("--parallel", help="fsdp/3d settings as key=value,...: sharding (zero1|zero2|zero3|hybrid or "
+                 "FULL_SHARD...), tp, pp, virtual_stages, microbatches; e.g. -a 3d -w 32 --parallel tp=4,pp=2,"
+                 "microbatches=16"),
+]
+PARALLEL_KEYS: tuple[str, ...] = ("sharding", "tp", "pp", "virtual_stages", "microbatches")
 OverlapOpt = Annotated[
     str, typer.Option("--overlap", help="communication/computation overlap: scheduled (gradient buckets behind "
                       "the backward, the last one exposed, plus the wait for the slowest rank), none, full, or a "
@@ -153,13 +160,38 @@ def resolve_system(
     return catalog.system(system or EXAMPLE_SERVER, gpu=gpu, nic=nic, nvlink=nvlink), catalog
 
 
+def parse_parallel(text: str | None) -> dict[str, str | int]:
+    """``--parallel`` ``key=value,...`` (keys of :data:`PARALLEL_KEYS`; counts as integers).
+
+    Raises:
+        ValueError: a pair without ``=``, an unknown key or a count that is not a whole number.
+    """
+    out: dict[str, str | int] = {}
+    for pair in (text or "").split(","):
+        if not pair.strip():
+            continue
+        key, sep, value = pair.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or key not in PARALLEL_KEYS:
+            raise ValueError(f"--parallel: expected key=value with a key of {', '.join(PARALLEL_KEYS)}, got {pair!r}")
+        if key == "sharding":
+            out[key] = value
+        else:
+            try:
+                out[key] = int(value)
+            except ValueError:
+                raise ValueError(f"--parallel: {key} expects a whole number, got {value!r}") from None
+    return out
+
+
 def resolve_architecture(
     kind: str | None, workers: int | None, gpus_per_worker: int | None, ps: int | None, servers: int | None,
-    default: Architecture,
+    default: Architecture, parallel: str | None = None,
 ) -> Architecture:
     """The Architecture from the flags; unset flags take sensible values for the kind.
 
-    Without ``--architecture`` the ``default`` is used, with any count flags applied to it.
+    Without ``--architecture`` the ``default`` is used, with any count flags applied to it;
+    ``parallel`` is the ``--parallel`` text (:func:`parse_parallel`: fsdp's sharding, 3d's tp/pp/...).
     """
     if kind is None:
         fields = default.model_dump()
@@ -171,6 +203,7 @@ def resolve_architecture(
                        ("num_servers", servers)):
         if value is not None:
             fields[key] = value
+    fields.update(parse_parallel(parallel))
     if (kind is not None and traits_of(kind).one_worker and traits_of(kind).max_gpus != 1
             and gpus_per_worker is None and workers and workers > 1):
         # `-a 1wng -w 4` reads naturally as four GPUs under one worker
