@@ -59,3 +59,24 @@ def test_3d_rules():
         Architecture(kind="3d", num_workers=32, tp=16, pp=2).servers_on(8)
     with pytest.raises(ValidationError, match="3d is not a port target"):
         Scenario(name="x", architecture="3d")
+
+
+def test_context_parallel_by_hand():
+    # tp 2 x cp 2 x pp 2 inside one 8-GPU server, dp 4 over 4 servers, 8 micro-batches; KV = 2 A (unset)
+    a = Architecture(kind="3d", num_workers=32, tp=2, cp=2, pp=2, microbatches=8)
+    row = breakdown(jobs_frame([job_row(W, a, SYSTEM, overlap="none")])).row(0, named=True)
+    one = breakdown(jobs_frame([job_row(W, Architecture(kind="fsdp", num_workers=8), SYSTEM, overlap="none")]))
+    assert row["compute_bound_s"] == pytest.approx(one["compute_bound_s"][0] * (8 + 1) / 8)
+    tp = 128 * (2 * 1 / 2 * 1e8 / 2)    # 4 M L/pp all-reduces of the GPU's A / cp over tp = 2
+    cp = 96 * (1 / 2) * 2e8 / 2         # 3 passes x M L/pp of (cp-1)/cp KV / tp
+    pp = 2 * 8 * 1e8 / 4                # 2 M sends of A / (tp cp)
+    dp = 2 * 1 / 2 * 5e8                # S / (tp pp) = 5e8 over the 2 replicas in the server
+    assert row["nvlink_bytes"] == pytest.approx(tp + cp + pp + dp)
+    # the 4 groups of the server, each a ring of 4 servers over 2 (4-1)/4 of 5e8, on 8 NICs
+    assert row["network_bytes"] == pytest.approx(4 * 2 * 3 / 4 * 5e8 / 8)
+    beta = row["nvlink_bandwidth_bytes_per_s"] * row["nvlink_link_efficiency"]
+    assert row["nvlink_s"] == pytest.approx((256 + 96 + 16 + 20) * row["nvlink_latency_s"] + (tp + cp + pp + dp) / beta)
+    assert row["samples_per_s"] == pytest.approx(32 / row["step_s"])
+    assert row["fits_gpu_memory"] is True  # 16e9 / 4 + 8e9 / 4 = 6e9
+    with pytest.raises(ValidationError, match="tp x cp x pp = 12 to divide the 32 GPUs"):
+        Architecture(kind="3d", num_workers=32, tp=2, cp=3, pp=2)

@@ -15,7 +15,7 @@ CFG = DecoderConfig(name="tiny", layers=4, hidden=512, heads=8, vocab=1000, seq_
 
 
 def test_plan_space_by_hand():
-    space = PlanSpace(micro_batches=(1, 2), virtual_stages=(1, 2))
+    space = PlanSpace(micro_batches=(1, 2), virtual_stages=(1, 2), context_parallel=(1,))
     place = placements(CFG, 16, 8, 32, space)
     # fsdp: b = 1 (M = 2) and b = 2 (M = 1), each with the 4 shardings (hybrid: 2 servers)
     assert place.filter(pl.col("architecture") == "fsdp").height == 8
@@ -27,13 +27,18 @@ def test_plan_space_by_hand():
     # the micro-batches fill the global batch: b M dp = 32
     dp = 16 // (three["tp"] * three["pp"])
     assert (three["micro_batch"] * three["microbatches"] * dp == 32).all()
+    # cp = 2: (tp, pp) with 2 tp pp | 16, i.e. tp pp | 8: 9 pairs ((1, 1) now counts: 2 GPUs of model
+    # parallelism); x 2 micro-batches, plus v = 2 where pp = 2 (tp 1, 2, 4; M even): 3 pairs x 2
+    space_cp = PlanSpace(micro_batches=(1, 2), virtual_stages=(1, 2), context_parallel=(2,))
+    three_cp = placements(CFG, 16, 8, 32, space_cp).filter(pl.col("architecture") == "3d")
+    assert (three_cp["cp"] == 2).all() and three_cp.height == 2 * 9 + 2 * 3
     with pytest.raises(ValueError, match="whole servers of 8 GPUs, got 12"):
         placements(CFG, 12, 8, 32)
 
 
 def test_search_ranks_and_explains():
     system = builtin_catalog().system("dgx-a100")
-    ranked, t = search(CFG, 16, system, 32, space=PlanSpace(micro_batches=(1, 2)))
+    ranked, t = search(CFG, 16, system, 32, space=PlanSpace(micro_batches=(1, 2), context_parallel=(1,)))
     # the 36 placements of test_plan_space_by_hand (v = 4 would need 4 layers per stage: none) x 3 recomputations
     assert t["plans"] == ranked.height == (8 + 28) * 3
     assert ranked["loses_by"][0] == "(best)"

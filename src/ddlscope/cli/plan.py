@@ -15,9 +15,9 @@ from ddlscope.profile.llm import DecoderConfig, mpt_configs
 from ddlscope.report.console import emit
 from ddlscope.shared_data import find_shared_data
 
-PLAN_COLUMNS = ("architecture", "sharding", "tp", "pp", "virtual_stages", "micro_batch", "microbatches", "recompute",
-                "step_s", "tokens_per_s_per_gpu", "mfu", "bubble_s", "exposed_comm_s", "bottleneck", "fits_gpu_memory",
-                "loses_by")
+PLAN_COLUMNS = ("architecture", "sharding", "tp", "cp", "pp", "virtual_stages", "micro_batch", "microbatches",
+                "recompute", "step_s", "tokens_per_s_per_gpu", "mfu", "bubble_s", "exposed_comm_s", "bottleneck",
+                "fits_gpu_memory", "loses_by")
 
 
 def load_config(model: str, seq_len: int) -> DecoderConfig:
@@ -66,10 +66,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Search every valid plan of a decoder LLM on N GPUs and print the best.
 
-        Plans: fsdp with each sharding (zero1, zero2, zero3, hybrid) and 3d (tensor x pipeline x data parallel,
-        1F1B or interleaved), each micro-batch (1-16) and activation recomputation (none, selective, full), all
-        evaluated by the step-time model in one pass. Ranked by tokens/s among the plans that fit the GPU's
-        memory; `loses_by` names the component that costs each worse plan the most time per sequence against
+        Plans: fsdp with each sharding (zero1, zero2, zero3, hybrid) and 3d (tensor x context x pipeline x
+        data parallel, 1F1B or interleaved), each micro-batch (1-16) and activation recomputation (none,
+        selective, full), all evaluated by the step-time model in one pass. Ranked by tokens/s among the
+        plans that fit the GPU's memory; `loses_by` names the component that costs each worse plan the most time per sequence against
         the best one. Example: `ddlscope plan mpt-70b --gpus 1024 --global-batch 2048 --system dgx-a100`.
         """
         cat = user_catalog(catalog)

@@ -59,8 +59,8 @@ def context(**exprs: pl.Expr) -> dict[str, pl.Expr]:
     """The context a cost function reads: the step-time model's expressions plus the optional
     architecture columns (:data:`ddlscope.model.jobs.ARCHITECTURE_OPTION_COLUMNS`: ``sharding``,
     ``num_params``, and ``precision``)."""
-    cols = ("sharding", "num_params", "tp", "pp", "virtual_stages", "microbatches", "num_layers",
-            "layer_activation_bytes")
+    cols = ("sharding", "num_params", "tp", "pp", "cp", "virtual_stages", "microbatches", "num_layers",
+            "layer_activation_bytes", "layer_kv_bytes")
     return {**{k: c(k) for k in cols}, "precision": c("precision"), **exprs}
 
 

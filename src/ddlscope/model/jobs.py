@@ -99,9 +99,12 @@ ARCHITECTURE_OPTION_COLUMNS: dict[str, tuple[pl.DataType, str]] = {
     "pp": (pl.Int64, "3d: pipeline stages (null: 1)"),
     "virtual_stages": (pl.Int64, "3d: virtual stages per GPU, interleaved schedule (null: 1, 1F1B)"),
     "microbatches": (pl.Int64, "3d: micro-batches per step, gradient accumulation (null: 1)"),
+    "cp": (pl.Int64, "3d: context-parallel GPUs (null: 1)"),
     "num_layers": (pl.Int64, "transformer layers of the model (null: unknown)"),
     "layer_activation_bytes": (pl.Float64, "bytes of one layer's output activation for one micro-batch "
                                "(b s h x element size; what TP all-reduces and PP sends; null: unknown)"),
+    "layer_kv_bytes": (pl.Float64, "bytes of one layer's keys and values for one micro-batch (what CP passes "
+                       "round its ring; null: 2 x layer_activation_bytes)"),
 }
 """Columns only some architectures read (``fsdp``), outside :data:`JOB_SCHEMA` so that the tables of
 the other architectures are unchanged: :func:`job_row` writes them where set, :func:`jobs_frame`
@@ -219,8 +222,8 @@ def job_row(
         options["num_params"] = workload.num_params
     if architecture.kind == "3d":
         options.update(tp=architecture.tp, pp=architecture.pp, virtual_stages=architecture.virtual_stages,
-                       microbatches=architecture.microbatches)
-    for key in ("num_layers", "layer_activation_bytes"):
+                       microbatches=architecture.microbatches, cp=architecture.cp)
+    for key in ("num_layers", "layer_activation_bytes", "layer_kv_bytes"):
         if getattr(workload, key) is not None:
             options[key] = getattr(workload, key)
     return {

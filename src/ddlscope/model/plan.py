@@ -7,9 +7,10 @@ The plan space (:class:`PlanSpace`), for a global batch of ``B`` sequences:
 - ``fsdp`` with each sharding (:data:`~ddlscope.specs.traits.SHARDINGS`), micro-batch ``b`` with
   ``b N`` dividing ``B`` (the rest is gradient accumulation; the model's step is one micro-batch:
   FSDP gathers and reduce-scatters every micro-batch);
-- ``3d`` with ``tp`` a divisor of the server's GPUs and of the heads, ``pp`` a divisor of the
-  layers with ``tp pp`` dividing ``N``, ``v`` virtual stages dividing ``L / pp`` (``v > 1`` needs
-  ``pp >= 2`` and ``M`` a multiple of ``pp``), ``M = B / (b dp)`` micro-batches (a whole number);
+- ``3d`` with ``tp`` a divisor of the server's GPUs and of the heads, ``cp`` (context parallel)
+  dividing the sequence, ``pp`` a divisor of the layers with ``tp cp pp`` dividing ``N``, ``v``
+  virtual stages dividing ``L / pp`` (``v > 1`` needs ``pp >= 2`` and ``M`` a multiple of ``pp``),
+  ``M = B / (b dp)`` micro-batches (a whole number);
 - each with activation recomputation ``none``, ``selective`` or ``full``.
 
 Every plan's workload is :func:`ddlscope.profile.llm.decoder_workload` at its (micro-batch,
@@ -44,12 +45,13 @@ c = pl.col
 @dataclass(frozen=True)
 class PlanSpace:
     """The choices a plan search enumerates (module docstring). Defaults: micro-batches 1-16
-    (powers of two), all three recomputations, ``v`` in 1, 2, 4, every sharding, both
-    architectures."""
+    (powers of two), all three recomputations, ``v`` in 1, 2, 4, ``cp`` in 1, 2, 4, every
+    sharding, both architectures."""
 
     micro_batches: tuple[int, ...] = (1, 2, 4, 8, 16)
     recomputes: tuple[Recompute, ...] = ("none", "selective", "full")
     virtual_stages: tuple[int, ...] = (1, 2, 4)
+    context_parallel: tuple[int, ...] = (1, 2, 4)
     shardings: tuple[str, ...] = SHARDINGS
     architectures: tuple[str, ...] = ("fsdp", "3d")
     tps: tuple[int, ...] | None = field(default=None)
@@ -62,7 +64,7 @@ def _divisors(n: int) -> list[int]:
 
 def placements(cfg: DecoderConfig, gpus: int, server_gpus: int, global_batch: int,
                space: PlanSpace = PlanSpace()) -> pl.DataFrame:
-    """The valid placements (columns ``architecture``, ``sharding``, ``tp``, ``pp``,
+    """The valid placements (columns ``architecture``, ``sharding``, ``tp``, ``cp``, ``pp``,
     ``virtual_stages``, ``micro_batch``, ``microbatches``), without the recomputation (module
     docstring's rules).
 
@@ -77,27 +79,31 @@ def placements(cfg: DecoderConfig, gpus: int, server_gpus: int, global_batch: in
     rows = []
     for b in space.micro_batches:
         if "fsdp" in space.architectures and gpus >= 2 and global_batch % (b * gpus) == 0:
-            rows += [{"architecture": "fsdp", "sharding": s, "tp": 1, "pp": 1, "virtual_stages": 1, "micro_batch": b,
-                      "microbatches": global_batch // (b * gpus)} for s in space.shardings
+            rows += [{"architecture": "fsdp", "sharding": s, "tp": 1, "cp": 1, "pp": 1, "virtual_stages": 1,
+                      "micro_batch": b, "microbatches": global_batch // (b * gpus)} for s in space.shardings
                      if s != "hybrid" or gpus > server_gpus]
         if "3d" not in space.architectures:
             continue
         tps = space.tps or [t for t in _divisors(min(server_gpus, gpus)) if cfg.heads % t == 0]
         pps = space.pps or _divisors(cfg.layers)
         for tp in tps:
-            for pp in pps:
-                if gpus % (tp * pp) or tp * pp < 2:
+            for cp in space.context_parallel:
+                if cfg.seq_len % cp:
                     continue
-                dp = gpus // (tp * pp)
-                if global_batch % (b * dp):
-                    continue
-                M = global_batch // (b * dp)
-                for v in space.virtual_stages:
-                    if (cfg.layers // pp) % v or (v > 1 and (pp < 2 or M % pp)):
+                for pp in pps:
+                    mp = tp * cp * pp
+                    if gpus % mp or mp < 2:
                         continue
-                    rows.append({"architecture": "3d", "sharding": None, "tp": tp, "pp": pp, "virtual_stages": v,
-                                 "micro_batch": b, "microbatches": M})
-    schema = {"architecture": pl.String, "sharding": pl.String, "tp": pl.Int64, "pp": pl.Int64,
+                    dp = gpus // mp
+                    if global_batch % (b * dp):
+                        continue
+                    M = global_batch // (b * dp)
+                    for v in space.virtual_stages:
+                        if (cfg.layers // pp) % v or (v > 1 and (pp < 2 or M % pp)):
+                            continue
+                        rows.append({"architecture": "3d", "sharding": None, "tp": tp, "cp": cp, "pp": pp,
+                                     "virtual_stages": v, "micro_batch": b, "microbatches": M})
+    schema = {"architecture": pl.String, "sharding": pl.String, "tp": pl.Int64, "cp": pl.Int64, "pp": pl.Int64,
               "virtual_stages": pl.Int64, "micro_batch": pl.Int64, "microbatches": pl.Int64}
     return pl.DataFrame(rows, schema=schema)
 
@@ -123,10 +129,11 @@ def plan_jobs(cfg: DecoderConfig, gpus: int, system: System, global_batch: int, 
                                         grad_bytes_per_param=grad_bytes_per_param)
             ops[w.name] = table
             wl_rows.append({**workload_columns(w), "num_params": w.num_params, "num_layers": w.num_layers,
-                            "layer_activation_bytes": w.layer_activation_bytes, "micro_batch": b, "recompute": rc})
+                            "layer_activation_bytes": w.layer_activation_bytes, "layer_kv_bytes": w.layer_kv_bytes,
+                            "micro_batch": b, "recompute": rc})
     wl_schema = {k: JOB_SCHEMA[k][0] for k in workload_columns(w)}
     wl_schema.update(num_params=pl.Float64, num_layers=pl.Int64, layer_activation_bytes=pl.Float64,
-                     micro_batch=pl.Int64, recompute=pl.String)
+                     layer_kv_bytes=pl.Float64, micro_batch=pl.Int64, recompute=pl.String)
     workloads = pl.DataFrame(wl_rows, schema=wl_schema)
     servers = max(1, gpus // system.gpus_per_server)
     sys_cols = system_columns(system)

@@ -344,6 +344,7 @@ def decoder_workload(cfg: DecoderConfig, micro_batch: int, *, precision: str = "
         num_params=n,
         num_layers=cfg.layers,
         layer_activation_bytes=ACT_BYTES * micro_batch * cfg.seq_len * cfg.hidden,
+        layer_kv_bytes=ACT_BYTES * 2 * micro_batch * cfg.seq_len * cfg.kv * (cfg.hidden // cfg.heads),
         peak_memory_bytes=unsharded_state_bytes(n, grads, precision) + activation_bytes(cfg, micro_batch, recompute),
         source=f"ddlscope.profile.llm analytic decoder ({cfg.layers} layers, hidden {cfg.hidden}, seq {cfg.seq_len})",
     )

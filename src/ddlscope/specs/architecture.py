@@ -51,10 +51,11 @@ class Architecture(BaseModel):
     - ``sharding``: ``fsdp`` only: ``zero1``, ``zero2`` (``SHARD_GRAD_OP``), ``zero3``
       (``FULL_SHARD``, the default when ``None``) or ``hybrid`` (``HYBRID_SHARD``); FSDP's names
       are accepted in any case.
-    - ``tp``, ``pp``, ``virtual_stages``, ``microbatches``: ``3d`` only (1 elsewhere): tensor-parallel
-      GPUs (within a server), pipeline stages, virtual stages per GPU (the interleaved schedule,
-      ``microbatches`` a multiple of ``pp``), micro-batches per step; ``tp x pp`` divides the GPUs
-      and ``dp = num_gpus / (tp x pp)``.
+    - ``tp``, ``pp``, ``cp``, ``virtual_stages``, ``microbatches``: ``3d`` only (1 elsewhere):
+      tensor-parallel GPUs (within a server), pipeline stages, context-parallel GPUs (the sequence
+      split, keys/values passed round a ring), virtual stages per GPU (the interleaved schedule,
+      ``microbatches`` a multiple of ``pp``), micro-batches per step; ``tp x cp x pp`` divides the
+      GPUs and ``dp = num_gpus / (tp x cp x pp)``.
 
     Derived: ``num_gpus = num_workers * gpus_per_worker`` (data-parallel replicas).
 
@@ -77,6 +78,7 @@ class Architecture(BaseModel):
     pp: int = Field(strict=True, default=1, ge=1, description="3d: pipeline stages")
     virtual_stages: int = Field(strict=True, default=1, ge=1, description="3d: virtual stages (interleaved)")
     microbatches: int = Field(strict=True, default=1, ge=1, description="3d: micro-batches per step")
+    cp: int = Field(strict=True, default=1, ge=1, description="3d: context-parallel GPUs (sequence split)")
 
     @field_validator("sharding", mode="before")
     @classmethod
@@ -118,12 +120,14 @@ class Architecture(BaseModel):
             )
         if self.sharding is not None and not t.sharded:
             raise ValueError(f"sharding: only fsdp shards its state, got sharding={self.sharding!r} for {k}")
-        mp = {"tp": self.tp, "pp": self.pp, "virtual_stages": self.virtual_stages, "microbatches": self.microbatches}
+        mp = {"tp": self.tp, "pp": self.pp, "cp": self.cp, "virtual_stages": self.virtual_stages,
+              "microbatches": self.microbatches}
         if not t.model_parallel and any(v != 1 for v in mp.values()):
-            raise ValueError(f"tp/pp/virtual_stages/microbatches: only 3d is model-parallel, got {mp} for {k}")
+            raise ValueError(f"tp/pp/cp/virtual_stages/microbatches: only 3d is model-parallel, got {mp} for {k}")
         if t.model_parallel:
-            if n % (self.tp * self.pp):
-                raise ValueError(f"tp/pp: {k} expects tp x pp = {self.tp * self.pp} to divide the {n} GPUs")
+            if n % (self.tp * self.pp * self.cp):
+                what = "tp x pp" if self.cp == 1 else "tp x cp x pp"
+                raise ValueError(f"tp/pp: {k} expects {what} = {self.tp * self.pp * self.cp} to divide the {n} GPUs")
             if self.virtual_stages > 1 and (self.pp < 2 or self.microbatches % self.pp):
                 raise ValueError(f"virtual_stages: the interleaved schedule expects pp >= 2 and microbatches a "
                                  f"multiple of pp, got pp={self.pp}, microbatches={self.microbatches}")
