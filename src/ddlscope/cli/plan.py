@@ -70,7 +70,8 @@ def register(app: typer.Typer) -> None:
         data parallel, 1F1B or interleaved), each micro-batch (1-16) and activation recomputation (none,
         selective, full), all evaluated by the step-time model in one pass. Ranked by tokens/s among the
         plans that fit the GPU's memory; `loses_by` names the component that costs each worse plan the
-        most time per sequence against the best one. Example: `ddlscope plan mpt-70b --gpus 1024 --global-batch 2048 --system dgx-a100`.
+        most time per sequence against the best one.
+        Example: `ddlscope plan mpt-70b --gpus 1024 --global-batch 2048 --system dgx-a100`.
         """
         cat = user_catalog(catalog)
         cfg = load_config(model, seq_len)
