@@ -281,7 +281,8 @@ def test_batch_norm_passes_agree_with_the_shared_resnet_trace(shared_data):
     import gzip
     import json
 
-    events = json.load(gzip.open(shared_data / "param_dlrm" / "resnet_kineto.json.gz"))["traceEvents"]
+    with gzip.open(shared_data / "param_dlrm" / "resnet_kineto.json.gz") as fh:
+        events = json.load(fh)["traceEvents"]
     t = {"bn_fw": 0.0, "bn_bw": 0.0, "relu_fw": 0.0, "relu_bw": 0.0}
     for e in events:
         if e.get("cat") == "kernel":

@@ -20,6 +20,7 @@ from ddlscope.specs.examples import EXAMPLE_SERVER
 from ddlscope.specs.files import parse_pairs
 from ddlscope.specs.scenario import BUILTIN_SCENARIOS, Scenario, resolve_scenarios
 from ddlscope.specs.system import System
+from ddlscope.specs.traits import traits_of
 
 err_console = Console(stderr=True, soft_wrap=True)  # long messages (paths) stay on one line
 """The console of every command's progress, notes, warnings and errors (stderr)."""
@@ -124,6 +125,13 @@ WorkersOpt = Annotated[int | None, typer.Option("--workers", "-w", help="worker 
 GpusPerWorkerOpt = Annotated[int | None, typer.Option("--gpus-per-worker", help="GPUs per worker")]
 PsOpt = Annotated[int | None, typer.Option("--ps", help="parameter-server shards (ps_worker)")]
 ServersOpt = Annotated[int | None, typer.Option("--servers", help="servers (default: as few as fit)")]
+ParallelOpt = Annotated[
+    str | None,
+    typer.Option("--parallel", help="fsdp/3d settings as key=value,...: sharding (zero1|zero2|zero3|hybrid or "
+                 "FULL_SHARD...), tp, pp, cp, virtual_stages, microbatches; e.g. -a 3d -w 32 --parallel tp=4,pp=2,"
+                 "microbatches=16"),
+]
+PARALLEL_KEYS: tuple[str, ...] = ("sharding", "tp", "pp", "cp", "virtual_stages", "microbatches")
 OverlapOpt = Annotated[
     str, typer.Option("--overlap", help="communication/computation overlap: scheduled (gradient buckets behind "
                       "the backward, the last one exposed, plus the wait for the slowest rank), none, full, or a "
@@ -152,25 +160,52 @@ def resolve_system(
     return catalog.system(system or EXAMPLE_SERVER, gpu=gpu, nic=nic, nvlink=nvlink), catalog
 
 
+def parse_parallel(text: str | None) -> dict[str, str | int]:
+    """``--parallel`` ``key=value,...`` (keys of :data:`PARALLEL_KEYS`; counts as integers).
+
+    Raises:
+        ValueError: a pair without ``=``, an unknown key or a count that is not a whole number.
+    """
+    out: dict[str, str | int] = {}
+    for pair in (text or "").split(","):
+        if not pair.strip():
+            continue
+        key, sep, value = pair.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or key not in PARALLEL_KEYS:
+            raise ValueError(f"--parallel: expected key=value with a key of {', '.join(PARALLEL_KEYS)}, got {pair!r}")
+        if key == "sharding":
+            out[key] = value
+        else:
+            try:
+                out[key] = int(value)
+            except ValueError:
+                raise ValueError(f"--parallel: {key} expects a whole number, got {value!r}") from None
+    return out
+
+
 def resolve_architecture(
     kind: str | None, workers: int | None, gpus_per_worker: int | None, ps: int | None, servers: int | None,
-    default: Architecture,
+    default: Architecture, parallel: str | None = None,
 ) -> Architecture:
     """The Architecture from the flags; unset flags take sensible values for the kind.
 
-    Without ``--architecture`` the ``default`` is used, with any count flags applied to it.
+    Without ``--architecture`` the ``default`` is used, with any count flags applied to it;
+    ``parallel`` is the ``--parallel`` text (:func:`parse_parallel`: fsdp's sharding, 3d's tp/pp/...).
     """
     if kind is None:
         fields = default.model_dump()
     else:
         fields = {"kind": kind, "num_workers": 1, "gpus_per_worker": 1, "num_ps": 0, "num_servers": None}
-        if kind == "ps_worker":
+        if traits_of(kind).parameter_servers:
             fields["num_ps"] = 1
     for key, value in (("num_workers", workers), ("gpus_per_worker", gpus_per_worker), ("num_ps", ps),
                        ("num_servers", servers)):
         if value is not None:
             fields[key] = value
-    if kind == "1wng" and gpus_per_worker is None and workers and workers > 1:
+    fields.update(parse_parallel(parallel))
+    if (kind is not None and traits_of(kind).one_worker and traits_of(kind).max_gpus != 1
+            and gpus_per_worker is None and workers and workers > 1):
         # `-a 1wng -w 4` reads naturally as four GPUs under one worker
         fields["num_workers"], fields["gpus_per_worker"] = 1, workers
     return Architecture.model_validate(fields)

@@ -34,6 +34,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "ddlscope.cli.trace",
     "ddlscope.cli.calibrate",
     "ddlscope.cli.validate",
+    "ddlscope.cli.plan",
 )
 
 try:

@@ -17,6 +17,7 @@ from ddlscope.cli.common import (
     NicOpt,
     NvlinkOpt,
     OverlapOpt,
+    ParallelOpt,
     PsOpt,
     ServersOpt,
     SystemFile,
@@ -149,6 +150,7 @@ def register(app: typer.Typer) -> None:
         gpus_per_worker: GpusPerWorkerOpt = None,
         ps: PsOpt = None,
         servers: ServersOpt = None,
+        parallel: ParallelOpt = None,
         system: SystemName = None,
         system_file: SystemFile = None,
         gpu: GpuOpt = None,
@@ -165,7 +167,8 @@ def register(app: typer.Typer) -> None:
         example as PS/Worker (8 workers, 2 PS) on the PAI study's 8 x V100 NVLink server with 25 Gb/s Ethernet.
         """
         w, ops = _workload_and_ops(workload_file, batch_size, precision, model, seq_len, image_size, optimizer)
-        arch = resolve_architecture(architecture, workers, gpus_per_worker, ps, servers, example_architecture())
+        arch = resolve_architecture(architecture, workers, gpus_per_worker, ps, servers, example_architecture(),
+                                    parallel)
         sysm, cat = resolve_system(system, system_file, gpu, nic, nvlink, catalog)
         expected_one_of(fmt, FORMATS)
         out = predict_job(w, arch, sysm, overlap=overlap, ops=ops, catalog=cat)
@@ -208,6 +211,7 @@ def register(app: typer.Typer) -> None:
         gpus_per_worker: GpusPerWorkerOpt = None,
         ps: PsOpt = None,
         servers: ServersOpt = None,
+        parallel: ParallelOpt = None,
         system: SystemName = None,
         system_file: SystemFile = None,
         gpu: GpuOpt = None,
@@ -223,7 +227,8 @@ def register(app: typer.Typer) -> None:
         8 x V100 NVLink server with 25 Gb/s Ethernet) under every built-in scenario.
         """
         w, ops = _workload_and_ops(workload_file, batch_size, precision, model, seq_len, image_size, optimizer)
-        arch = resolve_architecture(architecture, workers, gpus_per_worker, ps, servers, example_architecture())
+        arch = resolve_architecture(architecture, workers, gpus_per_worker, ps, servers, example_architecture(),
+                                    parallel)
         sysm, cat = resolve_system(system, system_file, gpu, nic, nvlink, catalog)
         scenarios = parse_scenarios(scenario, cat)
         expected_one_of(fmt, FORMATS)

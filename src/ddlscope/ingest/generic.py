@@ -61,6 +61,7 @@ from ddlscope.model.jobs import ArchitectureEnum
 from ddlscope.specs.architecture import ARCHITECTURES
 from ddlscope.specs.errors import describe_validation
 from ddlscope.specs.files import parse_pairs, read_toml_or_json
+from ddlscope.specs.traits import TRAITS, kinds_where, single_server_kinds
 from ddlscope.specs.workload import PRECISIONS
 
 #: population field -> kind its source column is parsed as.
@@ -395,18 +396,21 @@ def _counts(frame: pl.LazyFrame, mapping: TableMapping, opts: IngestOptions) -> 
         kind = count_architecture(n, nw_given, f("num_ps"), pl.lit(server), opts.multi_gpu_instance)
     lf = lf.with_columns(architecture=kind)
     a = pl.col("architecture")
+    one_gpu = [k for k, t in TRAITS.items() if t.one_worker and t.max_gpus == 1]  # 1w1g
+    one_worker = kinds_where("one_worker")  # 1w1g, 1wng
     gpw = (
-        pl.when(a == "1w1g").then(pl.lit(1))
-        .when(a == "1wng").then(pl.coalesce(gpw_given, n))
+        pl.when(a.is_in(one_gpu)).then(pl.lit(1))
+        .when(a.is_in(one_worker)).then(pl.coalesce(gpw_given, n))
         .otherwise(gpw_given.fill_null(1))
     )
     lf = lf.with_columns(gpus_per_worker=pl.when(a.is_not_null()).then(gpw).cast(pl.Int64))
     nw = (
-        pl.when(a.is_in(["1w1g", "1wng"])).then(pl.lit(1))
+        pl.when(a.is_in(one_worker)).then(pl.lit(1))
         .otherwise(pl.coalesce(nw_given, n // pl.col("gpus_per_worker").clip(1)))
     )
-    ps = pl.when(a == "ps_worker").then(pl.coalesce(f("num_ps"), pl.lit(1))).otherwise(pl.lit(0))
-    single = a.is_in(["1w1g", "1wng", "allreduce_local"])
+    ps = pl.when(a.is_in(kinds_where("parameter_servers"))).then(pl.coalesce(f("num_ps"), pl.lit(1))).otherwise(
+        pl.lit(0))
+    single = a.is_in(single_server_kinds())
     lf = lf.with_columns(
         num_workers=pl.when(a.is_not_null()).then(nw).cast(pl.Int64),
         num_ps=pl.when(a.is_not_null()).then(ps).cast(pl.Int64),
@@ -419,24 +423,33 @@ def _counts(frame: pl.LazyFrame, mapping: TableMapping, opts: IngestOptions) -> 
 def _misfit(a: pl.Expr, n: pl.Expr, nw: pl.Expr, gpw: pl.Expr, ps: pl.Expr, servers: pl.Expr,
             server_gpus: int) -> list[tuple[pl.Expr, pl.Expr]]:
     """``(condition, detail)`` pairs, one per rule an explicitly given architecture can break: the
-    rules of :class:`~ddlscope.specs.architecture.Architecture` and its placement check
+    rules of the traits table (:data:`ddlscope.specs.traits.TRAITS`, as
+    :class:`~ddlscope.specs.architecture.Architecture` applies them) and its placement check
     (``Architecture.servers_on``, which ``characterize`` applies) on servers of ``server_gpus``
     GPUs. Each detail says what was found and what was expected."""
-    single = a.is_in(["1w1g", "1wng", "allreduce_local"])
-    multi = a.is_in(["allreduce_local", "allreduce_cluster", "pearl"])
-    spread = a.is_in(["ps_worker", "allreduce_cluster", "pearl"])
+    single = a.is_in(single_server_kinds())
+    one_gpu = [k for k, t in TRAITS.items() if t.one_worker and t.max_gpus == 1]
+    many_one_worker = [(k, t) for k, t in TRAITS.items() if t.one_worker and t.max_gpus != 1]
+    spread = ~single
     per_server = (n + servers - 1) // servers  # ceil(n / servers), integers
     sg = server_gpus
+    rules: list[tuple[pl.Expr, pl.Expr]] = [
+        (a.is_in(one_gpu) & (n != 1), pl.format("{} with {} GPUs; expected exactly 1 GPU", a, n))]
+    rules += [((a == k) & ((nw != 1) | (gpw < t.min_gpus)),
+               pl.format(f"{{}} with {{}} worker(s) x {{}} GPU(s); expected 1 worker with >= {t.min_gpus} GPUs",
+                         a, nw, gpw)) for k, t in many_one_worker]
+    rules += [((a == k) & (ps < 1), pl.lit(f"{k} with 0 PS shards; expected num_ps >= 1"))
+              for k in kinds_where("parameter_servers")]
+    for floor in sorted({t.min_gpus for t in TRAITS.values() if not t.one_worker and t.min_gpus > 1}):
+        multi = a.is_in([k for k, t in TRAITS.items() if not t.one_worker and t.min_gpus == floor])
+        rules.append((multi & (n < floor), pl.format(f"{{}} with {{}} GPU(s); expected >= {floor} GPUs", a, n)))
+    rules.append((single & (servers > 1),
+                  pl.format("{} on {} servers; expected 1 server (a single-server architecture)", a, servers)))
+    rules += [((a == k) & (servers < t.min_servers),
+               pl.format(f"{k} on {{}} server; expected >= {t.min_servers} servers (else allreduce_local)", servers))
+              for k, t in TRAITS.items() if not t.single_server and t.min_servers > 1]
     return [
-        ((a == "1w1g") & (n != 1), pl.format("1w1g with {} GPUs; expected exactly 1 GPU", n)),
-        ((a == "1wng") & ((nw != 1) | (gpw < 2)),
-         pl.format("1wng with {} worker(s) x {} GPU(s); expected 1 worker with >= 2 GPUs", nw, gpw)),
-        ((a == "ps_worker") & (ps < 1), pl.lit("ps_worker with 0 PS shards; expected num_ps >= 1")),
-        (multi & (n < 2), pl.format("{} with {} GPU(s); expected >= 2 GPUs", a, n)),
-        (single & (servers > 1),
-         pl.format("{} on {} servers; expected 1 server (a single-server architecture)", a, servers)),
-        ((a == "allreduce_cluster") & (servers < 2),
-         pl.format("allreduce_cluster on {} server; expected >= 2 servers (else allreduce_local)", servers)),
+        *rules,
         (servers > n, pl.format("{} servers for {} GPUs; expected at most one server per GPU", servers, n)),
         (gpw > sg, pl.format(f"{{}} GPUs per worker; expected at most {sg} (a worker sits in one server of {sg} "
                              "GPUs; --server-gpus sets it)", gpw)),
@@ -446,6 +459,9 @@ def _misfit(a: pl.Expr, n: pl.Expr, nw: pl.Expr, gpw: pl.Expr, ps: pl.Expr, serv
         (spread & (per_server > sg),
          pl.format(f"{{}} with {{}} GPUs on {{}} servers puts {{}} on a server; expected at most {sg}", a, n,
                    servers, per_server)),
+        (a.is_in(kinds_where("even_split")) & (servers >= 1) & (n % servers.clip(1) != 0),
+         pl.format("{} with {} GPUs on {} servers; expected the GPUs to divide evenly over the servers", a, n,
+                   servers)),
     ]
 
 

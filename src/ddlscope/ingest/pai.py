@@ -109,6 +109,7 @@ from ddlscope.ingest.population import (
 from ddlscope.ingest.report import IngestReport
 from ddlscope.ingest.table import ColumnKind, TableRead, read_delimited
 from ddlscope.model.jobs import ArchitectureEnum
+from ddlscope.specs.traits import TRAITS, single_server_kinds
 
 FORMAT = "pai-v2020"
 
@@ -459,11 +460,17 @@ def read_pai_v2020(
     known = pl.col("n_tasks").is_not_null()
     lf = lf.with_columns(architecture=arch, num_gpus=pl.when(known).then(W * g.fill_null(0)))
     a, n = pl.col("architecture"), pl.col("num_gpus")
-    servers = (
-        pl.when(a.is_in(["1w1g", "1wng", "allreduce_local"])).then(pl.lit(1))
-        .when((a == "ps_worker") & (M >= 1)).then(M)
-        .when((a == "allreduce_cluster") & (M >= 2) & ((n % M.cast(pl.Int64).clip(1)) == 0)).then(M)
-    )
+    # the machines the trace gives, where the architecture's traits allow them (ddlscope.specs.traits):
+    # one for a single-server kind; M when it is at least the kind's fewest servers and, for the kinds
+    # whose GPUs divide evenly over their servers, divides the GPUs; else null (as few as fit)
+    servers = pl.when(a.is_in(single_server_kinds())).then(pl.lit(1))
+    for kind, t in TRAITS.items():
+        if t.single_server:
+            continue
+        fits = (a == kind) & (t.min_servers <= M)
+        if t.even_split:
+            fits = fits & ((n % M.cast(pl.Int64).clip(1)) == 0)
+        servers = servers.when(fits).then(M)
     pre = pl.when(pl.lit(False)).then(pl.lit(None, dtype=pl.String))
     for table, flag in bad_flags:
         pre = pre.when(flag).then(pl.lit(malformed_reason(table)))
@@ -518,7 +525,7 @@ def read_pai_v2020(
     if conflicts:
         notes.append(f"{conflicts:,} job(s) have several different workload tags; the first one is used")
     overfull = population.filter(
-        pl.col("architecture").is_in(["1w1g", "1wng", "allreduce_local"]) & (pl.col("num_gpus") > pl.col("server_gpus"))
+        pl.col("architecture").is_in(single_server_kinds()) & (pl.col("num_gpus") > pl.col("server_gpus"))
     ).height
     if overfull:
         notes.append(f"{overfull:,} single-machine job(s) count more GPUs than their machine has (GPU sharing: "

@@ -66,6 +66,7 @@ from ddlscope.specs.architecture import Architecture
 from ddlscope.specs.catalog import Catalog, CatalogError
 from ddlscope.specs.scenario import Scenario
 from ddlscope.specs.system import System
+from ddlscope.specs.traits import collective_data_parallel_kind
 from ddlscope.specs.workload import Workload
 
 c = pl.col
@@ -155,11 +156,8 @@ def trace_hardware(
         system = catalog.system(server, gpu=gpu_name)
     per_server = system.gpus_per_server if system else 8
     p = max(world_size, 1)
-    if p == 1:
-        arch = Architecture(kind="1w1g")
-    else:
-        kind = "pearl" if has_all_to_all else ("allreduce_local" if p <= per_server else "allreduce_cluster")
-        arch = Architecture(kind=kind, num_workers=p, gpus_per_worker=1)
+    kind = collective_data_parallel_kind(p, per_server, has_all_to_all)
+    arch = Architecture(kind=kind) if kind == "1w1g" else Architecture(kind=kind, num_workers=p, gpus_per_worker=1)
     notes.append(f"architecture: {arch.kind} with {p} GPU(s) "
                  f"({'all-to-all collectives seen' if has_all_to_all else 'no all-to-all'}; world size {world_size})")
     return TraceHardware(system=system, architecture=arch, gpu_reported=reported, notes=notes)

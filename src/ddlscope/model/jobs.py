@@ -16,12 +16,13 @@ from typing import Any
 
 import polars as pl
 
-from ddlscope.specs.architecture import ARCHITECTURES, Architecture
+from ddlscope.specs.architecture import ARCHITECTURES, SHARDINGS, Architecture
 from ddlscope.specs.overlap import overlap_fraction
 from ddlscope.specs.system import GPUSpec, LinkSpec, System
 from ddlscope.specs.workload import PRECISIONS, Workload
 
 ArchitectureEnum = pl.Enum(list(ARCHITECTURES))
+ShardingEnum = pl.Enum(list(SHARDINGS))
 PrecisionEnum = pl.Enum(list(PRECISIONS))
 
 #: column -> (dtype, meaning). The single definition of the Jobs table.
@@ -89,6 +90,25 @@ OPTIONAL_JOB_COLUMNS: tuple[str, ...] = ("pcie_link_efficiency", "nvlink_link_ef
 efficiency applies). The link's transport (:meth:`ddlscope.specs.system.LinkSpec.achieved_efficiency`)
 fills them; a system whose efficiency for the slot is set explicitly (a calibrated profile, a
 system file) leaves them null, so that efficiency wins."""
+
+ARCHITECTURE_OPTION_COLUMNS: dict[str, tuple[pl.DataType, str]] = {
+    "sharding": (ShardingEnum, "fsdp sharding (ddlscope.specs.traits.SHARDINGS); null: zero3 for fsdp"),
+    "num_params": (pl.Float64, "parameters of the model (count; null: unknown, fsdp then gathers "
+                   "dense_param_bytes and its memory fit is unknown)"),
+    "tp": (pl.Int64, "3d: tensor-parallel GPUs (null: 1)"),
+    "pp": (pl.Int64, "3d: pipeline stages (null: 1)"),
+    "virtual_stages": (pl.Int64, "3d: virtual stages per GPU, interleaved schedule (null: 1, 1F1B)"),
+    "microbatches": (pl.Int64, "3d: micro-batches per step, gradient accumulation (null: 1)"),
+    "cp": (pl.Int64, "3d: context-parallel GPUs (null: 1)"),
+    "num_layers": (pl.Int64, "transformer layers of the model (null: unknown)"),
+    "layer_activation_bytes": (pl.Float64, "bytes of one layer's output activation for one micro-batch "
+                               "(b s h x element size; what TP all-reduces and PP sends; null: unknown)"),
+    "layer_kv_bytes": (pl.Float64, "bytes of one layer's keys and values for one micro-batch (what CP passes "
+                       "round its ring; null: 2 x layer_activation_bytes)"),
+}
+"""Columns only some architectures read (``fsdp``), outside :data:`JOB_SCHEMA` so that the tables of
+the other architectures are unchanged: :func:`job_row` writes them where set, :func:`jobs_frame`
+keeps them where any row has them, and the step-time model reads an absent one as null."""
 
 _names = list(JOB_SCHEMA)
 WORKLOAD_COLUMNS: tuple[str, ...] = tuple(_names[_names.index("workload") : _names.index("architecture")])
@@ -195,6 +215,17 @@ def job_row(
     if not 0.0 < memory_bound_scale <= 1.0:
         raise ValueError(f"memory_bound_scale: expected a factor in (0, 1], got {memory_bound_scale}")
     servers = architecture.servers_on(system.gpus_per_server)
+    options: dict[str, Any] = {}
+    if architecture.sharding is not None or architecture.kind == "fsdp":
+        options["sharding"] = architecture.sharding or "zero3"
+    if workload.num_params is not None:
+        options["num_params"] = workload.num_params
+    if architecture.kind == "3d":
+        options.update(tp=architecture.tp, pp=architecture.pp, virtual_stages=architecture.virtual_stages,
+                       microbatches=architecture.microbatches, cp=architecture.cp)
+    for key in ("num_layers", "layer_activation_bytes", "layer_kv_bytes"):
+        if getattr(workload, key) is not None:
+            options[key] = getattr(workload, key)
     return {
         "job_id": job_id,
         **workload_columns(workload),
@@ -206,13 +237,17 @@ def job_row(
         **system_columns(system),
         "overlap_fraction": overlap_fraction(overlap),
         "memory_bound_scale": memory_bound_scale,
+        **options,
     }
 
 
 def jobs_frame(rows: Iterable[Mapping[str, Any]]) -> pl.DataFrame:
-    """Stack :func:`job_row` dicts into a DataFrame with the :data:`JOB_SCHEMA` dtypes."""
+    """Stack :func:`job_row` dicts into a DataFrame with the :data:`JOB_SCHEMA` dtypes, plus the
+    :data:`ARCHITECTURE_OPTION_COLUMNS` any row has (null in the rows without)."""
+    rows = list(rows)
     schema = {name: dtype for name, (dtype, _) in JOB_SCHEMA.items()}
-    return pl.DataFrame(list(rows), schema=schema)
+    schema.update({k: t for k, (t, _) in ARCHITECTURE_OPTION_COLUMNS.items() if any(k in r for r in rows)})
+    return pl.DataFrame(rows, schema=schema)
 
 
 def check_jobs_frame(frame: pl.DataFrame | pl.LazyFrame) -> None:
@@ -222,3 +257,26 @@ def check_jobs_frame(frame: pl.DataFrame | pl.LazyFrame) -> None:
     missing = [c for c in JOB_SCHEMA if c not in names and c not in OPTIONAL_JOB_COLUMNS]
     if missing:
         raise ValueError(f"jobs table: missing column(s) {missing}; see ddlscope.model.jobs.JOB_SCHEMA")
+
+
+def with_known_architectures(frame: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
+    """``frame`` (lazy) with ``architecture`` as :data:`ArchitectureEnum`: a String, Categorical or
+    other Enum column is cast, so that an architecture the traits table
+    (:data:`ddlscope.specs.traits.TRAITS`) does not know is an error, never a job priced as no
+    architecture.
+
+    Raises:
+        ValueError: (a DataFrame, checked at once) ``architecture`` values that are not known,
+            naming them and the known ones; a LazyFrame fails the same way when collected (Polars'
+            conversion error names the value).
+    """
+    dtype = frame.collect_schema().get("architecture")
+    if dtype == ArchitectureEnum:
+        return frame.lazy()
+    if isinstance(frame, pl.DataFrame):
+        values = frame["architecture"].cast(pl.String).unique().drop_nulls().to_list()
+        unknown = sorted(v for v in values if v not in ARCHITECTURES)
+        if unknown:
+            raise ValueError(f"jobs table: architecture {', '.join(map(repr, unknown))} unknown; expected one of "
+                             f"{', '.join(ARCHITECTURES)} (ddlscope.specs.traits.TRAITS)")
+    return frame.lazy().with_columns(pl.col("architecture").cast(pl.String).cast(ArchitectureEnum))

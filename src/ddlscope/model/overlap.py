@@ -71,6 +71,8 @@ import math
 import numpy as np
 import polars as pl
 
+from ddlscope.specs.traits import kinds_where
+
 c = pl.col
 
 BUCKET_BYTES = 25 * 2**20
@@ -247,7 +249,8 @@ def schedule_passes(lf: pl.LazyFrame, *, compute_s: pl.Expr, ranks: pl.Expr, tim
         c("comm_s"), compute_s, c("dense_param_bytes"), c("sparse_bytes_per_step"), c("num_gradient_tensors"), ranks,
         *(c(k) for k in ("skew_sigma", "bucket_bytes", "first_bucket_bytes", "collective_launch_s", "ps_pipelined",
                          "backward_fraction", "overlap_fraction"))), strict=True))
-    inputs = pl.struct(is_ps=c("architecture").is_in(["ps_worker", "1wng"]),
+    host_params = kinds_where("host_parameters")  # per-tensor push/pull (ddlscope.specs.traits)
+    inputs = pl.struct(is_ps=c("architecture").is_in(host_params),
                        **{k: e.cast(f) for k, e in names.items()})
     lf = lf.with_columns(__sched=inputs.map_batches(_schedule_batch, return_dtype=_SCHEDULE_DTYPE,
                                                     is_elementwise=True))
@@ -258,7 +261,7 @@ def schedule_passes(lf: pl.LazyFrame, *, compute_s: pl.Expr, ranks: pl.Expr, tim
         dense = c("comm_s") * S / (S + E).clip(lower_bound=1.0)
         exact = timeline_exposed_s(dense, c("backward_fraction") * compute_s, S, c("collective_launch_s"))
         use = (c("timeline_tau").is_not_null() & c("overlap_fraction").is_null() & (c("comm_s") > 0) & (S > 0)
-               & ~c("architecture").is_in(["ps_worker", "1wng"]))
+               & ~c("architecture").is_in(host_params))
         exposed = pl.when(use).then(exact + (c("comm_s") - dense) + wait).otherwise(exposed)
     return lf.with_columns(__sched_exposed_s=exposed, __sched_wait_s=wait)
 

@@ -13,14 +13,23 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from ddlscope.model import arch_costs
 from ddlscope.model.compute import price_jobs
-from ddlscope.model.jobs import JOB_SCHEMA, check_jobs_frame, gpu_columns, link_columns, system_columns
+from ddlscope.model.jobs import (
+    ARCHITECTURE_OPTION_COLUMNS,
+    JOB_SCHEMA,
+    check_jobs_frame,
+    gpu_columns,
+    link_columns,
+    system_columns,
+)
 from ddlscope.model.step_time import breakdown_lazy
 from ddlscope.specs.catalog import Catalog, builtin_catalog
 from ddlscope.specs.efficiency import ComputeEfficiency
 from ddlscope.specs.overlap import overlap_fraction
 from ddlscope.specs.scenario import Scenario
 from ddlscope.specs.system import PCIE_SLOT_KINDS, GPUSpec
+from ddlscope.specs.traits import kinds_where, single_server_kinds, traits_of
 from ddlscope.specs.workload import precision_bytes_factor
 
 c = pl.col
@@ -48,7 +57,7 @@ def uses_network() -> pl.Expr:
     ``ps_worker`` (workers push to and pull from PS shards over the network) and every job spanning
     two or more servers (``num_servers > 1``). ``1w1g``, ``1wng``, ``allreduce_local`` and a
     one-server ``pearl`` or ``allreduce_cluster`` send nothing over a NIC."""
-    return (c("architecture") == "ps_worker") | (c("num_servers") > 1)
+    return c("architecture").is_in(kinds_where("parameter_servers")) | (c("num_servers") > 1)
 
 
 def _changes_more_than_hardware(sc: Scenario) -> bool:
@@ -123,30 +132,44 @@ def _keeps_own_link(slot: str, hw: dict[str, object]) -> pl.Expr:
 
 def _port(sc: Scenario, G: pl.Expr) -> tuple[dict[str, pl.Expr], pl.Expr]:
     """Architecture columns after the port to ``sc.architecture`` on servers of ``G`` GPUs, and
-    where the port applies (expressions)."""
-    target = sc.architecture
+    where the port applies (expressions), from the target's traits
+    (:data:`ddlscope.specs.traits.TRAITS`, its ``port`` text says the same in words): one worker
+    with all ``p`` GPUs (``one_worker``) or one worker per GPU; one server (``single_server``,
+    only where ``p <= G``) or ``m = ceil(p / G)`` servers (at least ``min_servers``, ``m``
+    dividing ``p`` where ``even_split``); ``p`` within ``[min_gpus, max_gpus]``; ``num_ps`` shards
+    (the scenario's, default ``m``) for a parameter-server target, else 0; the scenario's
+    ``sharding`` (default ``zero3``) for a sharded target.
+
+    Raises:
+        ValueError: an architecture the traits table does not know.
+    """
+    t = traits_of(sc.architecture)
+    if not t.port_target:
+        raise ValueError(f"scenario {sc.name}: architecture {t.kind} is not a port target")
     p = c("num_workers") * c("gpus_per_worker")
     m = (p + G - 1) // G
-    if target in ("allreduce_local", "1wng"):
-        ok = (p >= 2) & (p <= G)
-        cols = {"num_workers": p if target == "allreduce_local" else pl.lit(1, pl.Int64),
-                "gpus_per_worker": pl.lit(1, pl.Int64) if target == "allreduce_local" else p,
-                "num_servers": pl.lit(1, pl.Int64), "num_ps": pl.lit(0, pl.Int64)}
-    elif target in ("allreduce_cluster", "pearl"):
-        ok = (p >= 2) & (p % m == 0)
-        if target == "allreduce_cluster":
-            ok = ok & (m >= 2)
-        cols = {"num_workers": p, "gpus_per_worker": pl.lit(1, pl.Int64), "num_servers": m,
-                "num_ps": pl.lit(0, pl.Int64)}
-    elif target == "ps_worker":
-        ok = pl.lit(True)
-        cols = {"num_workers": p, "gpus_per_worker": pl.lit(1, pl.Int64), "num_servers": m,
-                "num_ps": pl.lit(sc.num_ps, pl.Int64) if sc.num_ps else m}
-    else:  # 1w1g
-        ok = p == 1
-        cols = {"num_workers": pl.lit(1, pl.Int64), "gpus_per_worker": pl.lit(1, pl.Int64),
-                "num_servers": pl.lit(1, pl.Int64), "num_ps": pl.lit(0, pl.Int64)}
-    cols["architecture"] = pl.lit(target).cast(JOB_SCHEMA["architecture"][0])
+    one = pl.lit(1, pl.Int64)
+    ok = pl.lit(True)
+    if t.min_gpus > 1:
+        ok = ok & (p >= t.min_gpus)
+    if t.max_gpus is not None:
+        ok = ok & (p <= t.max_gpus) if t.max_gpus > 1 else p == t.max_gpus
+    if t.single_server:
+        if t.max_gpus != 1:
+            ok = ok & (p <= G)
+    else:
+        if t.even_split:
+            ok = ok & (p % m == 0)
+        if t.min_servers > 1:
+            ok = ok & (m >= t.min_servers)
+    cols = {"num_workers": one if t.one_worker else p,
+            "gpus_per_worker": p if t.one_worker and t.max_gpus != 1 else one,
+            "num_servers": one if t.single_server else m,
+            "num_ps": (pl.lit(sc.num_ps, pl.Int64) if sc.num_ps else m) if t.parameter_servers
+            else pl.lit(0, pl.Int64)}
+    cols["architecture"] = pl.lit(t.kind).cast(JOB_SCHEMA["architecture"][0])
+    if t.sharded:
+        cols["sharding"] = pl.lit(sc.sharding or "zero3").cast(ARCHITECTURE_OPTION_COLUMNS["sharding"][0])
     return cols, ok
 
 
@@ -210,7 +233,7 @@ def apply_scenario(
         # a server swap re-spreads multi-server jobs and must still hold single-server ones
         p = c("num_workers") * c("gpus_per_worker")
         m = (p + c("_G_new") - 1) // c("_G_new")
-        single = c("architecture").is_in(["1w1g", "1wng", "allreduce_local"])
+        single = c("architecture").is_in(single_server_kinds())
         new["num_servers"] = pl.when(single).then(c("num_servers")).otherwise(pl.max_horizontal(m, c("num_servers")))
         applies = applies & (~single | (p <= c("_G_new")))
     if scenario.precision:
@@ -225,6 +248,9 @@ def apply_scenario(
         new["overlap_fraction"] = pl.lit(overlap_fraction(scenario.overlap))
 
     lf = lf.with_columns(_applies=applies)
+    absent = [k for k in new if k in ARCHITECTURE_OPTION_COLUMNS and k not in lf.collect_schema().names()]
+    if absent:  # a port to a sharded architecture: the option column, null on the rows it leaves
+        lf = lf.with_columns(**{k: pl.lit(None, ARCHITECTURE_OPTION_COLUMNS[k][0]) for k in absent})
     lf = lf.with_columns(
         **{k: pl.when(c("_applies")).then(v).otherwise(c(k)) for k, v in new.items()},
         scenario=pl.lit(scenario.name),
@@ -255,12 +281,21 @@ def whatif_blocks(
     if len(set(names)) != len(names):
         raise ValueError(f"scenarios: names must be unique, got {names}")
     order = pl.Enum(["baseline", *names])
-    jobs = jobs.lazy().with_columns(baseline_architecture=c("architecture")).collect()
+    jobs = jobs.lazy().with_columns(baseline_architecture=c("architecture"))
+    names_in = jobs.collect_schema().names()
+    if any(s.architecture and traits_of(s.architecture).sharded for s in scenarios):
+        # a port to a sharded architecture adds its option columns: every block has them (null elsewhere)
+        jobs = jobs.with_columns(**{k: pl.lit(None, t) for k, (t, _) in ARCHITECTURE_OPTION_COLUMNS.items()
+                                    if k not in names_in})
+    jobs = jobs.collect()
     if jobs["job_id"].n_unique() != jobs.height:
         raise ValueError("jobs: job_id must be unique")
     keep = list(columns) if columns is not None else None
+    # rows of a costed architecture (fsdp, 3d): in the jobs, or ported to by a scenario
+    costed_kinds = arch_costs.costed_kinds()
+    in_jobs = bool(jobs["architecture"].is_in(costed_kinds).any())
     base_jobs = jobs.with_columns(scenario=pl.lit("baseline").cast(order), scenario_applied=pl.lit(False))
-    base = breakdown_lazy(pricing.price(base_jobs) if pricing else base_jobs).collect()
+    base = breakdown_lazy(pricing.price(base_jobs) if pricing else base_jobs, costed=in_jobs).collect()
     base_step = base["step_s"]
     base = base.with_columns(speedup=pl.lit(1.0))
     yield base.select(keep) if keep else base
@@ -270,7 +305,8 @@ def whatif_blocks(
         block = apply_scenario(jobs, s, catalog).with_columns(c("scenario").cast(order))
         if pricing:  # the scenario's GPU and precision, priced op by op as the baseline was
             block = pricing.price(block.collect()).lazy()
-        block = breakdown_lazy(block).with_columns(speedup=pl.lit(base_step) / c("step_s"))
+        block = breakdown_lazy(block, costed=in_jobs or s.architecture in costed_kinds)
+        block = block.with_columns(speedup=pl.lit(base_step) / c("step_s"))
         yield (block.select(keep) if keep else block).collect()
 
 

@@ -52,7 +52,13 @@ Components (seconds per step):
                           exchanged by two all-to-alls (look-up, gradient): intra
                           ``2 (g-1)/p E``, NIC ``2 g (p-g)/p E`` per server, ``2 (g-1)`` and
                           ``2 (p-g)`` steps.
+  ``fsdp``                sharded data parallelism, priced by :mod:`ddlscope.model.sharded`
+                          through :mod:`ddlscope.model.arch_costs` (all-gathers and
+                          reduce-scatters per sharding; its own memory need and prefetch overlap).
   ======================  =====================================================================
+
+  Which formula a row gets is read from the traits table :data:`ddlscope.specs.traits.TRAITS`
+  (``host_parameters``, ``dense_ring``, ``sparse_allgather``, ``sparse_alltoall``, ``cost``).
 
 - overlap: ``hidden = min(overlap_fraction * comm, compute_bound + memory_bound)``;
   ``step = data_io + compute_bound + memory_bound + host + comm - hidden``. ``overlap_fraction = 0`` is the
@@ -76,6 +82,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from ddlscope.model import arch_costs
 from ddlscope.model.collectives import (
     alltoall_bytes_to_peers,
     alpha_beta_s,
@@ -84,8 +91,15 @@ from ddlscope.model.collectives import (
     ring_allreduce_bytes_per_rank,
     ring_allreduce_steps,
 )
-from ddlscope.model.jobs import JOB_SCHEMA, OPTIONAL_JOB_COLUMNS, check_jobs_frame
+from ddlscope.model.jobs import (
+    ARCHITECTURE_OPTION_COLUMNS,
+    JOB_SCHEMA,
+    OPTIONAL_JOB_COLUMNS,
+    check_jobs_frame,
+    with_known_architectures,
+)
 from ddlscope.model.overlap import schedule_passes, with_schedule_defaults
+from ddlscope.specs.traits import kinds_where
 
 COMPONENTS: tuple[str, ...] = ("data_io", "compute_bound", "memory_bound", "pcie", "nvlink", "network")
 """The six step-time components, in report order."""
@@ -128,7 +142,7 @@ def _argmax(names: tuple[str, ...], cols: list[pl.Expr], best: pl.Expr, dtype: p
     return out
 
 
-def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
+def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame, costed: bool | None = None) -> pl.LazyFrame:
     """The model as a lazy query: ``jobs`` (columns of :data:`ddlscope.model.jobs.JOB_SCHEMA`)
     with the output columns of this module's docstring appended.
 
@@ -140,14 +154,25 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     slower). The ``__``-prefixed
     temporaries are dropped; the output is ``jobs``' columns then :data:`OUTPUT_COLUMNS`.
 
+    ``costed``: whether rows of an architecture with its own cost function
+    (:mod:`ddlscope.model.arch_costs`: ``fsdp``, ``3d``) may be present; ``None`` finds out for a
+    DataFrame and assumes so for a LazyFrame. ``False`` with such rows prices them wrongly: only a
+    caller that knows (:func:`ddlscope.model.scenarios.whatif_blocks`) passes it.
+
     Raises:
-        ValueError: a required column is missing (all are named).
+        ValueError: a required column is missing (all are named); an architecture the traits table
+            does not know (:func:`~ddlscope.model.jobs.with_known_architectures`).
     """
     check_jobs_frame(jobs)
     in_cols = jobs.collect_schema().names()
     priced = "priced_compute_bound_s" in in_cols
     jobs_in = jobs
-    jobs = with_model_defaults(jobs.lazy())
+    # rows of an architecture priced by its own cost function (arch_costs); a DataFrame says so for free-ish
+    if costed is None:
+        costed = not isinstance(jobs_in, pl.DataFrame) or bool(
+            jobs_in["architecture"].is_in(arch_costs.costed_kinds()).any())
+    extra = costed
+    jobs = with_model_defaults(with_known_architectures(jobs))
     f = pl.Float64
     arch = c("architecture")
     S, E = c("dense_param_bytes"), c("sparse_bytes_per_step")
@@ -179,11 +204,12 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
         __flat=pl.when(c("num_servers") > 1).then(c("flat_ring")).otherwise(0.0),
         # architecture indicators as 0/1 factors, stored once: a bool cast to Float64 costs about as
         # much as a multiplication, and each is read by several terms below
+        # (the architectures' flags from the traits table, ddlscope.specs.traits)
         __sp=(E > 0).cast(f),
-        __is_host_ps=arch.is_in(["1wng", "ps_worker"]).cast(f),
-        __is_ring=arch.is_in(["allreduce_local", "allreduce_cluster", "pearl"]).cast(f),
-        __is_gather=arch.is_in(["allreduce_local", "allreduce_cluster"]).cast(f),
-        __is_pearl=(arch == "pearl").cast(f),
+        __is_host_ps=arch.is_in(kinds_where("host_parameters")).cast(f),
+        __is_ring=arch.is_in(kinds_where("dense_ring")).cast(f),
+        __is_gather=arch.is_in(kinds_where("sparse_allgather")).cast(f),
+        __is_pearl=arch.is_in(kinds_where("sparse_alltoall")).cast(f),
     )
     p, g, m, r, k = c("__p"), c("__g"), c("__m"), c("__r"), c("__k")
     B_pcie, B_nv, B_nic = c("__B_pcie"), c("__B_nv"), c("__B_nic")
@@ -191,7 +217,9 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
                                                                         "is_pearl"))
     # cheap per row (an Enum or a number compared): recomputed where used rather than stored
     has_nv = c("nvlink_bandwidth_bytes_per_s") > 0
-    is_ps = arch == "ps_worker"
+    is_ps = arch.is_in(kinds_where("parameter_servers"))
+    tables_on_ps = arch.is_in(kinds_where("tables_off_gpu", "ps")).cast(f)
+    tables_split = arch.is_in(kinds_where("tables_off_gpu", "split")).cast(f)
 
     # -- pass 2: data I/O, computation, bytes and messages per link class ------------------------
     # host traffic (GPU <-> host memory over the shared PCIe uplink): up, then down
@@ -242,7 +270,17 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     # a replica's memory: the embedding tables live on the PS shards (ps_worker) or are split over
     # the p GPUs (pearl)
     table = c("embedding_table_bytes")
-    needed = c("peak_memory_bytes") - table * (is_ps.cast(f) + is_pearl * (1 - 1 / p))
+    needed = c("peak_memory_bytes") - table * (tables_on_ps + tables_split * (1 - 1 / p))
+    net_msgs = (is_ring * k * ((1 - flat) * ring_allreduce_steps(m) + flat * ring_allreduce_steps(p))
+                + is_gather * sp * ring_allgather_steps(m)
+                + is_pearl * sp * 2 * (p - g))
+    if extra:  # the architectures with their own cost function (0 on the other rows)
+        x = arch_costs.extra_terms(arch, arch_costs.context(p=p, g=g, m=m, k=k, S=S, nics=nics, needed=needed))
+        intra_bytes, intra_msgs = intra_bytes + x["intra_bytes"], intra_msgs + x["intra_msgs"]
+        ring_net_bytes, net_msgs = ring_net_bytes + x["network_bytes"], net_msgs + x["network_msgs"]
+        needed = x["needed"]
+        # model parallelism and the pipeline bubble scale the replica's compute (ddlscope.model.pipeline)
+        compute_bound_s, memory_bound_s = compute_bound_s * x["compute_scale"], memory_bound_s * x["compute_scale"]
     lf = lf.with_columns(
         fits_gpu_memory=needed <= c("gpu_memory_bytes"),
         storage_s=storage_s,
@@ -255,11 +293,8 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
         __intra_bytes=intra_bytes,
         __intra_msgs=intra_msgs,
         network_bytes=pl.when(is_ps).then(ps_net_bytes).otherwise(ring_net_bytes),
-        __network_msgs=pl.when(is_ps).then(2 * (k / c("__ps_shards")).ceil()).otherwise(
-            is_ring * k * ((1 - flat) * ring_allreduce_steps(m) + flat * ring_allreduce_steps(p))
-            + is_gather * sp * ring_allgather_steps(m)
-            + is_pearl * sp * 2 * (p - g)
-        ),
+        **({"__replicas": x["replicas"]} if extra else {}),
+        __network_msgs=pl.when(is_ps).then(2 * (k / c("__ps_shards")).ceil()).otherwise(net_msgs),
     )
 
     # -- pass 3: the intra-server traffic goes on NVLink where the server has it, else on PCIe ---
@@ -280,7 +315,7 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     lf = lf.with_columns(comm_s=c("pcie_s") + c("nvlink_s") + c("network_s"))
     # a DataFrame knows its null count for free: without a scheduled row the schedule is not built
     scheduled = not isinstance(jobs_in, pl.DataFrame) or jobs_in["overlap_fraction"].null_count() > 0
-    out = _shares(_step(lf, scheduled), priced)
+    out = _shares(_step(lf, scheduled, extra), priced, extra)
     return out.select(*in_cols, *(o for o in OUTPUT_COLUMNS if o not in in_cols))
 
 
@@ -290,10 +325,11 @@ def with_model_defaults(lf: pl.LazyFrame) -> pl.LazyFrame:
     their defaults (:data:`~ddlscope.model.overlap.SCHEDULE_COLUMNS`)."""
     names = lf.collect_schema().names()
     missing = {k: pl.lit(None, dtype=JOB_SCHEMA[k][0]) for k in OPTIONAL_JOB_COLUMNS if k not in names}
+    missing |= {k: pl.lit(None, dtype=t) for k, (t, _) in ARCHITECTURE_OPTION_COLUMNS.items() if k not in names}
     return with_schedule_defaults(lf.with_columns(**missing) if missing else lf)
 
 
-def _step(lf: pl.LazyFrame, scheduled: bool = True) -> pl.LazyFrame:
+def _step(lf: pl.LazyFrame, scheduled: bool = True, extra: bool = False) -> pl.LazyFrame:
     """Pass 2: overlap and step time from the components.
 
     ``overlap_fraction`` null: the scheduled overlap of :mod:`ddlscope.model.overlap` (buckets
@@ -308,7 +344,12 @@ def _step(lf: pl.LazyFrame, scheduled: bool = True) -> pl.LazyFrame:
     else:  # the compiled schedule prices both kinds of row (a fraction where one is given)
         lf = schedule_passes(lf, compute_s=compute_s, ranks=c("__p"),
                              timeline="timeline_tau" in lf.collect_schema().names())
-        lf = lf.with_columns(sync_wait_s=c("__sched_wait_s"), exposed_comm_s=c("__sched_exposed_s"))
+        exposed = c("__sched_exposed_s")
+        if extra:  # an architecture's own overlap (FSDP's prefetch, ddlscope.model.arch_costs), scheduled rows
+            own = arch_costs.scheduled_exposed(c("architecture"), exposed, c("comm_s"), compute_s,
+                                               c("num_gradient_tensors").cast(pl.Float64), c("__sched_wait_s"))
+            exposed = pl.when(c("overlap_fraction").is_null()).then(own).otherwise(exposed)
+        lf = lf.with_columns(sync_wait_s=c("__sched_wait_s"), exposed_comm_s=exposed)
     step = c("data_io_s") + compute_s + c("exposed_comm_s") + c("host_s")
     # what the shares read, once: 1 / step, and the exposed (with and without the wait) per unit of communication
     has_comm = c("comm_s") > 0
@@ -323,12 +364,12 @@ def _step(lf: pl.LazyFrame, scheduled: bool = True) -> pl.LazyFrame:
     )
 
 
-def _shares(lf: pl.LazyFrame, priced: bool = False) -> pl.LazyFrame:
+def _shares(lf: pl.LazyFrame, priced: bool = False, extra: bool = False) -> pl.LazyFrame:
     """Passes 3-5: throughput, shares and bottleneck from the step time."""
     inv_step, exposed_per_comm, link_exposed_per_comm = c("__inv_step"), c("__exposed_per_comm"), c(
         "__link_exposed_per_comm")
     lf = lf.with_columns(
-        samples_per_s=c("batch_size") * c("num_gpus") * inv_step,
+        samples_per_s=c("batch_size") * (c("__replicas") if extra else c("num_gpus")) * inv_step,
         share_data_io=c("data_io_s") * inv_step,
         share_compute_bound=c("compute_bound_s") * inv_step,
         share_memory_bound=c("memory_bound_s") * inv_step,

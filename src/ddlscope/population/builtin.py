@@ -29,6 +29,7 @@ import polars as pl
 
 from ddlscope.ingest.population import POPULATION_SCHEMA
 from ddlscope.population.workloads import WorkloadLibrary
+from ddlscope.specs.traits import TRAITS
 
 MODELS: tuple[str, ...] = (
     "resnet18", "resnet50", "transformer_nmt", "bert_base", "bert_large", "gpt2", "mind", "dlrm", "gcn_reddit",
@@ -38,16 +39,13 @@ MODELS: tuple[str, ...] = (
 study's job mix. A fixed list, so that a model added to the zoo does not change the reconstruction's
 figures (each of these has a shipped FP32 profile)."""
 SERVERS: tuple[str, ...] = ("pai-v100-nvlink-8", "pai-v100-pcie-8")
-PEARL_MIN_TABLE_BYTES = 1e9
-PLACEMENTS: tuple[tuple[str, int, int, int], ...] = (
-    ("1w1g", 1, 1, 0),
-    *(("1wng", 1, n, 0) for n in (2, 4, 8)),
-    *(("allreduce_local", n, 1, 0) for n in (2, 4, 8)),
-    *(("ps_worker", n, 1, max(1, n // 4)) for n in (2, 4, 8, 16, 32, 64)),
-    *(("allreduce_cluster", n, 1, 0) for n in (16, 32, 64)),
-    *(("pearl", n, 1, 0) for n in (8, 16, 32, 64)),
-)
-"""(architecture, workers, GPUs per worker, PS shards) of the grid."""
+PEARL_MIN_TABLE_BYTES = TRAITS["pearl"].builtin_min_table_bytes
+PLACEMENT_ORDER: tuple[str, ...] = ("1w1g", "1wng", "allreduce_local", "ps_worker", "allreduce_cluster", "pearl")
+"""The order of the grid's architectures (job ids and row order as the reconstruction's figures have them)."""
+PLACEMENTS: tuple[tuple[str, int, int, int], ...] = tuple(
+    (kind, *placement) for kind in PLACEMENT_ORDER for placement in TRAITS[kind].builtin_placements)
+"""(architecture, workers, GPUs per worker, PS shards) of the grid: each architecture's
+``builtin_placements`` in the traits table (:data:`ddlscope.specs.traits.TRAITS`)."""
 
 NOTE = (
     "The built-in population is a reconstruction, not a trace: a uniform grid of 10 zoo models under each "
@@ -74,9 +72,9 @@ def builtin_population(
     rows = []
     for server in servers or SERVERS:
         for model in models:
-            big_tables = library.get(model, None, "fp32").embedding_table_bytes >= PEARL_MIN_TABLE_BYTES
             for arch, workers, gpw, ps in PLACEMENTS:
-                if arch == "pearl" and not big_tables:
+                min_table = TRAITS[arch].builtin_min_table_bytes
+                if min_table > 0 and library.get(model, None, "fp32").embedding_table_bytes < min_table:
                     continue
                 gpus = workers * gpw
                 rows.append({

@@ -20,14 +20,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from ddlscope.specs.architecture import ArchitectureKind
+from ddlscope.specs.architecture import ArchitectureKind, Sharding
 from ddlscope.specs.base import SPEC_CONFIG
 from ddlscope.specs.errors import describe_validation
 from ddlscope.specs.files import read_toml_or_json
 from ddlscope.specs.overlap import overlap_fraction
 from ddlscope.specs.system import MAX_COUNT
+from ddlscope.specs.traits import canonical_sharding, traits_of
 from ddlscope.specs.workload import Precision
 
 
@@ -42,6 +43,9 @@ class Scenario(BaseModel):
       needs two or more), ``ps_worker`` one worker per GPU and ``num_ps`` shards (default: one per
       server), ``1w1g`` only for one-GPU jobs.
     - ``num_ps``: PS shards of a port to ``ps_worker``.
+    - ``sharding``: the sharding of a port to ``fsdp`` (``zero1|zero2|zero3|hybrid`` or FSDP's
+      ``FULL_SHARD``...; default ``zero3``). ``fsdp`` ports use ``ceil(p / server GPUs)`` servers
+      where the GPUs divide evenly.
     - ``server``: swap the whole server type (GPU, links, counts; efficiencies are kept).
     - ``gpu``, ``nic``, ``nvlink`` (``"none"`` removes NVLink), ``pcie``: swap one part.
     - ``nics_per_server``: NICs per server.
@@ -79,6 +83,23 @@ class Scenario(BaseModel):
     memory_bound_scale: float = Field(1.0, gt=0, le=1)
     overlap: str | float | None = None
     upgrade_only: bool = False
+    sharding: Sharding | None = None
+
+    @field_validator("sharding", mode="before")
+    @classmethod
+    def _sharding_name(cls, v: object) -> object:
+        """FSDP's names (``FULL_SHARD``...) as the ZeRO ones; only with a port to ``fsdp``."""
+        return None if v is None else canonical_sharding(str(v))
+
+    @model_validator(mode="after")
+    def _sharding_needs_port(self) -> Scenario:
+        if self.architecture is not None and not traits_of(self.architecture).port_target:
+            raise ValueError(f"architecture: {self.architecture} is not a port target (its tp/pp plan is the job's; "
+                             "see ddlscope plan)")
+        if self.sharding is not None and (self.architecture is None or not traits_of(self.architecture).sharded):
+            raise ValueError(f"sharding: a sharding needs a port to fsdp (architecture = 'fsdp'), got "
+                             f"architecture={self.architecture!r}")
+        return self
 
     @field_validator("overlap")
     @classmethod

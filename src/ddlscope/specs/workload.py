@@ -74,6 +74,13 @@ class Workload(BaseModel):
     - ``embedding_table_bytes``: total size of the sparse (embedding) tables.
     - ``peak_memory_bytes``: optional peak GPU memory of one replica (weights, gradients, optimizer
       state, activations, embedding tables held on the GPU); used to flag jobs that do not fit.
+    - ``num_params``: optional parameter count of the model (dense and sparse); the sharded
+      architectures (``fsdp``) read it for the bytes of a parameter all-gather and the memory each
+      sharding saves (:mod:`ddlscope.model.sharded`). ``None``: unknown.
+    - ``num_layers``, ``layer_activation_bytes``: optional, for ``3d``: transformer layers and the
+      bytes of one layer's output activation for the batch (what tensor parallelism all-reduces and
+      a pipeline stage sends; :mod:`ddlscope.model.pipeline`); ``layer_kv_bytes``: one layer's keys
+      and values for the batch (what context parallelism passes round its ring).
 
     Raises:
         pydantic.ValidationError: a negative, infinite or NaN quantity, a batch that is not a
@@ -97,6 +104,10 @@ class Workload(BaseModel):
     sparse_bytes_per_step: float = Field(0.0, ge=0)
     embedding_table_bytes: float = Field(0.0, ge=0)
     peak_memory_bytes: float | None = Field(None, ge=0)
+    num_params: float | None = Field(None, ge=0)
+    num_layers: int | None = Field(None, ge=1, strict=True)
+    layer_activation_bytes: float | None = Field(None, ge=0)
+    layer_kv_bytes: float | None = Field(None, ge=0)
     source: str = Field("", description="where the numbers come from (profile command, file)")
 
     def at(self, *, batch_size: int | None = None, precision: str | None = None) -> Workload:
@@ -152,6 +163,8 @@ def _scaled(w: Workload, batch_size: int | None, precision: str | None) -> dict:
             "input_bytes": w.input_bytes * f,
             "stored_input_bytes": None if w.stored_input_bytes is None else w.stored_input_bytes * f,
             "sparse_bytes_per_step": min(w.sparse_bytes_per_step * f, w.embedding_table_bytes),
+            "layer_activation_bytes": None if w.layer_activation_bytes is None else w.layer_activation_bytes * f,
+            "layer_kv_bytes": None if w.layer_kv_bytes is None else w.layer_kv_bytes * f,
             "peak_memory_bytes": None,  # weights and optimizer state do not scale, activations do: unknown
         }
     if precision is not None and precision != w.precision:

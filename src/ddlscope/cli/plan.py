@@ -1,0 +1,87 @@
+"""``ddlscope plan``: the best training plans of a decoder LLM on N GPUs (``ddlscope.model.plan``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import polars as pl
+import typer
+
+from ddlscope.cli.common import CatalogFiles, FormatOpt, GpuOpt, NicOpt, SystemName, user_catalog, user_errors
+from ddlscope.model.plan import search
+from ddlscope.profile.llm import DecoderConfig, mpt_configs
+from ddlscope.report.console import emit
+from ddlscope.shared_data import find_shared_data
+
+PLAN_COLUMNS = ("architecture", "sharding", "tp", "cp", "pp", "virtual_stages", "micro_batch", "microbatches",
+                "recompute", "step_s", "tokens_per_s_per_gpu", "mfu", "bubble_s", "exposed_comm_s", "bottleneck",
+                "fits_gpu_memory", "loses_by")
+
+
+def load_config(model: str, seq_len: int) -> DecoderConfig:
+    """``model``: a Hugging Face ``config.json`` path, or ``mpt-<size>`` (``125m`` ... ``70b``) from
+    the shared data's llm-foundry shapes.
+
+    Raises:
+        ValueError: an unknown name, a config the decoder reader cannot use, no shared data.
+        FileNotFoundError: a missing file.
+    """
+    path = Path(model)
+    if path.suffix == ".json" or path.exists():
+        try:
+            config = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc})") from None
+        return DecoderConfig.from_hf(config, seq_len=seq_len, name=path.stem)
+    if model.lower().startswith("mpt-"):
+        data = find_shared_data()
+        if data is None:
+            raise ValueError("mpt-<size> reads ../shared/data/llm_foundry_mpt/mpt_model_shapes.csv, not found")
+        shapes = mpt_configs(data / "llm_foundry_mpt" / "mpt_model_shapes.csv", seq_len=seq_len, causal_skip=False)
+        size = model.lower()[4:]
+        if size not in shapes:
+            raise ValueError(f"model: unknown MPT size {size!r}; expected one of {', '.join(shapes)}")
+        return shapes[size]
+    raise ValueError(f"model: expected a Hugging Face config.json path or mpt-<size>, got {model!r}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``plan`` to ``app``."""
+
+    @app.command()
+    @user_errors
+    def plan(
+        model: Annotated[str, typer.Argument(help="a Hugging Face config.json, or mpt-125m ... mpt-70b")],
+        gpus: Annotated[int, typer.Option("--gpus", "-n", help="GPUs of the job (whole servers)")] = 8,
+        global_batch: Annotated[int, typer.Option("--global-batch", help="sequences per optimizer step")] = 1024,
+        seq_len: Annotated[int, typer.Option("--seq-len", help="tokens per sequence")] = 2048,
+        system: SystemName = None,
+        gpu: GpuOpt = None,
+        nic: NicOpt = None,
+        catalog: CatalogFiles = None,
+        top: Annotated[int, typer.Option("--top", help="plans to print")] = 10,
+        fmt: FormatOpt = "table",
+    ) -> None:
+        """Search every valid plan of a decoder LLM on N GPUs and print the best.
+
+        Plans: fsdp with each sharding (zero1, zero2, zero3, hybrid) and 3d (tensor x context x pipeline x
+        data parallel, 1F1B or interleaved), each micro-batch (1-16) and activation recomputation (none,
+        selective, full), all evaluated by the step-time model in one pass. Ranked by tokens/s among the
+        plans that fit the GPU's memory; `loses_by` names the component that costs each worse plan the
+        most time per sequence against the best one.
+        Example: `ddlscope plan mpt-70b --gpus 1024 --global-batch 2048 --system dgx-a100`.
+        """
+        cat = user_catalog(catalog)
+        cfg = load_config(model, seq_len)
+        sysm = cat.system(system or "dgx-a100", gpu=gpu, nic=nic)
+        ranked, t = search(cfg, gpus, sysm, global_batch, catalog=cat)
+        fit = int(ranked["fits_gpu_memory"].fill_null(True).sum())
+        shown = ranked.head(top).select(PLAN_COLUMNS).with_columns(
+            pl.col("architecture").cast(pl.String), pl.col("sharding").cast(pl.String))
+        emit(shown, fmt, title=f"best plans: {cfg.name} ({cfg.num_params / 1e9:.1f} B parameters), {gpus} x "
+             f"{sysm.gpu.name} on {sysm.name}, global batch {global_batch} x {seq_len} tokens",
+             extra={"plans": int(t["plans"]), "plans_fitting_gpu_memory": fit,
+                    "search_s": round(t["build_s"] + t["evaluate_s"], 3),
+                    "plans_per_s_evaluated": round(t["plans_per_s"])})

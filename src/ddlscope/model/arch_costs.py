@@ -1,0 +1,97 @@
+"""The cost functions of the architectures whose traffic is not one of the step-time model's flags.
+
+:data:`ddlscope.specs.traits.TRAITS` names, for such an architecture, a cost function here
+(``cost = "fsdp"``); :mod:`ddlscope.model.step_time` adds the terms of every row of such a kind to
+its per-link bytes and messages, replaces its memory need and, for the scheduled overlap, its
+exposed communication. Rows of the flag-priced kinds get 0 from these terms (their figures are
+unchanged). A traits row that names a cost missing here is an error at import
+(:func:`_check_registry`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import polars as pl
+
+from ddlscope.model.pipeline import pipeline_terms
+from ddlscope.model.sharded import fsdp_terms, prefetch_exposed_s
+from ddlscope.specs.traits import TRAITS
+
+c = pl.col
+
+COSTS: dict[str, Callable[[dict[str, pl.Expr]], dict[str, pl.Expr]]] = {"fsdp": fsdp_terms, "3d": pipeline_terms}
+"""cost name (``ArchitectureTraits.cost``) -> function of the context (:func:`context`) returning the
+expressions ``intra_bytes``, ``intra_msgs``, ``network_bytes`` (per NIC), ``network_msgs`` and
+``needed`` (GPU memory bytes) for the rows of that architecture, and optionally ``compute_scale``
+(factor on the workload's compute time: model parallelism, the pipeline bubble; default 1) and
+``replicas`` (workload batches per step, for ``samples_per_s``; default the GPUs)."""
+
+TERMS: tuple[str, ...] = ("intra_bytes", "intra_msgs", "network_bytes", "network_msgs")
+"""The link terms a cost function returns, added to the step-time model's own."""
+
+def _all_exposed(comm_s: pl.Expr, compute_s: pl.Expr, units: pl.Expr) -> pl.Expr:
+    """Nothing hidden (3d: TP on the critical path, blocking sends, the DP all-reduce at the end)."""
+    return comm_s
+
+
+OVERLAP: dict[str, Callable[[pl.Expr, pl.Expr, pl.Expr], pl.Expr]] = {"fsdp": prefetch_exposed_s, "3d": _all_exposed}
+"""cost name -> its scheduled exposed communication ``f(comm_s, compute_s, units)`` (FSDP's prefetch;
+3d all exposed)."""
+
+
+def _check_registry() -> None:
+    missing = [t.kind for t in TRAITS.values() if t.cost is not None and t.cost not in COSTS]
+    if missing:
+        raise RuntimeError(f"ddlscope.specs.traits: architecture(s) {missing} name a cost function that "
+                           "ddlscope.model.arch_costs.COSTS lacks")
+
+
+_check_registry()
+
+
+def costed_kinds() -> list[str]:
+    """The architectures priced by a cost function here (``fsdp``)."""
+    return [k for k, t in TRAITS.items() if t.cost is not None]
+
+
+def context(**exprs: pl.Expr) -> dict[str, pl.Expr]:
+    """The context a cost function reads: the step-time model's expressions plus the optional
+    architecture columns (:data:`ddlscope.model.jobs.ARCHITECTURE_OPTION_COLUMNS`: ``sharding``,
+    ``num_params``, and ``precision``)."""
+    cols = ("sharding", "num_params", "tp", "pp", "cp", "virtual_stages", "microbatches", "num_layers",
+            "layer_activation_bytes", "layer_kv_bytes")
+    return {**{k: c(k) for k in cols}, "precision": c("precision"), **exprs}
+
+
+def extra_terms(arch: pl.Expr, ctx: dict[str, pl.Expr]) -> dict[str, pl.Expr]:
+    """Per link term, the costed architectures' contribution (0 on other rows); ``needed``: the
+    memory a GPU needs, the costed kinds' rule where they apply, ``ctx["needed"]`` elsewhere;
+    ``compute_scale`` (1 elsewhere) and ``replicas`` (``ctx["p"]`` elsewhere)."""
+    out = {t: pl.lit(0.0) for t in TERMS}
+    needed, scale, replicas = ctx["needed"], pl.lit(1.0), ctx["p"]
+    for kind in costed_kinds():
+        terms = COSTS[TRAITS[kind].cost](ctx)  # type: ignore[index]
+        is_kind = arch == kind
+        for t in TERMS:
+            out[t] = pl.when(is_kind).then(terms[t]).otherwise(out[t])
+        needed = pl.when(is_kind).then(terms["needed"]).otherwise(needed)
+        if "compute_scale" in terms:
+            scale = pl.when(is_kind).then(terms["compute_scale"]).otherwise(scale)
+        if "replicas" in terms:
+            replicas = pl.when(is_kind).then(terms["replicas"]).otherwise(replicas)
+    out.update(needed=needed, compute_scale=scale, replicas=replicas)
+    return out
+
+
+def scheduled_exposed(arch: pl.Expr, default: pl.Expr, comm_s: pl.Expr, compute_s: pl.Expr,
+                      units: pl.Expr, wait_s: pl.Expr) -> pl.Expr:
+    """The scheduled exposed communication: ``default`` (the DDP/PS schedule of
+    :mod:`ddlscope.model.overlap`) except on the costed kinds with their own overlap (FSDP's
+    prefetch, plus the wait for the slowest rank ``wait_s``)."""
+    out = default
+    for kind in costed_kinds():
+        f = OVERLAP.get(TRAITS[kind].cost)  # type: ignore[arg-type]
+        if f is not None:
+            out = pl.when(arch == kind).then(f(comm_s, compute_s, units) + wait_s).otherwise(out)
+    return out

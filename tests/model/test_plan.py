@@ -1,0 +1,79 @@
+"""The plan search: the valid plan space counted by hand, ranking, the reasons, the CLI."""
+
+import json
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from ddlscope.cli.main import app
+from ddlscope.model.plan import PlanSpace, placements, search
+from ddlscope.profile.llm import DecoderConfig
+from ddlscope.specs.catalog import builtin_catalog
+
+CFG = DecoderConfig(name="tiny", layers=4, hidden=512, heads=8, vocab=1000, seq_len=256)
+
+
+def test_plan_space_by_hand():
+    space = PlanSpace(micro_batches=(1, 2), virtual_stages=(1, 2), context_parallel=(1,))
+    place = placements(CFG, 16, 8, 32, space)
+    # fsdp: b = 1 (M = 2) and b = 2 (M = 1), each with the 4 shardings (hybrid: 2 servers)
+    assert place.filter(pl.col("architecture") == "fsdp").height == 8
+    # 3d: (tp, pp) with tp | 8 and heads, pp | 4 layers, tp pp | 16, tp pp >= 2: 10 pairs x 2 micro-batches,
+    # plus v = 2 where pp = 2 (4 layers / 2 stages divisible by 2, M a multiple of 2): 4 pairs x 2
+    three = place.filter(pl.col("architecture") == "3d")
+    assert three.height == 20 + 8
+    assert three.filter(pl.col("virtual_stages") == 2)["pp"].unique().to_list() == [2]
+    # the micro-batches fill the global batch: b M dp = 32
+    dp = 16 // (three["tp"] * three["pp"])
+    assert (three["micro_batch"] * three["microbatches"] * dp == 32).all()
+    # cp = 2: (tp, pp) with 2 tp pp | 16, i.e. tp pp | 8: 9 pairs ((1, 1) now counts: 2 GPUs of model
+    # parallelism); x 2 micro-batches, plus v = 2 where pp = 2 (tp 1, 2, 4; M even): 3 pairs x 2
+    space_cp = PlanSpace(micro_batches=(1, 2), virtual_stages=(1, 2), context_parallel=(2,))
+    three_cp = placements(CFG, 16, 8, 32, space_cp).filter(pl.col("architecture") == "3d")
+    assert (three_cp["cp"] == 2).all() and three_cp.height == 2 * 9 + 2 * 3
+    with pytest.raises(ValueError, match="whole servers of 8 GPUs, got 12"):
+        placements(CFG, 12, 8, 32)
+
+
+def test_search_ranks_and_explains():
+    system = builtin_catalog().system("dgx-a100")
+    ranked, t = search(CFG, 16, system, 32, space=PlanSpace(micro_batches=(1, 2), context_parallel=(1,)))
+    # the 36 placements of test_plan_space_by_hand (v = 4 would need 4 layers per stage: none) x 3 recomputations
+    assert t["plans"] == ranked.height == (8 + 28) * 3
+    assert ranked["loses_by"][0] == "(best)"
+    fits = ranked.filter(pl.col("fits_gpu_memory").fill_null(True))
+    assert fits["tokens_per_s"].is_sorted(descending=True)
+    others = ranked["loses_by"][1:].to_list()
+    assert all(r == "does not fit the GPU memory" or " +" in r for r in others)
+    # tokens/s = samples/s x sequence length; fsdp samples per step = b x GPUs
+    first = ranked.row(0, named=True)
+    assert first["tokens_per_s"] == pytest.approx(first["samples_per_s"] * 256)
+
+
+def test_cli_plan(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 512, "intermediate_size": 1376,
+                               "num_attention_heads": 8, "num_hidden_layers": 4, "num_key_value_heads": 2,
+                               "vocab_size": 1000, "hidden_act": "silu", "max_position_embeddings": 256}))
+    res = CliRunner().invoke(app, ["plan", str(cfg), "--gpus", "16", "--global-batch", "32", "--seq-len", "256",
+                                   "--format", "json", "--top", "3"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert len(out["rows"]) == 3 and out["rows"][0]["loses_by"] == "(best)" and out["plans"] > 3
+    bad = CliRunner().invoke(app, ["plan", "gpt-9"])
+    assert bad.exit_code == 2 and "expected a Hugging Face config.json path or mpt-<size>" in bad.output
+
+
+def test_cli_predict_parallel_settings():
+    runner = CliRunner()
+    res = runner.invoke(app, ["predict", "-a", "fsdp", "-w", "16", "-s", "dgx-a100", "--parallel",
+                              "sharding=SHARD_GRAD_OP", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.output)
+    row = rows[0] if isinstance(rows, list) else rows["rows"][0]
+    assert row["architecture"] == "fsdp" and row["sharding"] == "zero2" and row["num_servers"] == 2
+    res = runner.invoke(app, ["predict", "-a", "3d", "-w", "32", "-s", "dgx-a100", "--parallel", "tp=4,pp=3"])
+    assert res.exit_code == 2 and "tp x pp = 12 to divide the 32 GPUs" in res.output
+    res = runner.invoke(app, ["predict", "-a", "fsdp", "-w", "16", "--parallel", "stages=2"])
+    assert res.exit_code == 2 and "expected key=value with a key of sharding, tp" in res.output

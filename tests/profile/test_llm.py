@@ -1,0 +1,98 @@
+"""Decoder LLM workloads from configurations: parameter counts against published ones, FLOPs by hand."""
+
+import polars as pl
+import pytest
+from pydantic import ValidationError
+
+from ddlscope.profile.llm import (
+    DecoderConfig,
+    activation_bytes,
+    decoder_op_table,
+    decoder_workload,
+    flops_per_token_mfu,
+    mpt_configs,
+)
+from ddlscope.shared_data import find_shared_data
+
+LLAMA2_7B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_attention_heads": 32,
+             "num_hidden_layers": 32, "num_key_value_heads": 32, "vocab_size": 32000, "hidden_act": "silu",
+             "max_position_embeddings": 4096, "tie_word_embeddings": False}
+LLAMA2_70B = {**LLAMA2_7B, "hidden_size": 8192, "intermediate_size": 28672, "num_attention_heads": 64,
+              "num_hidden_layers": 80, "num_key_value_heads": 8}
+
+
+def test_hf_configs_give_the_published_parameter_counts():
+    # Meta's Llama 2 model card: 7B = 6,738,415,616 and 70B = 68,976,648,192 parameters (grouped-query, gated MLP)
+    small, big = DecoderConfig.from_hf(LLAMA2_7B), DecoderConfig.from_hf(LLAMA2_70B)
+    assert small.gated_mlp and not small.tied_embeddings and big.kv == 8
+    assert small.num_params == 6_738_415_616
+    assert big.num_params == 68_976_648_192
+    with pytest.raises(ValueError, match=r"none of \['vocab_size'\] given"):
+        DecoderConfig.from_hf({k: v for k, v in LLAMA2_7B.items() if k != "vocab_size"})
+    with pytest.raises(ValidationError, match="kv_heads: expected a divisor of heads"):
+        DecoderConfig(layers=1, hidden=64, heads=8, kv_heads=3, vocab=10, seq_len=8)
+
+
+def test_mpt_shapes_match_llm_foundry_parameter_counts():
+    data = find_shared_data()
+    if data is None:
+        pytest.skip("no shared data")
+    folder = data / "llm_foundry_mpt"
+    cfgs = mpt_configs(folder / "mpt_model_shapes.csv")
+    rows = pl.read_csv(folder / "mpt_training_throughput.csv")
+    # every one of the 139 measured rows: our count + the benchmark's biases (11 h per block + the final
+    # norm's) + a learned positional embedding of the row's sequence length = its NumParams, exactly
+    for r in rows.iter_rows(named=True):
+        cfg = cfgs[r["Model"]]
+        biases = (11 * cfg.layers + 1) * cfg.hidden
+        assert cfg.num_params + biases + r["SeqLen (T)"] * cfg.hidden == r["NumParams"], r
+
+
+def test_flops_by_hand():
+    cfg = DecoderConfig(layers=2, hidden=64, heads=4, vocab=100, seq_len=32, causal_skip=False)
+    T = 3 * 32  # micro-batch of 3 sequences
+    ops = decoder_op_table(cfg, 3)
+    gemm = ops.filter(pl.col("op") == "aten.mm")["flops"].sum()
+    # 6 T (L (4 h^2 + 2 h f) + V h): forward 2x, backward 4x the projections and the LM head
+    assert gemm == 6 * T * (2 * (4 * 64**2 + 2 * 64 * 256) + 100 * 64)
+    attn = ops.filter(pl.col("op").str.contains("flash_attention"))["flops"].sum()
+    assert attn == (4 + 10) * 2 * T * 32 * 64  # 4 T s h forward, 2.5x backward, per layer
+    skip = decoder_op_table(cfg.model_copy(update={"causal_skip": True}), 3)
+    assert skip.filter(pl.col("op").str.contains("flash_attention"))["flops"].sum() == attn / 2
+    # full recomputation repeats each layer's forward: + 2 T L (4 h^2 + 2 h f) GEMM FLOPs
+    full = decoder_op_table(cfg, 3, recompute="full").filter(pl.col("op") == "aten.mm")["flops"].sum()
+    assert full - gemm == 2 * T * 2 * (4 * 64**2 + 2 * 64 * 256)
+    # llm-foundry's MFU count: 6 N + 12 L h s per token
+    assert flops_per_token_mfu(cfg) == 6 * cfg.num_params + 12 * 2 * 64 * 32
+    with pytest.raises(ValueError, match="precision: expected fp16 or bf16"):
+        decoder_op_table(cfg, 1, precision="fp32")
+
+
+def test_workload_and_memory():
+    cfg = DecoderConfig(layers=2, hidden=64, heads=4, vocab=100, seq_len=32)
+    w, ops = decoder_workload(cfg, 3, grad_bytes_per_param=4.0)
+    assert w.batch_size == 3 and w.num_params == cfg.num_params and w.num_gradient_tensors == 3
+    assert w.dense_param_bytes == 4 * cfg.num_params
+    assert w.compute_bound_flops == ops.filter(pl.col("class_by_type") == "compute_bound")["flops"].sum()
+    # Korthikanti et al. 2022 with flash attention: 34 s b h per layer, + FP32 logits and their gradient
+    assert activation_bytes(cfg, 3) == 2 * 34 * 32 * 3 * 64 + 4 * 32 * 3 * 100 * 2
+    # without flash attention the scores add 5 a s / h per element
+    no_flash = cfg.model_copy(update={"flash_attention": False})
+    assert activation_bytes(no_flash, 3) == 2 * 32 * 3 * 64 * (34 + 5 * 4 * 32 / 64) + 4 * 32 * 3 * 100 * 2
+    # the replica's peak: unsharded Adam state (2 + 12 bytes per parameter + 4-byte gradients) + activations
+    assert w.peak_memory_bytes == pytest.approx(18 * cfg.num_params + activation_bytes(cfg, 3))
+
+
+def test_analytic_flops_equal_the_meta_device_trace_of_gpt2():
+    # the profiler traces Hugging Face's GPT-2 small on the meta device; the analytic op table of the
+    # same config (no causal skip: the traced SDPA kernel does the full s x s work) gives its GEMM and
+    # attention FLOPs exactly (biases and the positional embedding add no compute-bound FLOPs)
+    transformers = pytest.importorskip("transformers")
+    from ddlscope.profile import profile_model
+
+    traced = profile_model("gpt2", batch_size=2, seq_len=128, precision="bf16")
+    cfg = DecoderConfig.from_hf(transformers.GPT2Config().to_dict(), seq_len=128)
+    assert (cfg.layers, cfg.hidden, cfg.heads, cfg.ffn, cfg.vocab) == (12, 768, 12, 3072, 50257)
+    assert cfg.tied_embeddings and cfg.norm_bias and not cfg.gated_mlp
+    w, _ = decoder_workload(cfg.model_copy(update={"causal_skip": False}), 2)
+    assert w.compute_bound_flops == traced.totals["compute_bound_flops"] == 193_973_059_584
