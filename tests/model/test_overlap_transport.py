@@ -51,3 +51,22 @@ def test_nvlink_time_uses_the_achieved_bandwidth(toy_entries):
                  num_gradient_tensors=10)
     r = predict(w, Architecture(kind="allreduce_local", num_workers=4), system, overlap="none").row(0, named=True)
     assert r["nvlink_s"] == pytest.approx(3e-3 + 0.3e-3)
+
+
+def test_efa_prices_a_multi_instance_all_reduce_at_the_measured_rate():
+    # NVIDIA/nccl issue #527: 4 x p4dn.24xlarge (32 A100, 4 x 100 Gb/s EFA each), all_reduce of 1 GiB
+    # in 70.25 ms. The model's hierarchical ring: 2 (m-1)/m x 1 GiB per instance over its 4 EFA
+    # interfaces at 12.5 GB/s x 0.45, 2 (m-1) = 6 latency steps of 15 us each
+    cat = builtin_catalog()
+    efa = cat.link("efa-100g")
+    assert efa.transport == "nccl-efa" and efa.achieved_efficiency() == pytest.approx(0.45)
+    system = cat.system("aws-p4d.24xlarge")
+    assert system.nics_per_server == 4 and system.nic.name == "efa-100g"
+    S = 2.0**30
+    w = Workload(name="allreduce-1GiB", batch_size=1, compute_bound_flops=1.0, memory_bound_bytes=0.0,
+                 dense_param_bytes=S, num_gradient_tensors=1)
+    row = predict(w, Architecture(kind="allreduce_cluster", num_workers=32, num_servers=4), system,
+                  overlap="none").row(0, named=True)
+    expect = 6 * 15e-6 + 1.5 * S / 4 / (12.5e9 * 0.45)
+    assert row["network_s"] == pytest.approx(expect)
+    assert row["network_s"] == pytest.approx(70.25e-3, rel=0.03)  # the measurement the efficiency came from
