@@ -136,7 +136,8 @@ def expand_inputs(paths: str | Path | Sequence[str | Path], input_format: str = 
     for p in map(Path, paths):
         if not p.exists():
             raise FileNotFoundError(f"{p}: no such file or folder")
-        found = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in (".parquet", ".pq", ".csv", ".tsv")
+        suffixes = (".parquet", ".pq", ".csv", ".tsv")
+        found = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in suffixes
                        and not any(part.startswith((".", "_")) for part in f.relative_to(p).parts)) \
             if p.is_dir() else [p]
         if p.is_dir() and not found:
@@ -540,9 +541,12 @@ def _assemble(g: str, hist: pl.DataFrame, wanted: pl.DataFrame, values: pl.DataF
                                                           both.get_column("frac").to_numpy()) / 1e3))
         wide = wide.join(both.select("key", "stage", c), on=["key", "stage"], how="left")
     order = {n: i for i, n in enumerate(stage_order)}
+    # in NumPy, as grouped_quantiles computes them (Polars may turn a division into a product)
+    total = wide.get_column("sum").to_numpy().astype(np.float64)
+    count = wide.get_column("rpcs").to_numpy()
     wide = wide.with_columns(
-        (pl.col("sum").cast(pl.Float64) / pl.col("rpcs") / 1e3).alias("mean_us"),
-        (pl.col("max").cast(pl.Float64) / 1e3).alias("max_us"),
+        pl.Series("mean_us", total / count / 1e3),
+        pl.Series("max_us", wide.get_column("max").to_numpy().astype(np.float64) / 1e3),
         pl.col("stage").replace_strict(order, return_dtype=pl.Int32).alias("__o"),
     ).sort("key", "__o")
     group = pl.lit("all") if g == "all" else pl.col("key").cast(pl.String)
@@ -702,3 +706,39 @@ def streamed_summary(d: StreamedDissection, stages: Sequence[str]) -> dict[str, 
         "streaming": {"engine": d.engine, "partitions": d.partitions, "wall_s": d.wall_s, "percentiles": "exact",
                       "concurrency_measures": list(STREAM_MEASURES)},
     }
+
+
+PARTITIONED_TABLES: dict[str, str] = {"stage_percentiles": "grouping"}
+"""Tables written as Parquet datasets too (``tables/<name>/<column>=<value>/*.parquet``, read by
+any Arrow/Polars/DuckDB/Spark reader without loading the rest): name -> partition column."""
+
+
+def write_streamed(d: StreamedDissection, out: str | Path) -> Path:
+    """Write a streamed dissection's tables and summary into the report folder ``out``.
+
+    Files: ``summary.json`` (:attr:`StreamedDissection.summary`); ``tables/stage_percentiles.csv``,
+    ``stage_summary.csv``, ``concurrency_fit.csv``, ``rejected_rows.csv``; and each table of
+    :data:`PARTITIONED_TABLES` as a hive-partitioned Parquet dataset (an earlier dataset of that
+    name is replaced). The caller checks the folder first
+    (:func:`~ddlscope.report.outdir.check_report_dir`).
+
+    Returns:
+        The path of ``summary.json``.
+    """
+    import json
+    import shutil
+
+    out = Path(out)
+    tables = out / "tables"
+    tables.mkdir(parents=True, exist_ok=True)
+    for name, frame in (("stage_percentiles", d.percentiles), ("stage_summary", d.stage_summary),
+                        ("concurrency_fit", d.concurrency_fit), ("rejected_rows", d.rejected)):
+        frame.write_csv(tables / f"{name}.csv")
+    for name, col in PARTITIONED_TABLES.items():
+        dataset = tables / name
+        if dataset.is_dir():
+            shutil.rmtree(dataset)
+        {"stage_percentiles": d.percentiles}[name].write_parquet(dataset, partition_by=col)
+    path = out / "summary.json"
+    path.write_text(json.dumps(d.summary, indent=2, default=str) + "\n")
+    return path
