@@ -147,7 +147,7 @@ def test_exact_percentiles_of_awkward_values(tmp_path):
     frame.write_parquet(path)
     streamed = dissect_streaming(path, partition_rows=500)
     got = streamed.percentiles.filter((pl.col("grouping") == "all") & (pl.col("stage") == "server_processing"))
-    q, count, _, vmax = grouped_quantiles(awkward[: frame.height], np.zeros(frame.height, np.int64), 1,
+    q, count, _, _ = grouped_quantiles(awkward[: frame.height], np.zeros(frame.height, np.int64), 1,
                                           (0.5, 0.9, 0.99, 0.999))
     assert got["rpcs"].item() == count[0] == 2_000
     assert [got[c].item() for c in ("p50_us", "p90_us", "p99_us", "p99_9_us")] == list(q[0] / 1e3)
