@@ -171,9 +171,12 @@ def annotate(frame: pl.DataFrame, threads: int = 2, *, steps: pl.DataFrame | Non
     return rpcs, notes
 
 
-def _percentiles(rpcs: pl.DataFrame) -> pl.DataFrame:
+def _percentiles(rpcs: pl.DataFrame, groupings: dict[str, str | None] = PERCENTILE_GROUPS) -> pl.DataFrame:
+    """:attr:`Dissection.percentiles` for ``groupings`` (name -> column, default
+    :data:`PERCENTILE_GROUPS`); the streaming path computes the groupings whose groups lie in one
+    partition with it, partition by partition."""
     parts = []
-    for name, col in PERCENTILE_GROUPS.items():
+    for name, col in groupings.items():
         p = stage_percentiles(rpcs, by=col)
         group = pl.lit("all") if col is None else pl.col(col).cast(pl.String)
         parts.append(p.select(pl.lit(name).alias("grouping"), group.alias("group"),

@@ -62,6 +62,7 @@ from ddlscope.rpc.decompose import QUANTILES, decompose, quantile_label, substag
 from ddlscope.rpc.dissect import (
     MAX_PLAUSIBLE_LATENCY_US,
     PERCENTILE_GROUPS,
+    _percentiles,
     annotate,
     no_rows_message,
     split_implausible,
@@ -268,8 +269,17 @@ def value_bins(values: np.ndarray, bits: int = BIN_MANTISSA_BITS) -> np.ndarray:
     return np.where(big, shift * (1 << (bits - 1)) + (v >> shift), v)
 
 
+DISJOINT_GROUPINGS: tuple[str, ...] = ("server", "connection")
+"""Groupings whose groups lie in one partition each (a partition holds whole servers, a connection
+belongs to one server): their percentiles are computed inside the partition by the in-memory code
+(:func:`~ddlscope.rpc.dissect._percentiles`, exact) and the partitions' rows concatenated."""
+MERGED_GROUPINGS: tuple[str, ...] = tuple(g for g in PERCENTILE_GROUPS if g not in DISJOINT_GROUPINGS)
+"""Groupings whose groups span partitions (all, op, iteration quarter): two-pass exact percentiles."""
+
+
 def _groupings(frame: pl.DataFrame) -> dict[str, pl.Expr]:
-    return {name: (pl.lit("all") if col is None else pl.col(col)) for name, col in PERCENTILE_GROUPS.items()}
+    return {name: (pl.lit("all") if PERCENTILE_GROUPS[name] is None else pl.col(PERCENTILE_GROUPS[name]))
+            for name in MERGED_GROUPINGS}
 
 
 def _stage_cols(frame: pl.DataFrame) -> list[tuple[str, str]]:
@@ -299,12 +309,13 @@ def _kept(plan: StreamPlan, part: Partition, ctx: dict[str, Any]) -> tuple[pl.Da
         (rows, empty_rejected(), {})
 
 
-def _binned(rpcs: pl.DataFrame) -> Iterator[tuple[str, pl.DataFrame]]:
-    """Per stage: the grouping keys, the stage's value ``v`` and its bin ``b``."""
+def _binned(rpcs: pl.DataFrame) -> Iterator[tuple[int, pl.DataFrame]]:
+    """Per stage (by its index in :func:`_stage_cols`): the grouping keys, the stage's value ``v``
+    and its bin ``b``."""
     keys = rpcs.select(**_groupings(rpcs))
-    for name, col in _stage_cols(rpcs):
+    for i, (_, col) in enumerate(_stage_cols(rpcs)):
         v = rpcs.get_column(col).to_numpy()
-        yield name, keys.with_columns(pl.Series("v", v, pl.Int64), pl.Series("b", value_bins(v), pl.Int64))
+        yield i, keys.with_columns(pl.Series("v", v, pl.Int64), pl.Series("b", value_bins(v), pl.Int64))
 
 
 def pass_sketch(plan: StreamPlan, part: Partition, ctx: dict[str, Any]) -> dict[str, Any]:
@@ -312,16 +323,18 @@ def pass_sketch(plan: StreamPlan, part: Partition, ctx: dict[str, Any]) -> dict[
     the concurrency moments of :data:`STREAM_MEASURES`; the RPCs set aside as implausible."""
     rows, set_aside, info = _kept(plan, part, ctx)
     if rows.height == 0:
-        return {"hist": {}, "moments": None, "set_aside": set_aside, "implausible": info, "notes": [],
-                "stages": None}
+        return {"hist": {}, "percentiles": None, "moments": None, "set_aside": set_aside, "implausible": info,
+                "notes": [], "stages": None}
     rpcs, notes = annotate(rows, threads=ctx["threads"], steps=ctx["steps"], substage_bad=ctx["substage_bad"])
-    hist: dict[str, list[pl.DataFrame]] = {g: [] for g in PERCENTILE_GROUPS}
+    hist: dict[str, list[pl.DataFrame]] = {g: [] for g in MERGED_GROUPINGS}
     for stage, binned in _binned(rpcs):
-        for g in PERCENTILE_GROUPS:
+        for g in MERGED_GROUPINGS:
             h = binned.group_by(g, "b").agg(pl.len().cast(pl.Int64).alias("n"), pl.col("v").sum().alias("sum"),
                                             pl.col("v").max().alias("max"))
-            hist[g].append(h.select(pl.col(g).alias("key"), pl.lit(stage).alias("stage"), "b", "n", "sum", "max"))
+            hist[g].append(h.select(pl.col(g).alias("key"), pl.lit(stage, pl.Int16).alias("stage"), "b", "n", "sum",
+                                    "max"))
     return {"hist": {g: pl.concat(v) for g, v in hist.items()},
+            "percentiles": _percentiles(rpcs, {g: PERCENTILE_GROUPS[g] for g in DISJOINT_GROUPINGS}),
             "moments": concurrency_moments(rpcs, STREAM_MEASURES), "set_aside": set_aside, "implausible": info,
             "notes": notes, "stages": stages_of(rpcs)}
 
@@ -333,7 +346,7 @@ def pass_refine(plan: StreamPlan, part: Partition, ctx: dict[str, Any]) -> dict[
     if rows.height == 0:
         return {}
     rpcs = add_iteration_phase(decompose(rows, substage_bad=ctx["substage_bad"]), ctx["steps"])
-    out: dict[str, list[pl.DataFrame]] = {g: [] for g in PERCENTILE_GROUPS}
+    out: dict[str, list[pl.DataFrame]] = {g: [] for g in MERGED_GROUPINGS}
     for stage, binned in _binned(rpcs):
         for g, targets in ctx["targets"].items():
             t = targets.filter(pl.col("stage") == stage).drop("stage")
@@ -341,7 +354,7 @@ def pass_refine(plan: StreamPlan, part: Partition, ctx: dict[str, Any]) -> dict[
                 continue
             hit = binned.select(pl.col(g).alias("key"), "b", "v").join(t, on=["key", "b"], how="semi")
             out[g].append(hit.group_by("key", "b", "v").len().select(
-                "key", pl.lit(stage).alias("stage"), "b", "v", pl.col("len").cast(pl.Int64).alias("n")))
+                "key", pl.lit(stage, pl.Int16).alias("stage"), "b", "v", pl.col("len").cast(pl.Int64).alias("n")))
     return {g: pl.concat(v) for g, v in out.items() if v}
 
 
@@ -492,6 +505,7 @@ _KEY_DTYPES: dict[str, pl.DataType] = {"all": pl.String, "op": pl.Enum(list(OPS)
 
 
 def _merge_hist(parts: list[pl.DataFrame], g: str) -> pl.DataFrame:
+    """One grouping's histogram over the log, sorted by (key, stage, bin)."""
     both = pl.concat([p.with_columns(pl.col("key").cast(_KEY_DTYPES[g])) for p in parts], how="vertical")
     return (both.group_by("key", "stage", "b").agg(pl.col("n").sum(), pl.col("sum").sum(), pl.col("max").max())
             .sort("key", "stage", "b"))
@@ -540,14 +554,15 @@ def _assemble(g: str, hist: pl.DataFrame, wanted: pl.DataFrame, values: pl.DataF
                                                           both.get_column("bv").to_numpy(),
                                                           both.get_column("frac").to_numpy()) / 1e3))
         wide = wide.join(both.select("key", "stage", c), on=["key", "stage"], how="left")
-    order = {n: i for i, n in enumerate(stage_order)}
+    names = dict(enumerate(stage_order))
     # in NumPy, as grouped_quantiles computes them (Polars may turn a division into a product)
     total = wide.get_column("sum").to_numpy().astype(np.float64)
     count = wide.get_column("rpcs").to_numpy()
     wide = wide.with_columns(
         pl.Series("mean_us", total / count / 1e3),
         pl.Series("max_us", wide.get_column("max").to_numpy().astype(np.float64) / 1e3),
-        pl.col("stage").replace_strict(order, return_dtype=pl.Int32).alias("__o"),
+        pl.col("stage").alias("__o"),
+        pl.col("stage").replace_strict(names, return_dtype=pl.String),
     ).sort("key", "__o")
     group = pl.lit("all") if g == "all" else pl.col("key").cast(pl.String)
     return wide.select(pl.lit(g).alias("grouping"), group.alias("group"), "stage", pl.col("rpcs").cast(pl.Int64),
@@ -581,7 +596,6 @@ def dissect_streaming(
     num_cpus: int | None = None,
     threads: int = 2,
     progress: bool = False,
-    quantiles: Sequence[float] = QUANTILES,
 ) -> StreamedDissection:
     """Dissect an RPC log without holding it in memory (see the module docstring for the method).
 
@@ -595,7 +609,6 @@ def dissect_streaming(
         num_cpus: CPUs of a local Ray cluster.
         threads: threads of the concurrency sweep inside a partition.
         progress: show rows read, partitions, rate and ETA on stderr.
-        quantiles: the percentiles (exact).
 
     Returns:
         A :class:`StreamedDissection`.
@@ -607,6 +620,7 @@ def dissect_streaming(
     if engine not in ENGINES:
         raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
     t0 = time.perf_counter()
+    quantiles = QUANTILES  # those of the in-memory percentile table
     plan = plan_stream(paths, mapping=mapping, input_format=input_format, partition_rows=partition_rows)
     bar = _Progress(plan, 3, progress)
     with contextlib.ExitStack() as stack:
@@ -634,18 +648,20 @@ def dissect_streaming(
         ctx = {"bound_us": MAX_PLAUSIBLE_LATENCY_US, "set_aside": set_aside, "steps": steps,
                "substage_bad": substage_bad, "threads": threads}
         sketches = run(pass_sketch, plan, ctx, bar, "sketch")
-        hist = {g: _merge_hist([s["hist"][g] for s in sketches if s["hist"]], g) for g in PERCENTILE_GROUPS}
+        hist = {g: _merge_hist([s["hist"][g] for s in sketches if s["hist"]], g) for g in MERGED_GROUPINGS}
         wanted, targets = {}, {}
-        for g in PERCENTILE_GROUPS:
+        for g in MERGED_GROUPINGS:
             wanted[g], targets[g] = _targets(hist[g], quantiles)
         refined = run(pass_refine, plan, {**ctx, "targets": targets}, bar, "refine")
     stages = next(s["stages"] for s in sketches if s["stages"] is not None)
     stage_order = [*stages, "latency"]
-    percentiles = pl.concat([
-        _assemble(g, hist[g], wanted[g],
-                  pl.concat([r[g].with_columns(pl.col("key").cast(_KEY_DTYPES[g])) for r in refined if g in r]),
-                  quantiles, stage_order)
-        for g in PERCENTILE_GROUPS])
+    merged = {g: _assemble(g, hist[g], wanted[g], pl.concat([r[g].with_columns(pl.col("key").cast(_KEY_DTYPES[g]))
+                                                            for r in refined if g in r]), quantiles, stage_order)
+              for g in MERGED_GROUPINGS}
+    disjoint = pl.concat([s["percentiles"] for s in sketches if s["percentiles"] is not None])
+    for g in DISJOINT_GROUPINGS:  # partitions are in server-text order: sort by the numeric id, stages kept in order
+        merged[g] = disjoint.filter(pl.col("grouping") == g).sort(pl.col("group").cast(pl.Int64), maintain_order=True)
+    percentiles = pl.concat([merged[g] for g in PERCENTILE_GROUPS])
     moments = merge_concurrency_moments([s["moments"] for s in sketches if s["moments"] is not None])
     fit = fit_from_moments(moments, tuple(stages), STREAM_MEASURES)
     set_aside_rows = [s["set_aside"] for s in sketches if s["set_aside"].height]
