@@ -60,3 +60,32 @@ def test_gavel_trace_in_chunks(shared_data, tmp_path):
     assert streamed.jobs == mem.headline["jobs"] == 8_337
     assert streamed.chunks == 9
     _same(mem, streamed)
+
+
+def test_cli_streaming_equals_the_in_memory_report(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from ddlscope.cli.main import app
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["characterize", "--out", str(tmp_path / "mem"), "--no-figures", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    mem = json.loads(res.output)
+    out = tmp_path / "streamed"
+    res = runner.invoke(app, ["characterize", "--streaming", "--chunk-jobs", "100", "--out", str(out),
+                              "--format", "json"])
+    assert res.exit_code == 0, res.output
+    streamed = json.loads(res.output)
+    assert streamed["evaluated_jobs"] == mem["evaluated_jobs"] == 304
+    assert streamed["streaming"]["chunks"] == 4  # 336 jobs in chunks of 100
+    assert streamed["rows"] == mem["rows"]  # the accounting: every job, the same reasons
+    for k, v in mem["headline"].items():
+        assert streamed["headline"][k] == (v if v is None or isinstance(v, int) else pytest.approx(v, rel=1e-12)), k
+    assert_frame_equal(pl.read_parquet(out / "tables" / "scenario_speedups.parquet"),
+                       pl.read_parquet(tmp_path / "mem" / "tables" / "scenario_speedups.parquet"),
+                       check_dtypes=False, rel_tol=1e-12)
+    assert sorted(p.name for p in (out / "tables" / "job_scenarios").iterdir())[:2] == [
+        "scenario=add-nvlink", "scenario=baseline"]
+    assert json.loads((out / "summary.json").read_text())["headline"]["jobs"] == 304
