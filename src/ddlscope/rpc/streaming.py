@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -288,12 +289,22 @@ def _stage_cols(frame: pl.DataFrame) -> list[tuple[str, str]]:
 
 # --- the three passes (top-level functions: they run as Ray tasks too) --------------------------
 
-def pass_check(plan: StreamPlan, part: Partition, bound_us: float) -> dict[str, Any]:
-    """Pass 1 on one partition: counts, rejected rows, RPCs over ``bound_us``, iteration steps of
-    the rows under and over the bound, substage bad rows (:func:`~ddlscope.rpc.decompose.substage_bad_rows`)."""
+def _spill_path(ctx: dict[str, Any], part: Partition) -> Path | None:
+    return Path(ctx["spill_dir"]) / f"partition-{part.index:06d}.parquet" if ctx.get("spill_dir") else None
+
+
+def pass_check(plan: StreamPlan, part: Partition, ctx: dict[str, Any]) -> dict[str, Any]:
+    """Pass 1 on one partition: counts, rejected rows, RPCs over ``ctx["bound_us"]``, iteration
+    steps of the rows under and over the bound, substage bad rows
+    (:func:`~ddlscope.rpc.decompose.substage_bad_rows`). With ``ctx["spill_dir"]`` the checked
+    rows are written there (Parquet), so the later passes read them instead of parsing and checking
+    the input again."""
     rows, rejected, notes = _checked(plan, part)
+    spill = _spill_path(ctx, part)
+    if spill is not None:
+        rows.write_parquet(spill, compression="lz4")
     lat = pl.col("client_done_ns") - pl.col("client_issue_ns")
-    over = lat > int(bound_us * 1e3)
+    over = lat > int(ctx["bound_us"] * 1e3)
     n_over = rows.select(over.sum()).item() if rows.height else 0
     return {"rows": rows.height, "raw_rows": part.rows, "over": n_over, "rejected": rejected, "notes": notes,
             "steps_under": iteration_steps(rows.filter(~over)), "steps_over": iteration_steps(rows.filter(over)),
@@ -304,7 +315,8 @@ def pass_check(plan: StreamPlan, part: Partition, bound_us: float) -> dict[str, 
 
 
 def _kept(plan: StreamPlan, part: Partition, ctx: dict[str, Any]) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
-    rows, _, _ = _checked(plan, part)
+    spill = _spill_path(ctx, part)
+    rows = pl.read_parquet(spill) if spill is not None else _checked(plan, part)[0]
     return split_implausible(rows, ctx["bound_us"], decided=ctx["set_aside"]) if rows.height else \
         (rows, empty_rejected(), {})
 
@@ -596,6 +608,7 @@ def dissect_streaming(
     num_cpus: int | None = None,
     threads: int = 2,
     progress: bool = False,
+    spill: bool = True,
 ) -> StreamedDissection:
     """Dissect an RPC log without holding it in memory (see the module docstring for the method).
 
@@ -609,6 +622,10 @@ def dissect_streaming(
         num_cpus: CPUs of a local Ray cluster.
         threads: threads of the concurrency sweep inside a partition.
         progress: show rows read, partitions, rate and ETA on stderr.
+        spill: write each partition's checked rows to a temporary folder (``TMPDIR``; about the
+            log's size in Parquet, removed at the end) in the first pass, so the other two read them
+            back instead of parsing and checking the input again; not with a remote Ray cluster
+            (its nodes do not share this machine's disk).
 
     Returns:
         A :class:`StreamedDissection`.
@@ -628,7 +645,10 @@ def dissect_streaming(
         if engine == "ray":
             stack.enter_context(ray_session(address, num_cpus))
         run = _run_ray if engine == "ray" else _run_local
-        checks = run(pass_check, plan, MAX_PLAUSIBLE_LATENCY_US, bar, "check")
+        spill_dir = None
+        if spill and (engine == "local" or address is None):  # a local cluster shares this machine's disk
+            spill_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="ddlscope-spill-"))
+        checks = run(pass_check, plan, {"bound_us": MAX_PLAUSIBLE_LATENCY_US, "spill_dir": spill_dir}, bar, "check")
         total = sum(c["rows"] for c in checks)
         n_over = sum(c["over"] for c in checks)
         rejected = [c["rejected"] for c in checks]
@@ -646,7 +666,7 @@ def dissect_streaming(
             for st, n in c[key].items():
                 substage_bad[st] = substage_bad.get(st, 0) + n
         ctx = {"bound_us": MAX_PLAUSIBLE_LATENCY_US, "set_aside": set_aside, "steps": steps,
-               "substage_bad": substage_bad, "threads": threads}
+               "substage_bad": substage_bad, "threads": threads, "spill_dir": spill_dir}
         sketches = run(pass_sketch, plan, ctx, bar, "sketch")
         hist = {g: _merge_hist([s["hist"][g] for s in sketches if s["hist"]], g) for g in MERGED_GROUPINGS}
         wanted, targets = {}, {}
