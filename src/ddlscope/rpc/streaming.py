@@ -278,11 +278,6 @@ MERGED_GROUPINGS: tuple[str, ...] = tuple(g for g in PERCENTILE_GROUPS if g not 
 """Groupings whose groups span partitions (all, op, iteration quarter): two-pass exact percentiles."""
 
 
-def _groupings(frame: pl.DataFrame) -> dict[str, pl.Expr]:
-    return {name: (pl.lit("all") if PERCENTILE_GROUPS[name] is None else pl.col(PERCENTILE_GROUPS[name]))
-            for name in MERGED_GROUPINGS}
-
-
 def _stage_cols(frame: pl.DataFrame) -> list[tuple[str, str]]:
     return [(s, stage_column(s)) for s in stages_of(frame)] + [("latency", LATENCY_COLUMN)]
 
@@ -321,31 +316,61 @@ def _kept(plan: StreamPlan, part: Partition, ctx: dict[str, Any]) -> tuple[pl.Da
         (rows, empty_rejected(), {})
 
 
-def _binned(rpcs: pl.DataFrame) -> Iterator[tuple[int, pl.DataFrame]]:
-    """Per stage (by its index in :func:`_stage_cols`): the grouping keys, the stage's value ``v``
-    and its bin ``b``."""
-    keys = rpcs.select(**_groupings(rpcs))
+BIN_SPACE = 1 << 15
+"""Bins per (group, stage) code block: :func:`value_bins` of any int64 is below 28 160."""
+
+
+def _key_codes(rpcs: pl.DataFrame, g: str) -> tuple[np.ndarray, list[str]]:
+    """The group of each RPC in merged grouping ``g`` as a code (the Enum's physical order; 0 for
+    ``all``) and the labels of the codes."""
+    col = PERCENTILE_GROUPS[g]
+    if col is None:
+        return np.zeros(rpcs.height, np.int64), ["all"]
+    series = rpcs.get_column(col)
+    return series.to_physical().to_numpy().astype(np.int64), list(series.dtype.categories)
+
+
+def _stage_values(rpcs: pl.DataFrame) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """Per stage (its index in :func:`_stage_cols`): its values (int64 ns) and their bins."""
     for i, (_, col) in enumerate(_stage_cols(rpcs)):
-        v = rpcs.get_column(col).to_numpy()
-        yield i, keys.with_columns(pl.Series("v", v, pl.Int64), pl.Series("b", value_bins(v), pl.Int64))
+        v = rpcs.get_column(col).to_numpy().astype(np.int64)
+        yield i, v, value_bins(v)
+
+
+def _keys(labels: list[str], codes: np.ndarray, g: str) -> pl.Series:
+    return pl.Series("key", np.asarray(labels, dtype=object)[codes], pl.String).cast(_KEY_DTYPES[g])
 
 
 def pass_sketch(plan: StreamPlan, part: Partition, ctx: dict[str, Any]) -> dict[str, Any]:
-    """Pass 2 on one partition: per grouping, the (group, stage, bin) counts, sums and maxima;
-    the concurrency moments of :data:`STREAM_MEASURES`; the RPCs set aside as implausible."""
+    """Pass 2 on one partition: per merged grouping, the (group, stage, bin) counts and the (group,
+    stage) counts, sums and maxima; the percentiles of the disjoint groupings (whole in this
+    partition); the concurrency moments of :data:`STREAM_MEASURES`; the RPCs set aside as implausible."""
     rows, set_aside, info = _kept(plan, part, ctx)
     if rows.height == 0:
-        return {"hist": {}, "percentiles": None, "moments": None, "set_aside": set_aside, "implausible": info,
-                "notes": [], "stages": None}
+        return {"hist": {}, "stats": {}, "percentiles": None, "moments": None, "set_aside": set_aside,
+                "implausible": info, "notes": [], "stages": None}
     rpcs, notes = annotate(rows, threads=ctx["threads"], steps=ctx["steps"], substage_bad=ctx["substage_bad"])
+    codes = {g: _key_codes(rpcs, g) for g in MERGED_GROUPINGS}
     hist: dict[str, list[pl.DataFrame]] = {g: [] for g in MERGED_GROUPINGS}
-    for stage, binned in _binned(rpcs):
-        for g in MERGED_GROUPINGS:
-            h = binned.group_by(g, "b").agg(pl.len().cast(pl.Int64).alias("n"), pl.col("v").sum().alias("sum"),
-                                            pl.col("v").max().alias("max"))
-            hist[g].append(h.select(pl.col(g).alias("key"), pl.lit(stage, pl.Int16).alias("stage"), "b", "n", "sum",
-                                    "max"))
-    return {"hist": {g: pl.concat(v) for g, v in hist.items()},
+    for stage, _, bins in _stage_values(rpcs):
+        for g, (kc, labels) in codes.items():
+            count = np.bincount(kc * BIN_SPACE + bins, minlength=len(labels) * BIN_SPACE)
+            nz = np.flatnonzero(count)
+            hist[g].append(pl.DataFrame([_keys(labels, nz // BIN_SPACE, g),
+                                         pl.Series("stage", np.full(len(nz), stage), pl.Int16),
+                                         pl.Series("b", nz % BIN_SPACE, pl.Int64),
+                                         pl.Series("n", count[nz], pl.Int64)]))
+    cols = [c for _, c in _stage_cols(rpcs)]
+    stats = {}
+    for g in MERGED_GROUPINGS:
+        key = pl.lit("all") if PERCENTILE_GROUPS[g] is None else pl.col(PERCENTILE_GROUPS[g])
+        wide = rpcs.group_by(key.alias("key")).agg(
+            pl.len().cast(pl.Int64).alias("rpcs"), *(pl.col(c).sum().alias(f"s{i}") for i, c in enumerate(cols)),
+            *(pl.col(c).max().alias(f"m{i}") for i, c in enumerate(cols)))
+        stats[g] = pl.concat([wide.select(pl.col("key").cast(_KEY_DTYPES[g]), pl.lit(i, pl.Int16).alias("stage"),
+                                          "rpcs", pl.col(f"s{i}").alias("sum"), pl.col(f"m{i}").alias("max"))
+                              for i in range(len(cols))])
+    return {"hist": {g: pl.concat(v) for g, v in hist.items()}, "stats": stats,
             "percentiles": _percentiles(rpcs, {g: PERCENTILE_GROUPS[g] for g in DISJOINT_GROUPINGS}),
             "moments": concurrency_moments(rpcs, STREAM_MEASURES), "set_aside": set_aside, "implausible": info,
             "notes": notes, "stages": stages_of(rpcs)}
@@ -358,15 +383,25 @@ def pass_refine(plan: StreamPlan, part: Partition, ctx: dict[str, Any]) -> dict[
     if rows.height == 0:
         return {}
     rpcs = add_iteration_phase(decompose(rows, substage_bad=ctx["substage_bad"]), ctx["steps"])
+    codes = {g: _key_codes(rpcs, g) for g in MERGED_GROUPINGS}
     out: dict[str, list[pl.DataFrame]] = {g: [] for g in MERGED_GROUPINGS}
-    for stage, binned in _binned(rpcs):
+    for stage, v, bins in _stage_values(rpcs):
         for g, targets in ctx["targets"].items():
-            t = targets.filter(pl.col("stage") == stage).drop("stage")
+            kc, labels = codes[g]
+            t = targets.filter(pl.col("stage") == stage)
             if t.height == 0:
                 continue
-            hit = binned.select(pl.col(g).alias("key"), "b", "v").join(t, on=["key", "b"], how="semi")
-            out[g].append(hit.group_by("key", "b", "v").len().select(
-                "key", pl.lit(stage, pl.Int16).alias("stage"), "b", "v", pl.col("len").cast(pl.Int64).alias("n")))
+            index = {label: i for i, label in enumerate(labels)}
+            wanted = (t.get_column("key").cast(pl.String).replace_strict(index, return_dtype=pl.Int64).to_numpy()
+                      * BIN_SPACE + t.get_column("b").to_numpy())
+            code = kc * BIN_SPACE + bins
+            hit = np.isin(code, wanted)
+            counted = pl.DataFrame({"code": code[hit], "v": v[hit]}).group_by("code", "v").len()
+            c = counted.get_column("code").to_numpy()
+            out[g].append(pl.DataFrame([_keys(labels, c // BIN_SPACE, g),
+                                        pl.Series("stage", np.full(len(c), stage), pl.Int16),
+                                        pl.Series("b", c % BIN_SPACE, pl.Int64), counted.get_column("v"),
+                                        counted.get_column("len").cast(pl.Int64).alias("n")]))
     return {g: pl.concat(v) for g, v in out.items() if v}
 
 
@@ -516,11 +551,16 @@ _KEY_DTYPES: dict[str, pl.DataType] = {"all": pl.String, "op": pl.Enum(list(OPS)
                                        "connection": pl.Int64, "iteration_phase": pl.Enum(list(PHASE_BINS))}
 
 
-def _merge_hist(parts: list[pl.DataFrame], g: str) -> pl.DataFrame:
+def _merge_hist(parts: list[pl.DataFrame]) -> pl.DataFrame:
     """One grouping's histogram over the log, sorted by (key, stage, bin)."""
-    both = pl.concat([p.with_columns(pl.col("key").cast(_KEY_DTYPES[g])) for p in parts], how="vertical")
-    return (both.group_by("key", "stage", "b").agg(pl.col("n").sum(), pl.col("sum").sum(), pl.col("max").max())
-            .sort("key", "stage", "b"))
+    return pl.concat(parts, how="vertical").group_by("key", "stage", "b").agg(pl.col("n").sum()).sort(
+        "key", "stage", "b")
+
+
+def _merge_stats(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """One grouping's (key, stage) counts, sums and maxima over the log."""
+    return pl.concat(parts, how="vertical").group_by("key", "stage").agg(
+        pl.col("rpcs").sum(), pl.col("sum").sum(), pl.col("max").max())
 
 
 def _targets(hist: pl.DataFrame, quantiles: Sequence[float]) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -549,10 +589,8 @@ def _targets(hist: pl.DataFrame, quantiles: Sequence[float]) -> tuple[pl.DataFra
     return wanted, wanted.select("key", "stage", "b").unique()
 
 
-def _assemble(g: str, hist: pl.DataFrame, wanted: pl.DataFrame, values: pl.DataFrame | None,
+def _assemble(g: str, stats: pl.DataFrame, wanted: pl.DataFrame, values: pl.DataFrame | None,
               quantiles: Sequence[float], stage_order: list[str]) -> pl.DataFrame:
-    stats = hist.group_by("key", "stage").agg(pl.col("n").sum().alias("rpcs"), pl.col("sum").sum(),
-                                              pl.col("max").max())
     picked = _pick(wanted, values.group_by("key", "stage", "b", "v").agg(pl.col("n").sum())
                    .sort("key", "stage", "b", "v"))
     qcols = [f"{quantile_label(q)}_us" for q in quantiles]
@@ -668,14 +706,15 @@ def dissect_streaming(
         ctx = {"bound_us": MAX_PLAUSIBLE_LATENCY_US, "set_aside": set_aside, "steps": steps,
                "substage_bad": substage_bad, "threads": threads, "spill_dir": spill_dir}
         sketches = run(pass_sketch, plan, ctx, bar, "sketch")
-        hist = {g: _merge_hist([s["hist"][g] for s in sketches if s["hist"]], g) for g in MERGED_GROUPINGS}
+        hist = {g: _merge_hist([s["hist"][g] for s in sketches if s["hist"]]) for g in MERGED_GROUPINGS}
         wanted, targets = {}, {}
         for g in MERGED_GROUPINGS:
             wanted[g], targets[g] = _targets(hist[g], quantiles)
         refined = run(pass_refine, plan, {**ctx, "targets": targets}, bar, "refine")
     stages = next(s["stages"] for s in sketches if s["stages"] is not None)
     stage_order = [*stages, "latency"]
-    merged = {g: _assemble(g, hist[g], wanted[g], pl.concat([r[g].with_columns(pl.col("key").cast(_KEY_DTYPES[g]))
+    stats = {g: _merge_stats([s["stats"][g] for s in sketches if s["stats"]]) for g in MERGED_GROUPINGS}
+    merged = {g: _assemble(g, stats[g], wanted[g], pl.concat([r[g].with_columns(pl.col("key").cast(_KEY_DTYPES[g]))
                                                             for r in refined if g in r]), quantiles, stage_order)
               for g in MERGED_GROUPINGS}
     disjoint = pl.concat([s["percentiles"] for s in sketches if s["percentiles"] is not None])
