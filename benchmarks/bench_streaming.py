@@ -1,7 +1,8 @@
 """Benchmark: streamed ``rpc dissect`` on a SYNTHETIC log written as Parquet partitions (issue 17).
 
-The benchmark writes its own log (:func:`ddlscope.rpc.synthetic.synthetic_rpc_log`: a FIFO queue
-per server that drains, synthetic, not a measurement) as one Parquet file per batch of
+The benchmark writes its own log (:func:`ddlscope.rpc.synthetic.synthetic_rpc_log`, synthetic, not
+a measurement: 100 workers, 20 servers, a 60 ms step so that every server's FIFO queue drains --
+the run prints how many servers have a median server queue of 0) as one Parquet file per batch of
 ``--batch`` RPCs (each file holds every server's RPCs of its time window, so partitions cut across
 files), then times :func:`ddlscope.rpc.streaming.dissect_streaming` on the folder and prints the
 peak RSS of the process (``ru_maxrss``) and rows/s. With ``--duckdb`` (and duckdb installed) the
@@ -31,6 +32,11 @@ from ddlscope.rpc.schema import STAGE_BOUNDS
 from ddlscope.rpc.streaming import dissect_streaming
 from ddlscope.rpc.synthetic import synthetic_rpc_log
 
+STEP_MS = 60.0
+"""Step period of the synthetic workers: at the generator's default 15 ms, 100 workers keep one of
+20 servers busy (its queue empty for 0.4 % of RPCs, p99 latency 0.4 s); at 60 ms every server's
+queue is empty for at least 60 % of its RPCs (measured on 500 000 RPCs)."""
+
 
 def peak_gib() -> float:
     """Peak resident set size of this process so far, GiB (Linux reports ru_maxrss in KiB)."""
@@ -42,7 +48,7 @@ def write_log(folder: Path, rows: int, batch: int) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for i, start in enumerate(range(0, rows, batch)):
         n = min(batch, rows - start)
-        f = synthetic_rpc_log(n, workers=100, servers=20, seed=i).with_columns(
+        f = synthetic_rpc_log(n, workers=100, servers=20, step_ms=STEP_MS, seed=i).with_columns(
             (pl.col("rpc_id") + start).alias("rpc_id"), (pl.col("iteration") + 10_000 * i).alias("iteration"))
         f.write_parquet(folder / f"part-{i:05d}.parquet", row_group_size=100_000)
 
@@ -89,6 +95,9 @@ def main() -> int:
         print(f"streamed dissect: {d.rpcs:,} RPCs, {d.partitions} partitions, wall {wall:.1f} s, "
               f"{d.rpcs / wall:,.0f} rows/s, peak RSS {peak_gib():.2f} GiB, load {os.getloadavg()[0]:.1f}")
         lat = d.summary["latency_us"]
+        queue = d.percentiles.filter((pl.col("grouping") == "server") & (pl.col("stage") == "server_queue"))
+        print(f"  servers whose median server queue is 0 (the queue drains): "
+              f"{queue.filter(pl.col('p50_us') == 0).height}/{queue.height}")
         print(f"  latency p50 {lat['p50']:.1f} µs, p99 {lat['p99']:.1f} µs (exact); dominant stage "
               f"{d.summary['dominant_stage']}")
         if args.duckdb:
