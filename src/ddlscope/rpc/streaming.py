@@ -12,17 +12,24 @@ Three passes over the partitions:
 
 1. **check**: rows, rejected rows, RPCs above the plausible latency bound, the iteration steps
    (:func:`~ddlscope.rpc.size_phase.iteration_steps`) and the rows that prevent a substage split,
-   so the log-wide decisions of the in-memory path are taken once for the whole log;
-2. **sketch**: per grouping, group, stage and value bin: count, sum and max of the stage; and
-   the concurrency fit's raw moments (:func:`~ddlscope.rpc.concurrency.concurrency_moments`);
-3. **refine**: for the bins holding the order statistics each percentile needs, the count of every
-   distinct value in them; the percentiles are then *exact* (the same type-7 interpolation as
-   :func:`~ddlscope.rpc.decompose.grouped_quantiles`), not a sketch's approximation.
+   so the log-wide decisions of the in-memory path are taken once for the whole log; the checked
+   rows are spilled to a temporary Parquet file per partition (``spill``), which the next passes
+   read instead of the input;
+2. **sketch**: :func:`~ddlscope.rpc.dissect.annotate` per partition, then: the percentiles of the
+   groupings whose groups lie in one partition (server, connection: :data:`DISJOINT_GROUPINGS`),
+   by the in-memory code itself; for the others (all, op, iteration quarter:
+   :data:`MERGED_GROUPINGS`) the count per (group, stage, value bin) and the count, sum and
+   maximum per (group, stage); and the concurrency fit's raw moments
+   (:func:`~ddlscope.rpc.concurrency.concurrency_moments`);
+3. **refine**: for the bins holding the two order statistics each percentile of a merged grouping
+   interpolates, the count of every distinct value in them; the percentiles are then *exact* (the
+   same type-7 interpolation as :func:`~ddlscope.rpc.decompose.grouped_quantiles`), not a
+   sketch's approximation.
 
 Bins (:func:`value_bins`) keep :data:`BIN_MANTISSA_BITS` significant bits of a value (a relative
 width of 2^-9 = 0.2 %), so the refine pass holds the distinct values of a few narrow bins per group
-and stage; memory is a function of the number of groups (operations, servers, connections,
-iteration quarters) and bins, not of rows.
+and stage. Memory is a function of the partition size and of the number of groups (operations,
+servers, connections, iteration quarters) and bins, not of the rows of the log.
 
 Exactness (tested against :func:`~ddlscope.rpc.dissect.dissect`): counts, means, maxima and
 percentiles per grouping equal the in-memory values; the concurrency fit equals it up to float
