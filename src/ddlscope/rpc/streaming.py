@@ -3,8 +3,8 @@
 The log is never held whole. :func:`plan_stream` reads only the server column of every input file
 (Parquet files or row groups, CSV/TSV files, or folders of them) and cuts the log into
 *partitions*, each a set of whole servers of about ``partition_rows`` rows. Every partition is read
-lazily (a Polars scan filtered on its servers, so Parquet row groups of other servers are skipped
-by their statistics) and passed through the same per-partition code as the in-memory path
+lazily (a Polars scan filtered on its servers; Parquet row groups whose statistics exclude them are
+skipped) and passed through the same per-partition code as the in-memory path
 (:func:`~ddlscope.rpc.validate.normalize`, :func:`~ddlscope.rpc.dissect.split_implausible`,
 :func:`~ddlscope.rpc.dissect.annotate`); only mergeable partial results leave a partition.
 
