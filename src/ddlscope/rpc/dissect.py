@@ -171,10 +171,11 @@ def annotate(frame: pl.DataFrame, threads: int = 2, *, steps: pl.DataFrame | Non
     return rpcs, notes
 
 
-def _percentiles(rpcs: pl.DataFrame, groupings: dict[str, str | None] = PERCENTILE_GROUPS) -> pl.DataFrame:
+def percentile_table(rpcs: pl.DataFrame, groupings: dict[str, str | None] = PERCENTILE_GROUPS) -> pl.DataFrame:
     """:attr:`Dissection.percentiles` for ``groupings`` (name -> column, default
-    :data:`PERCENTILE_GROUPS`); the streaming path computes the groupings whose groups lie in one
-    partition with it, partition by partition."""
+    :data:`PERCENTILE_GROUPS`): :func:`~ddlscope.rpc.decompose.stage_percentiles` per grouping,
+    long, with ``grouping`` and ``group`` (String). The streaming path computes the groupings whose
+    groups lie in one partition with it, partition by partition."""
     parts = []
     for name, col in groupings.items():
         p = stage_percentiles(rpcs, by=col)
@@ -182,6 +183,9 @@ def _percentiles(rpcs: pl.DataFrame, groupings: dict[str, str | None] = PERCENTI
         parts.append(p.select(pl.lit(name).alias("grouping"), group.alias("group"),
                               pl.exclude([col] if col else [])))
     return pl.concat(parts)
+
+
+_percentiles = percentile_table  # the name benchmarks/bench_rpc_dissect.py imports
 
 
 PROFILES: tuple[tuple[str, str], ...] = (
@@ -312,7 +316,7 @@ def dissect(
     flagged = tail_flags(rpcs, levels, by_op=True)  # one selection pass shared by the tail analyzers
     d = Dissection(
         rpcs=rpcs,
-        percentiles=_percentiles(rpcs),
+        percentiles=percentile_table(rpcs),
         stage_summary=stage_summary(rpcs, by="op"),
         concurrency_fit=concurrency_fit(rpcs),
         concurrency_profile=_profiles(rpcs),

@@ -70,9 +70,9 @@ from ddlscope.rpc.decompose import QUANTILES, decompose, quantile_label, substag
 from ddlscope.rpc.dissect import (
     MAX_PLAUSIBLE_LATENCY_US,
     PERCENTILE_GROUPS,
-    _percentiles,
     annotate,
     no_rows_message,
+    percentile_table,
     split_implausible,
 )
 from ddlscope.rpc.readers import RpcLog, detect_format
@@ -280,7 +280,7 @@ def value_bins(values: np.ndarray, bits: int = BIN_MANTISSA_BITS) -> np.ndarray:
 DISJOINT_GROUPINGS: tuple[str, ...] = ("server", "connection")
 """Groupings whose groups lie in one partition each (a partition holds whole servers, a connection
 belongs to one server): their percentiles are computed inside the partition by the in-memory code
-(:func:`~ddlscope.rpc.dissect._percentiles`, exact) and the partitions' rows concatenated."""
+(:func:`~ddlscope.rpc.dissect.percentile_table`, exact) and the partitions' rows concatenated."""
 MERGED_GROUPINGS: tuple[str, ...] = tuple(g for g in PERCENTILE_GROUPS if g not in DISJOINT_GROUPINGS)
 """Groupings whose groups span partitions (all, op, iteration quarter): two-pass exact percentiles."""
 
@@ -378,7 +378,7 @@ def pass_sketch(plan: StreamPlan, part: Partition, ctx: dict[str, Any]) -> dict[
                                           "rpcs", pl.col(f"s{i}").alias("sum"), pl.col(f"m{i}").alias("max"))
                               for i in range(len(cols))])
     return {"hist": {g: pl.concat(v) for g, v in hist.items()}, "stats": stats,
-            "percentiles": _percentiles(rpcs, {g: PERCENTILE_GROUPS[g] for g in DISJOINT_GROUPINGS}),
+            "percentiles": percentile_table(rpcs, {g: PERCENTILE_GROUPS[g] for g in DISJOINT_GROUPINGS}),
             "moments": concurrency_moments(rpcs, STREAM_MEASURES), "set_aside": set_aside, "implausible": info,
             "notes": notes, "stages": stages_of(rpcs)}
 
