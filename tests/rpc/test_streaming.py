@@ -154,9 +154,17 @@ def test_exact_percentiles_of_awkward_values(tmp_path):
     assert got["max_us"].item() == 2**35 / 1e3  # 34 s: under the 60 s plausibility bound
 
 
-def test_streaming_refuses_json_and_text_ids(tmp_path):
+def test_streaming_refuses_json_text_ids_and_ragged_csv(tmp_path):
     with pytest.raises(ValueError, match="not streamed"):
         dissect_streaming(DATA / "pstrain_collector.json")
+    lines = synthetic_rpc_log(50, seed=1).write_csv().splitlines()
+    lines[5] += ",99"  # one field more than the header: the in-memory reader rejects the line
+    path = tmp_path / "ragged.csv"
+    path.write_text("\n".join(lines) + "\n")
+    assert dissect(path).summary["rejected_by_reason"] == {"extra_fields": 1}
+    with pytest.raises(ValueError, match=r"ragged.csv: not readable as csv by the streaming reader \(found more "
+                       r"fields than defined in 'Schema'\); dissect it without --streaming"):
+        dissect_streaming(path)
     frame = synthetic_rpc_log(500, seed=3).with_columns(pl.format("w{}", pl.col("worker_id")).alias("worker_id"))
     path = tmp_path / "text_ids.parquet"
     frame.write_parquet(path)

@@ -179,6 +179,16 @@ def scan_log_file(f: LogFile) -> pl.LazyFrame:
     return lf.with_columns(pl.col("log_line").cast(pl.Int64), pl.lit(f.path).alias("log_file"))
 
 
+def _collect(lf: pl.LazyFrame, f: LogFile) -> pl.DataFrame:
+    """``lf.collect()``, a reader error turned into a ValueError naming the file."""
+    try:
+        return lf.collect()
+    except pl.exceptions.PolarsError as e:
+        first = str(e).strip().splitlines()[0]
+        raise ValueError(f"{f.path}: not readable as {f.fmt} by the streaming reader ({first}); dissect it without "
+                         "--streaming, whose reader rejects malformed lines one by one with file:line") from e
+
+
 def _server_key(source: str) -> pl.Expr:
     return pl.col(source).cast(pl.String).str.strip_chars()
 
@@ -207,7 +217,7 @@ def plan_stream(paths: str | Path | Sequence[str | Path], *, mapping: ColumnMapp
             raise ValueError(f"{f.path}: no column {source!r} (server_id"
                              + (f" through the mapping {source}=server_id" if source != "server_id" else "")
                              + f"); the file has {', '.join(n for n in names if n not in ('log_line', 'log_file'))}")
-        c = lf.select(_server_key(source).alias("server")).group_by("server").len().collect()
+        c = _collect(lf.select(_server_key(source).alias("server")).group_by("server").len(), f)
         if c.height == 0:
             notes.append(f"{f.path}: empty file, no rows")
         counts.append(c)
@@ -239,7 +249,7 @@ def read_partition(plan: StreamPlan, part: Partition) -> pl.DataFrame:
     gives them to :func:`~ddlscope.rpc.validate.normalize`."""
     key = _server_key(plan.server_source)
     cond = key.is_null() if part.servers is None else key.is_in(list(part.servers))
-    frames = [scan_log_file(f).filter(cond).collect() for f in plan.files]
+    frames = [_collect(scan_log_file(f).filter(cond), f) for f in plan.files]
     frames = [f for f in frames if f.height] or frames[:1]
     return pl.concat(frames, how="diagonal_relaxed") if len(frames) > 1 else frames[0]
 
