@@ -92,6 +92,14 @@ def register(app: typer.Typer) -> None:
         all_rows: Annotated[
             bool, typer.Option("--all-rows", help="also write every job x scenario row (tables/job_scenarios.parquet)")
         ] = False,
+        streaming: Annotated[
+            bool, typer.Option("--streaming", help="evaluate the jobs in chunks: every job x scenario row goes to a "
+                               "Parquet dataset partitioned by scenario (tables/job_scenarios/), the aggregates are "
+                               "computed from it; tables and summary.json, no figures (docs/streaming.md)")
+        ] = False,
+        chunk_jobs: Annotated[
+            int, typer.Option("--chunk-jobs", help="with --streaming: jobs evaluated together")
+        ] = 250_000,
         trace_format: TraceFormatOpt = None,
         map_pairs: MapOpt = None,
         mapping: MappingOpt = None,
@@ -176,13 +184,28 @@ def register(app: typer.Typer) -> None:
                                  + (report.no_jobs_message() if report and report.no_jobs_message() else
                                     "e.g. give --model-mix for traces without model labels") + ")")
             progress.update(step, description=f"evaluating {jobs.height:,} jobs x {len(scenarios) + 1} scenarios")
-            ch = run_characterization(jobs, scenarios, cat, notes=notes, require_gpu_memory=not keep_unfit)
+            if streaming:
+                from ddlscope.population.streaming import characterize_streaming
+
+                clear_previous_report(out)
+
+                def on_chunk(done: int, total: int) -> None:
+                    rate = done / max(time.perf_counter() - started, 1e-9)
+                    progress.update(step, description=f"evaluating {done:,}/{total:,} jobs x {len(scenarios) + 1} "
+                                    f"scenarios ({rate:,.0f} jobs/s, ETA {(total - done) / rate:.0f} s)")
+
+                ch = characterize_streaming(jobs, scenarios, out / "tables" / "job_scenarios", cat, notes=notes,
+                                            require_gpu_memory=not keep_unfit, chunk_jobs=chunk_jobs,
+                                            on_chunk=on_chunk)
+            else:
+                ch = run_characterization(jobs, scenarios, cat, notes=notes, require_gpu_memory=not keep_unfit)
             if ch.excluded.height:
                 population = population.join(ch.excluded.rename({"reason": "_unfit"}), on="job_id", how="left")
                 population = population.with_columns(reason=pl.coalesce("reason", "_unfit")).with_columns(
                     attributed=c("reason").is_null()).drop("_unfit")
             accounting = reason_summary(population)
-            sources = ch.baseline["gpu_time_source"].value_counts()
+            sources = (ch.scan("baseline").select("gpu_time_source").collect() if streaming else ch.baseline)[
+                "gpu_time_source"].value_counts()
             malformed = report.malformed_summary(3) if report is not None and report.malformed.height else None
             if malformed is not None:
                 ch.notes.append(f"{report.malformed.height:,} malformed row(s) of the trace are not jobs and were not "
@@ -200,10 +223,18 @@ def register(app: typer.Typer) -> None:
                        # the reader's count (its note is among the notes); how those jobs are weighed: gpu_time_sources
                        "jobs_without_duration": 0 if report is None else report.jobs_without_duration,
                        "gpu_time_sources": dict(sources.iter_rows()),
-                       "evaluated_jobs": ch.baseline.height, "scenarios": [s.name for s in scenarios],
+                       "evaluated_jobs": ch.jobs if streaming else ch.baseline.height,
+                       "scenarios": [s.name for s in scenarios],
                        "system": system, "precision": precision, "overlap": overlap,
                        "model_wall_time_s": round(time.perf_counter() - started, 2)}
             index = None
+            if streaming:
+                summary["streaming"] = {"chunks": ch.chunks, "chunk_jobs": chunk_jobs,
+                                        "results": str(ch.results_dir)}
+                _write_streamed(ch, accounting, summary, out)
+                summary["wall_time_s"] = round(time.perf_counter() - started, 2)
+                _print(ch, accounting, malformed, summary, out / "summary.json", out, fmt)
+                return
             check_report_dir(out, "--out", overwrite)  # again: the folder may have changed meanwhile
             clear_previous_report(out)
             if all_rows:
@@ -215,6 +246,23 @@ def register(app: typer.Typer) -> None:
             index = written if figures else None
         summary["wall_time_s"] = round(time.perf_counter() - started, 2)
         _print(ch, accounting, malformed, summary, index, out, fmt)
+
+
+def _write_streamed(ch, accounting: pl.DataFrame, summary: dict, out: Path) -> None:
+    """The tables (CSV and Parquet) and summary.json of a streamed characterization (the job x
+    scenario rows are already in ``tables/job_scenarios/``)."""
+    import json
+
+    from ddlscope.report.console import to_jsonable
+
+    tables = out / "tables"
+    tables.mkdir(parents=True, exist_ok=True)
+    for name, frame in (("component_shares", ch.shares), ("scenario_speedups", ch.speedups),
+                        ("bottlenecks", ch.bottlenecks), ("accounting", accounting), ("excluded_jobs", ch.excluded)):
+        frame.write_csv(tables / f"{name}.csv")
+        frame.write_parquet(tables / f"{name}.parquet")
+    payload = {**summary, "headline": ch.headline, "notes": ch.notes}
+    (out / "summary.json").write_text(json.dumps(to_jsonable(payload), indent=2) + "\n")
 
 
 def _print(ch, accounting: pl.DataFrame, malformed: pl.DataFrame | None, summary: dict, index: Path | None,

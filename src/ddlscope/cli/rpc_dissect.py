@@ -44,6 +44,22 @@ def register(rpc_app: typer.Typer) -> None:
             "--time-unit", help=f"unit of the log's timestamps: {', '.join(TIME_UNITS)}")] = "ns",
         input_format: Annotated[str, typer.Option(
             "--input-format", help=f"one of {', '.join(INPUT_FORMATS)} (auto: by file suffix)")] = "auto",
+        streaming: Annotated[bool, typer.Option(
+            "--streaming", help="never hold the whole log: read it by server partitions in three passes "
+            "(Parquet/CSV files or folders of them; exact percentiles, stage summary and concurrency fit; "
+            "docs/streaming.md)")] = False,
+        engine: Annotated[str, typer.Option(
+            "--engine", help="with --streaming: local (this process) or ray (partitions as Ray tasks; "
+            "pip install 'ddlscope\\[ray]')")] = "local",
+        address: Annotated[str | None, typer.Option(
+            "--address", help="with --engine ray: the cluster's address (ray start --head prints it; "
+            "default: a local cluster)")] = None,
+        partition_rows: Annotated[int, typer.Option(
+            "--partition-rows", help="with --streaming: rows a partition of whole servers aims at "
+            "(memory per task)")] = 2_000_000,
+        progress: Annotated[bool, typer.Option(
+            "--progress/--no-progress", help="with --streaming: rows read, partitions, rate and ETA on "
+            "stderr")] = True,
     ) -> None:
         """Dissect parameter-server RPC latency: which stage dominates and what inflates the tail.
 
@@ -65,6 +81,20 @@ def register(rpc_app: typer.Typer) -> None:
         check_report_dir(out, "--out", overwrite)
         base = ColumnMapping.from_file(mapping_file) if mapping_file else None
         mapping = ColumnMapping.from_pairs(column_map or (), op_map or (), time_unit=time_unit, base=base)
+
+        if engine not in ("local", "ray"):
+            raise ValueError(f"--engine: expected local or ray, got {engine!r}")
+        if engine == "ray" and not streaming:
+            streaming = True  # the engine runs the streaming passes
+        if streaming:
+            from ddlscope.rpc.streaming import dissect_streaming, write_streamed
+
+            sd = dissect_streaming(logs, mapping=mapping, input_format=input_format, partition_rows=partition_rows,
+                                   engine=engine, address=address, progress=progress)
+            check_report_dir(out, "--out", overwrite)
+            clear_previous_report(out)
+            _print_streamed(sd, write_streamed(sd, out), fmt)
+            return
 
         from ddlscope.rpc.dissect import dissect
 
@@ -106,3 +136,38 @@ def _print(d, index: Path, fmt: str) -> None:
     for note in d.notes:
         console.print(f"[dim]note: {escape(note)}[/dim]")
     console.print(f"report: {escape(str(index))}")
+
+
+def _print_streamed(d, summary_path: Path, fmt: str) -> None:
+    """A streamed dissection: its headline, the stage and per-op tables, rejected rows and notes."""
+    import json
+
+    import polars as pl
+    from rich.markup import escape
+
+    from ddlscope.report.console import emit, terminal, to_jsonable
+
+    if fmt == "json":
+        sys.stdout.write(json.dumps(to_jsonable({**d.summary, "report": str(summary_path)}), indent=2) + "\n")
+        return
+    console = terminal()
+    s = d.summary
+    lat = s["latency_us"]
+    console.print(f"[bold]RPC latency dissection (streamed: {d.partitions} partition(s), engine {d.engine}, "
+                  f"{d.wall_s:.1f} s)[/bold]")
+    console.print(f"{d.rpcs:,} RPCs from {d.workers} worker(s) to {d.servers} server(s) over {d.connections} "
+                  f"connection(s): latency p50 {lat['p50']:.4g} µs, p99 {lat['p99']:.4g} µs, p99.9 "
+                  f"{lat['p99_9']:.4g} µs (exact); dominant stage {s['dominant_stage']}.")
+    overall = d.percentiles.filter(pl.col("grouping") == "all").drop("grouping", "group")
+    emit(overall, "table", title="Stages over all RPCs (µs)")
+    by_op = d.percentiles.filter((pl.col("grouping") == "op") & (pl.col("stage") == "latency")).select(
+        pl.col("group").alias("op"), pl.exclude("grouping", "group", "stage"))
+    emit(by_op, "table", title="Latency per op (µs)")
+    counts = d.rejected_counts()
+    if counts.height:
+        emit(counts.drop("meaning"), "table", title="Rejected rows (not analysed)")
+    for note in d.notes:
+        console.print(f"[dim]note: {escape(note)}[/dim]")
+    console.print("[dim]note: streamed: tail attribution, connection, message-size and phase profiles and the "
+                  "worker in-flight fit need the whole log (run without --streaming for the full report)[/dim]")
+    console.print(f"report: {escape(str(summary_path))}")

@@ -147,6 +147,52 @@ def _fill_gpu_time(jobs: pl.DataFrame, baseline: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def check_population(jobs: pl.DataFrame) -> None:
+    """The checks :func:`characterize` makes on the whole population before any job is evaluated.
+
+    Raises:
+        ValueError: missing columns, no ``gpu_time_s`` column, an empty population, duplicate job ids.
+    """
+    check_jobs_frame(jobs)
+    if "gpu_time_s" not in jobs.columns:
+        raise ValueError("jobs: a gpu_time_s column is required (GPU-seconds per job; the GPU-time weight)")
+    if jobs.height == 0:
+        raise ValueError("jobs: the population is empty; nothing to characterize")
+    if jobs["job_id"].n_unique() != jobs.height:
+        raise ValueError("jobs: job_id must be unique")
+
+
+def prepare_jobs(jobs: pl.DataFrame, require_gpu_memory: bool = True) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Per job, before the scenarios: fill ``gpu_time_s`` (:func:`_fill_gpu_time`) and, with
+    ``require_gpu_memory``, set aside the jobs whose baseline replica does not fit the GPU's memory.
+    Row-wise, so a chunk of the population gives the chunk of the whole's result
+    (:mod:`ddlscope.population.streaming`).
+
+    Returns:
+        ``(jobs, excluded)``: the jobs kept (in their order) and ``excluded`` (``job_id``, ``reason``).
+    """
+    # only what the GPU-time fill and the memory check read: the lazy query skips the rest of the
+    # model (shares, bottlenecks), which the baseline block of whatif_blocks computes in full
+    baseline = breakdown_lazy(jobs).select(
+        "job_id", "step_s", "num_gpus", "fits_gpu_memory", "peak_memory_bytes", "gpu", "gpu_memory_bytes"
+    ).collect()
+    jobs = _fill_gpu_time(jobs, baseline)
+    excluded = pl.DataFrame(schema={"job_id": pl.Int64, "reason": pl.String})
+    if require_gpu_memory:
+        unfit = baseline["fits_gpu_memory"].fill_null(True).not_()
+        excluded = baseline.filter(unfit).select("job_id", pl.format(
+            "exceeds GPU memory: a replica needs {} GB, the {} has {} GB",
+            (c("peak_memory_bytes") / 1e9).round(1), c("gpu"), (c("gpu_memory_bytes") / 1e9).round(0),
+        ).alias("reason"))
+        jobs = jobs.filter(unfit.not_())
+    return jobs, excluded
+
+
+def result_columns(jobs: pl.DataFrame) -> list[str]:
+    """The columns kept per job x scenario: :data:`RESULT_COLUMNS` with the input's :data:`ID_COLUMNS`."""
+    return [*RESULT_COLUMNS[:2], *(k for k in ID_COLUMNS if k in jobs.columns), *RESULT_COLUMNS[2:]]
+
+
 def characterize(
     jobs: pl.DataFrame,
     scenarios: Sequence[Scenario],
@@ -169,30 +215,11 @@ def characterize(
     Raises:
         ValueError: an empty population, missing columns, duplicate job ids or scenario names.
     """
-    check_jobs_frame(jobs)
-    if "gpu_time_s" not in jobs.columns:
-        raise ValueError("jobs: a gpu_time_s column is required (GPU-seconds per job; the GPU-time weight)")
+    check_population(jobs)
+    jobs, excluded = prepare_jobs(jobs, require_gpu_memory)
     if jobs.height == 0:
-        raise ValueError("jobs: the population is empty; nothing to characterize")
-    if jobs["job_id"].n_unique() != jobs.height:
-        raise ValueError("jobs: job_id must be unique")
-    # only what the GPU-time fill and the memory check read: the lazy query skips the rest of the
-    # model (shares, bottlenecks), which the baseline block of whatif_blocks computes in full
-    baseline = breakdown_lazy(jobs).select(
-        "job_id", "step_s", "num_gpus", "fits_gpu_memory", "peak_memory_bytes", "gpu", "gpu_memory_bytes"
-    ).collect()
-    jobs = _fill_gpu_time(jobs, baseline)
-    excluded = pl.DataFrame(schema={"job_id": pl.Int64, "reason": pl.String})
-    if require_gpu_memory:
-        unfit = baseline["fits_gpu_memory"].fill_null(True).not_()
-        excluded = baseline.filter(unfit).select("job_id", pl.format(
-            "exceeds GPU memory: a replica needs {} GB, the {} has {} GB",
-            (c("peak_memory_bytes") / 1e9).round(1), c("gpu"), (c("gpu_memory_bytes") / 1e9).round(0),
-        ).alias("reason"))
-        jobs = jobs.filter(unfit.not_())
-        if jobs.height == 0:
-            raise ValueError("jobs: no job fits its GPU's memory; nothing to characterize")
-    columns = [*RESULT_COLUMNS[:2], *(k for k in ID_COLUMNS if k in jobs.columns), *RESULT_COLUMNS[2:]]
+        raise ValueError("jobs: no job fits its GPU's memory; nothing to characterize")
+    columns = result_columns(jobs)
     blocks = list(whatif_blocks(jobs, scenarios, catalog, columns=columns))
     speedups = scenario_speedups(blocks[0]) if len(blocks) == 1 else pl.concat(
         [scenario_speedups(pl.concat([blocks[0].head(0), b])) for b in blocks[1:]])

@@ -256,6 +256,45 @@ def add_concurrency(frame: pl.DataFrame, threads: int = 2) -> pl.DataFrame:
     )
 
 
+def concurrency_moments(frame: pl.DataFrame, measures: tuple[str, ...] = CONCURRENCY_MEASURES) -> pl.DataFrame:
+    """The raw moments :func:`concurrency_fit` solves from, per measure and op: sums that disjoint
+    parts of a log add up exactly (up to float rounding), so the streaming path
+    (:mod:`ddlscope.rpc.streaming`) fits a log it never holds whole.
+
+    Args:
+        frame: a decomposed table with the in-flight columns (:func:`add_concurrency`).
+        measures: which in-flight measures.
+
+    Returns:
+        One row per (measure, op): ``measure``, ``op``, ``n``, ``s_r``, ``s_w`` (sums of the read
+        and write counts), ``s_y<i>`` (sums of target ``i``: the stages of
+        :func:`~ddlscope.rpc.schema.stages_of` then the latency, ns), ``rr``, ``rw``, ``ww``,
+        ``ry<i>``, ``wy<i>``, ``y<i>y<i>`` (sums of products), all Float64 but ``n``.
+    """
+    ycols = [stage_column(s) for s in stages_of(frame)] + [LATENCY_COLUMN]
+    parts = []
+    for m in measures:
+        rc, wc = in_flight_columns(m)
+        x = {"r": pl.col(rc).cast(pl.Float64), "w": pl.col(wc).cast(pl.Float64)}
+        ys = {f"y{i}": pl.col(c).cast(pl.Float64) for i, c in enumerate(ycols)}
+        aggs = [pl.len().cast(pl.Int64).alias("n")]
+        aggs += [e.sum().alias(f"s_{k}") for k, e in {**x, **ys}.items()]
+        aggs += [(x["r"] * x["r"]).sum().alias("rr"), (x["r"] * x["w"]).sum().alias("rw"),
+                 (x["w"] * x["w"]).sum().alias("ww")]
+        for k, e in ys.items():
+            aggs += [(x["r"] * e).sum().alias(f"r{k}"), (x["w"] * e).sum().alias(f"w{k}"),
+                     (e * e).sum().alias(f"{k}{k}")]
+        g = frame.group_by("op").agg(aggs).sort("op")
+        parts.append(g.select(pl.lit(m).alias("measure"), pl.col("op").cast(pl.String), pl.exclude("op")))
+    return pl.concat(parts)
+
+
+def merge_concurrency_moments(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """Add up :func:`concurrency_moments` of disjoint parts of one log (per measure and op)."""
+    both = pl.concat(parts, how="vertical")
+    return both.group_by("measure", "op", maintain_order=True).agg(pl.all().sum()).sort("measure", "op")
+
+
 def concurrency_fit(frame: pl.DataFrame, measures: tuple[str, ...] = CONCURRENCY_MEASURES) -> pl.DataFrame:
     """Fit ``stage = a_op + b_read * reads + b_write * writes`` for every stage and measure.
 
@@ -274,22 +313,17 @@ def concurrency_fit(frame: pl.DataFrame, measures: tuple[str, ...] = CONCURRENCY
         ``partial_r2``: the share of the within-op variance of the stage the two counts explain.
         Slopes are null where the counts do not vary.
     """
-    stages = stages_of(frame)
+    return fit_from_moments(concurrency_moments(frame, measures), stages_of(frame), measures)
+
+
+def fit_from_moments(moments: pl.DataFrame, stages: tuple[str, ...],
+                     measures: tuple[str, ...] = CONCURRENCY_MEASURES) -> pl.DataFrame:
+    """:func:`concurrency_fit`'s table from :func:`concurrency_moments` (of a whole log, or merged
+    over its parts with :func:`merge_concurrency_moments`); ``stages`` as the moments were taken."""
     targets = [*stages, "latency"]
-    ycols = [stage_column(s) for s in stages] + [LATENCY_COLUMN]
     rows = []
     for m in measures:
-        rc, wc = in_flight_columns(m)
-        x = {"r": pl.col(rc).cast(pl.Float64), "w": pl.col(wc).cast(pl.Float64)}
-        ys = {f"y{i}": pl.col(c).cast(pl.Float64) for i, c in enumerate(ycols)}
-        aggs = [pl.len().alias("n")]
-        aggs += [e.sum().alias(f"s_{k}") for k, e in {**x, **ys}.items()]
-        aggs += [(x["r"] * x["r"]).sum().alias("rr"), (x["r"] * x["w"]).sum().alias("rw"),
-                 (x["w"] * x["w"]).sum().alias("ww")]
-        for k, e in ys.items():
-            aggs += [(x["r"] * e).sum().alias(f"r{k}"), (x["w"] * e).sum().alias(f"w{k}"),
-                     (e * e).sum().alias(f"{k}{k}")]
-        g = frame.group_by("op").agg(aggs)
+        g = moments.filter(pl.col("measure") == m)
         n = g["n"].to_numpy().astype(np.float64)
 
         def centred(a: str, b: str, raw: str, g=g, n=n) -> float:

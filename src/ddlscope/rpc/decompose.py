@@ -72,7 +72,27 @@ def stage_expressions() -> dict[str, pl.Expr]:
     return {c: exprs[c] for c in (*STAGE_COLUMNS, LATENCY_COLUMN)}
 
 
-def substage_split(frame: pl.DataFrame) -> tuple[dict[str, pl.Expr], list[str]]:
+def _substage_exprs(stage: str) -> dict[str, pl.Expr]:
+    return {f"{part}_ns": pl.col(b).cast(pl.Int64) - pl.col(a).cast(pl.Int64) for part, a, b in SUBSTAGES[stage]}
+
+
+def substage_bad_rows(frame: pl.DataFrame) -> dict[str, int]:
+    """Per stage of :data:`~ddlscope.rpc.schema.SUBSTAGES` whose boundary columns ``frame`` has:
+    the RPCs that prevent its split (a part null or negative). Counts of disjoint parts of a log
+    add up to the whole log's, so the streaming path (:mod:`ddlscope.rpc.streaming`) decides the
+    split once for the log (``substage_split(part, bad=summed)``)."""
+    out: dict[str, int] = {}
+    for stage, parts in SUBSTAGES.items():
+        cols = {c for _, a, b in parts for c in (a, b)}
+        if not cols <= set(frame.columns):
+            continue
+        these = _substage_exprs(stage)
+        out[stage] = frame.select(pl.any_horizontal([e.is_null() | (e < 0) for e in these.values()]).sum()).item() \
+            if frame.height else 0
+    return out
+
+
+def substage_split(frame: pl.DataFrame, bad: dict[str, int] | None = None) -> tuple[dict[str, pl.Expr], list[str]]:
     """The ``<part>_ns`` expressions of the :data:`~ddlscope.rpc.schema.SUBSTAGES` a table can be
     split into, and notes on the splits it cannot make.
 
@@ -80,26 +100,29 @@ def substage_split(frame: pl.DataFrame) -> tuple[dict[str, pl.Expr], list[str]]:
     ``server_handler_start_ns`` for ``server_queue``) and every part is non-null and non-negative
     in every row (the optional timestamps lie inside their stage); otherwise it stays whole and a
     note says how many rows prevent the split.
+
+    Args:
+        frame: an RPC table with the timestamp columns.
+        bad: :func:`substage_bad_rows` of the whole log when ``frame`` is a part of it; default
+            ``frame``'s own.
     """
+    bad = substage_bad_rows(frame) if bad is None else bad
     exprs: dict[str, pl.Expr] = {}
     notes: list[str] = []
     for stage, parts in SUBSTAGES.items():
         cols = {c for _, a, b in parts for c in (a, b)}
-        if not cols <= set(frame.columns):
+        if stage not in bad:
             continue
-        these = {f"{part}_ns": pl.col(b).cast(pl.Int64) - pl.col(a).cast(pl.Int64) for part, a, b in parts}
-        bad = frame.select(pl.any_horizontal([e.is_null() | (e < 0) for e in these.values()]).sum()).item() \
-            if frame.height else 0
-        if bad:
+        if bad[stage]:
             extra = ", ".join(sorted(cols - set(CLIENT_TIMESTAMPS) - set(SERVER_TIMESTAMPS)))
-            notes.append(f"{stage} not split into {', '.join(p for p, _, _ in parts)}: {bad:,} RPC(s) have {extra} "
-                         f"missing or outside the stage")
+            notes.append(f"{stage} not split into {', '.join(p for p, _, _ in parts)}: {bad[stage]:,} RPC(s) have "
+                         f"{extra} missing or outside the stage")
             continue
-        exprs.update(these)
+        exprs.update(_substage_exprs(stage))
     return exprs, notes
 
 
-def decompose(frame: pl.DataFrame, check: bool = True) -> pl.DataFrame:
+def decompose(frame: pl.DataFrame, check: bool = True, substage_bad: dict[str, int] | None = None) -> pl.DataFrame:
     """Add each RPC's stage durations and latency.
 
     Args:
@@ -124,7 +147,7 @@ def decompose(frame: pl.DataFrame, check: bool = True) -> pl.DataFrame:
     if missing:
         raise ValueError(f"decompose: missing timestamp column(s) {', '.join(missing)}")
     out = frame.with_columns(**stage_expressions())
-    parts, _ = substage_split(out)
+    parts, _ = substage_split(out, substage_bad)
     if parts:
         out = out.with_columns(**parts)
     if check and out.height:
@@ -138,6 +161,27 @@ def decompose(frame: pl.DataFrame, check: bool = True) -> pl.DataFrame:
                              f"({stages}); split them off with ddlscope.rpc.check_rows or read the log "
                              "with ddlscope.rpc.read_rpc_log")
     return out
+
+
+def type7_ranks(n: np.ndarray, q: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The order statistics (0-based ranks) quantile ``q`` of ``n`` sorted values interpolates
+    between, and the weight of the upper one: ``h = (n - 1) q``, ``lo = floor(h)``,
+    ``hi = min(lo + 1, n - 1)``, ``frac = h - lo`` (Hyndman & Fan 1996, type 7; NumPy's default).
+
+    Args:
+        n: counts (int, >= 1), any shape.
+        q: the quantile in [0, 1].
+    """
+    h = (np.asarray(n) - 1) * q
+    lo = np.floor(h).astype(np.int64)
+    return lo, np.minimum(lo + 1, np.asarray(n) - 1), h - lo
+
+
+def type7_value(a: np.ndarray, b: np.ndarray, frac: np.ndarray) -> np.ndarray:
+    """``a + frac (b - a)`` in float64: the type-7 quantile from its two order statistics
+    (:func:`type7_ranks`)."""
+    a = np.asarray(a).astype(np.float64)
+    return a + frac * (np.asarray(b).astype(np.float64) - a)
 
 
 def grouped_quantiles(
@@ -176,12 +220,8 @@ def grouped_quantiles(
     has = count > 0
     first, n = offsets[:-1][has], count[has]
     for j, q in enumerate(quantiles):
-        h = (n - 1) * q
-        lo = np.floor(h).astype(np.int64)
-        hi = np.minimum(lo + 1, n - 1)
-        a = sorted_values[first + lo].astype(np.float64)
-        b = sorted_values[first + hi].astype(np.float64)
-        out_q[has, j] = a + (h - lo) * (b - a)
+        lo, hi, frac = type7_ranks(n, q)
+        out_q[has, j] = type7_value(sorted_values[first + lo], sorted_values[first + hi], frac)
     total = np.bincount(codes, weights=values.astype(np.float64), minlength=n_groups)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = total / count

@@ -136,12 +136,21 @@ def no_rows_message(log: RpcLog) -> str:
     return f"no valid RPC rows in {where}: " + "; ".join(parts)
 
 
-def annotate(frame: pl.DataFrame, threads: int = 2) -> tuple[pl.DataFrame, list[str]]:
+def annotate(frame: pl.DataFrame, threads: int = 2, *, steps: pl.DataFrame | None = None,
+             substage_bad: dict[str, int] | None = None) -> tuple[pl.DataFrame, list[str]]:
     """Decompose every RPC and add all contributor columns (the one table the analyzers share).
+
+    The streaming path (:mod:`ddlscope.rpc.streaming`) calls it on each part of a log that holds
+    whole servers (so the server and connection in-flight counts are exact), with the whole log's
+    ``steps`` and ``substage_bad``.
 
     Args:
         frame: good rows of an RPC table (e.g. :attr:`RpcLog.frame <ddlscope.rpc.readers.RpcLog.frame>`).
         threads: threads for the concurrency sweep.
+        steps: the whole log's iteration steps when ``frame`` is a part
+            (:func:`~ddlscope.rpc.size_phase.iteration_steps`); default ``frame``'s own.
+        substage_bad: the whole log's :func:`~ddlscope.rpc.decompose.substage_bad_rows` when
+            ``frame`` is a part; default ``frame``'s own.
 
     Returns:
         ``(rpcs, notes)``: the table of :attr:`Dissection.rpcs` and notes on inferred columns.
@@ -150,26 +159,33 @@ def annotate(frame: pl.DataFrame, threads: int = 2) -> tuple[pl.DataFrame, list[
         ValueError: a stage is negative (the rows were not checked).
     """
     notes: list[str] = []
-    rpcs = decompose(frame)
-    notes.extend(substage_split(rpcs)[1])
+    rpcs = decompose(frame, substage_bad=substage_bad)
+    notes.extend(substage_split(rpcs, substage_bad)[1])
     rpcs = add_concurrency(rpcs, threads=threads)
     rpcs, inferred = add_connection_events(rpcs)
     if inferred:
         notes.append(f"connection_event inferred for {inferred:,} RPCs: the first RPC on each (worker, server, "
                      "connection) counted as a new connection, the others as reuse (reconnects not visible)")
     rpcs = add_message_bytes(rpcs)
-    rpcs = add_iteration_phase(rpcs)
+    rpcs = add_iteration_phase(rpcs, steps)
     return rpcs, notes
 
 
-def _percentiles(rpcs: pl.DataFrame) -> pl.DataFrame:
+def percentile_table(rpcs: pl.DataFrame, groupings: dict[str, str | None] = PERCENTILE_GROUPS) -> pl.DataFrame:
+    """:attr:`Dissection.percentiles` for ``groupings`` (name -> column, default
+    :data:`PERCENTILE_GROUPS`): :func:`~ddlscope.rpc.decompose.stage_percentiles` per grouping,
+    long, with ``grouping`` and ``group`` (String). The streaming path computes the groupings whose
+    groups lie in one partition with it, partition by partition."""
     parts = []
-    for name, col in PERCENTILE_GROUPS.items():
+    for name, col in groupings.items():
         p = stage_percentiles(rpcs, by=col)
         group = pl.lit("all") if col is None else pl.col(col).cast(pl.String)
         parts.append(p.select(pl.lit(name).alias("grouping"), group.alias("group"),
                               pl.exclude([col] if col else [])))
     return pl.concat(parts)
+
+
+_percentiles = percentile_table  # the name benchmarks/bench_rpc_dissect.py imports
 
 
 PROFILES: tuple[tuple[str, str], ...] = (
@@ -201,7 +217,7 @@ a field never set), and its duration would otherwise take over every mean and fi
 
 
 def split_implausible(frame: pl.DataFrame, bound_us: float = MAX_PLAUSIBLE_LATENCY_US,
-                      ) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]]:
+                      decided: bool | None = None) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]]:
     """Set aside the RPCs whose latency (``client_done_ns - client_issue_ns``) exceeds ``bound_us``,
     when they are a minority of the log.
 
@@ -211,6 +227,9 @@ def split_implausible(frame: pl.DataFrame, bound_us: float = MAX_PLAUSIBLE_LATEN
     Args:
         frame: checked rows of an RPC table (:attr:`RpcLog.frame <ddlscope.rpc.readers.RpcLog.frame>`).
         bound_us: the largest plausible latency, µs.
+        decided: for one part of a log, whether the whole log sets its implausible RPCs aside
+            (the streaming path counts them first, :mod:`ddlscope.rpc.streaming`); default: decide
+            from ``frame``.
 
     Returns:
         ``(kept, set_aside, info)``: the other rows; the set-aside rows as rejected rows
@@ -224,7 +243,7 @@ def split_implausible(frame: pl.DataFrame, bound_us: float = MAX_PLAUSIBLE_LATEN
     latency = pl.col("client_done_ns") - pl.col("client_issue_ns")
     over = latency > int(bound_us * 1e3)
     n_over = frame.select(over.sum()).item()
-    if not n_over or 2 * n_over > frame.height:
+    if not n_over or (2 * n_over > frame.height if decided is None else not decided):
         return frame, empty_rejected(), {}
     bad = decompose(frame.filter(over), check=False)
     if "log_line" not in bad.columns:
@@ -297,7 +316,7 @@ def dissect(
     flagged = tail_flags(rpcs, levels, by_op=True)  # one selection pass shared by the tail analyzers
     d = Dissection(
         rpcs=rpcs,
-        percentiles=_percentiles(rpcs),
+        percentiles=percentile_table(rpcs),
         stage_summary=stage_summary(rpcs, by="op"),
         concurrency_fit=concurrency_fit(rpcs),
         concurrency_profile=_profiles(rpcs),

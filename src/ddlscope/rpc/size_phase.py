@@ -103,26 +103,76 @@ def size_fits(frame: pl.DataFrame, pairs: tuple[tuple[str, str], ...] = SIZE_FIT
     return pl.DataFrame(rows, schema=schema).sort("op", maintain_order=True)
 
 
-def add_iteration_phase(frame: pl.DataFrame) -> pl.DataFrame:
+STEP_COLUMNS: tuple[str, ...] = ("worker_id", "iteration", "first_issue_ns", "last_done_ns")
+"""Columns of an iteration-steps table (:func:`iteration_steps`)."""
+
+
+def iteration_steps(frame: pl.DataFrame) -> pl.DataFrame:
+    """Each worker iteration's first issue and last completion: the step bounds of
+    :func:`add_iteration_phase`, as a table that partial logs merge exactly (:func:`merge_iteration_steps`).
+
+    Args:
+        frame: RPC rows with ``worker_id``, ``iteration``, ``client_issue_ns``, ``client_done_ns``.
+
+    Returns:
+        :data:`STEP_COLUMNS`: one row per (worker, iteration), ``first_issue_ns`` the minimum
+        ``client_issue_ns`` and ``last_done_ns`` the maximum ``client_done_ns`` (int64 ns, client clock).
+    """
+    return (frame.group_by("worker_id", "iteration")
+            .agg(pl.col("client_issue_ns").min().alias("first_issue_ns"),
+                 pl.col("client_done_ns").max().alias("last_done_ns")))
+
+
+def merge_iteration_steps(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """Merge :func:`iteration_steps` tables of disjoint parts of one log (min of the first issues,
+    max of the last completions): the steps of the whole log, exactly."""
+    both = pl.concat([p.select(STEP_COLUMNS) for p in parts], how="vertical_relaxed")
+    return (both.group_by("worker_id", "iteration")
+            .agg(pl.col("first_issue_ns").min(), pl.col("last_done_ns").max()))
+
+
+def add_iteration_phase(frame: pl.DataFrame, steps: pl.DataFrame | None = None) -> pl.DataFrame:
     """Add ``iteration_phase`` (0..1, Float64) and ``iteration_phase_bin`` (:data:`PHASE_BINS`).
 
     ``iteration_phase = (client_issue - t0) / (t1 - t0)``, clipped to [0, 1], on the worker's
     clock: ``t0`` is the first issue among the worker's RPCs of that iteration and ``t1`` the first
     issue of its next iteration (the step boundary), or, for its last logged iteration or when the
     next one is missing from the log, the last completion of this iteration. 0 when ``t1 <= t0``.
+
+    Args:
+        frame: RPC rows (``worker_id``, ``iteration``, ``client_issue_ns``, ``client_done_ns``).
+        steps: the step bounds of the whole log (:func:`iteration_steps`, merged over parts with
+            :func:`merge_iteration_steps`) when ``frame`` is one part of it (the streaming path,
+            :mod:`ddlscope.rpc.streaming`); default: ``frame``'s own.
+
+    Raises:
+        ValueError: ``steps`` lacks a (worker, iteration) of ``frame``.
     """
     if frame.height == 0:
         return frame.with_columns(pl.lit(None, pl.Float64).alias("iteration_phase"),
                                   pl.lit(None, PhaseEnum).alias("iteration_phase_bin"))
     worker = frame.get_column("worker_id").to_numpy()
     iteration = frame.get_column("iteration").to_numpy()
-    codes, _ = dense_codes(worker, iteration)  # codes follow (worker, iteration) order
-    steps = (
-        pl.DataFrame({"c": codes, "issue": frame.get_column("client_issue_ns"),
-                      "done": frame.get_column("client_done_ns"), "w": worker, "it": iteration})
-        .group_by("c").agg(pl.col("issue").min(), pl.col("done").max(), pl.col("w").first(), pl.col("it").first())
-        .sort("c")
-    )
+    if steps is None:
+        codes, _ = dense_codes(worker, iteration)  # codes follow (worker, iteration) order
+        steps = (
+            pl.DataFrame({"c": codes, "issue": frame.get_column("client_issue_ns"),
+                          "done": frame.get_column("client_done_ns"), "w": worker, "it": iteration})
+            .group_by("c").agg(pl.col("issue").min(), pl.col("done").max(), pl.col("w").first(),
+                               pl.col("it").first())
+            .sort("c")
+        )
+    else:
+        steps = steps.sort("worker_id", "iteration").select(
+            pl.col("first_issue_ns").alias("issue"), pl.col("last_done_ns").alias("done"),
+            pl.col("worker_id").alias("w"), pl.col("iteration").alias("it"))
+        found = (frame.select("worker_id", "iteration")
+                 .join(steps.with_row_index("c").select("c", worker_id="w", iteration="it"),
+                       on=["worker_id", "iteration"], how="left", maintain_order="left").get_column("c"))
+        if found.null_count():
+            raise ValueError(f"add_iteration_phase: {found.null_count():,} RPC(s) have a (worker_id, iteration) "
+                             "missing from steps")
+        codes = found.to_numpy().astype(np.int64)
     t0 = steps.get_column("issue").to_numpy()
     last = steps.get_column("done").to_numpy()
     w, it = steps.get_column("w").to_numpy(), steps.get_column("it").to_numpy()

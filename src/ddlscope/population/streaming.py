@@ -1,0 +1,148 @@
+"""Characterize a population whose Jobs x Scenarios results do not fit in memory.
+
+:func:`characterize_streaming` evaluates the jobs in chunks of ``chunk_jobs`` rows with the same
+per-job code as :func:`~ddlscope.population.characterize.characterize`
+(:func:`~ddlscope.population.characterize.prepare_jobs`, :func:`~ddlscope.model.scenarios.whatif_blocks`),
+writes each chunk's rows into a Parquet dataset partitioned by scenario
+(``<results_dir>/scenario=<name>/part-<chunk>.parquet``, in job order), and computes the
+aggregates afterwards from that dataset, one scenario at a time and reading only the columns each
+aggregate needs, with the in-memory path's own functions
+(:mod:`~ddlscope.population.aggregates`). The aggregates are therefore the in-memory ones --
+weighted quantiles included, exactly, since each is taken over the scenario's whole column -- up to
+the float summation order of the weighted means (relative 1e-12 in the tests).
+
+Memory: one chunk's results (about ``chunk_jobs x (scenarios + 1)`` rows of
+:data:`~ddlscope.population.characterize.RESULT_COLUMNS`) while evaluating, then the few columns
+of one scenario (about 40 bytes per job) while aggregating; the Jobs table itself (the input) is
+held, as the trace reader gives it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from ddlscope.model.scenarios import whatif_blocks
+from ddlscope.model.step_time import COMPONENTS
+from ddlscope.population.aggregates import bottleneck_mix, component_shares, scenario_speedups
+from ddlscope.population.characterize import (
+    NIC_SCENARIO,
+    _headline,
+    check_population,
+    prepare_jobs,
+    result_columns,
+)
+from ddlscope.specs.catalog import Catalog
+from ddlscope.specs.scenario import Scenario
+
+c = pl.col
+DEFAULT_CHUNK_JOBS = 250_000
+"""Jobs evaluated together (each chunk's rows under every scenario are held at once)."""
+
+
+@dataclass
+class StreamedCharacterization:
+    """:class:`~ddlscope.population.characterize.Characterization`'s aggregates, without the
+    results in memory.
+
+    Attributes:
+        shares, bottlenecks, speedups, headline, notes, excluded: as the Characterization's.
+        results_dir: the Parquet dataset of every job x scenario row (hive-partitioned by
+            ``scenario``; ``pl.scan_parquet(results_dir / "scenario=baseline")`` reads one scenario).
+        scenarios: the scenario names, baseline first.
+        chunks: chunks evaluated; jobs: jobs evaluated; wall_s: wall time.
+    """
+
+    shares: pl.DataFrame
+    bottlenecks: pl.DataFrame
+    speedups: pl.DataFrame
+    headline: dict[str, float | int | None]
+    results_dir: Path
+    scenarios: list[str]
+    chunks: int
+    jobs: int
+    notes: list[str] = field(default_factory=list)
+    excluded: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema={"job_id": pl.Int64,
+                                                                                "reason": pl.String}))
+    wall_s: float = 0.0
+
+    def scan(self, scenario: str) -> pl.LazyFrame:
+        """One scenario's rows, lazily, in job order."""
+        return pl.scan_parquet(self.results_dir / f"scenario={scenario}" / "*.parquet", hive_partitioning=False)
+
+
+def characterize_streaming(
+    jobs: pl.DataFrame,
+    scenarios: Sequence[Scenario],
+    results_dir: str | Path,
+    catalog: Catalog | None = None,
+    notes: Sequence[str] = (),
+    require_gpu_memory: bool = True,
+    chunk_jobs: int = DEFAULT_CHUNK_JOBS,
+    on_chunk=None,
+) -> StreamedCharacterization:
+    """Characterize ``jobs`` chunk by chunk (see the module docstring).
+
+    Args:
+        jobs, scenarios, catalog, notes, require_gpu_memory: as
+            :func:`~ddlscope.population.characterize.characterize`.
+        results_dir: the folder of the results dataset (created; an earlier dataset's
+            ``scenario=*`` folders in it are replaced).
+        chunk_jobs: jobs per chunk (>= 1).
+        on_chunk: called as ``on_chunk(jobs_done, jobs_total)`` after each chunk (progress).
+
+    Raises:
+        ValueError: as ``characterize`` (an empty population, missing columns, duplicate job ids or
+            scenario names, no job fitting its GPU); ``chunk_jobs`` below 1.
+    """
+    if chunk_jobs < 1:
+        raise ValueError(f"chunk_jobs: expected at least 1, got {chunk_jobs}")
+    t0 = time.perf_counter()
+    check_population(jobs)
+    names = ["baseline", *(s.name for s in scenarios)]
+    if len(set(names)) != len(names):
+        raise ValueError(f"scenarios: names must be unique, got {names[1:]}")
+    out = Path(results_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("scenario=*"):
+        shutil.rmtree(old)
+    excluded_parts = []
+    kept = chunks = 0
+    for start in range(0, jobs.height, chunk_jobs):
+        chunk, excluded = prepare_jobs(jobs.slice(start, chunk_jobs), require_gpu_memory)
+        excluded_parts.append(excluded)
+        if chunk.height:
+            for name, block in zip(names, whatif_blocks(chunk, scenarios, catalog, columns=result_columns(chunk)),
+                                   strict=True):
+                folder = out / f"scenario={name}"
+                folder.mkdir(exist_ok=True)
+                block.write_parquet(folder / f"part-{chunks:06d}.parquet")
+            chunks += 1
+            kept += chunk.height
+        if on_chunk is not None:
+            on_chunk(min(start + chunk_jobs, jobs.height), jobs.height)
+    excluded = pl.concat(excluded_parts)
+    if kept == 0:
+        raise ValueError("jobs: no job fits its GPU's memory; nothing to characterize")
+
+    def scan(name: str) -> pl.LazyFrame:
+        return pl.scan_parquet(out / f"scenario={name}" / "*.parquet", hive_partitioning=False)
+
+    base = scan("baseline").select(
+        "job_id", "scenario", "architecture", "bottleneck", "gpu_time_s", "num_gpus", "network_s", "share_comm",
+        *(f"share_{k}" for k in COMPONENTS)).collect()
+    speed_cols = ("scenario", "baseline_architecture", "gpu_time_s", "speedup", "scenario_applied")
+    if len(names) == 1:
+        speedups = scenario_speedups(scan("baseline").select(speed_cols).collect())
+    else:
+        speedups = pl.concat([scenario_speedups(scan(n).select(speed_cols).collect()) for n in names[1:]])
+    nic = scan(NIC_SCENARIO).select("job_id", "speedup").collect() if NIC_SCENARIO in names else base.head(0)
+    return StreamedCharacterization(
+        shares=component_shares(base), bottlenecks=bottleneck_mix(base), speedups=speedups,
+        headline=_headline(base, nic, speedups), results_dir=out, scenarios=names, chunks=chunks, jobs=kept,
+        notes=list(notes), excluded=excluded, wall_s=time.perf_counter() - t0)
