@@ -107,10 +107,11 @@ def summary_tables(cal: Any) -> dict[str, pl.DataFrame]:
                                                                 values="bandwidth_gb_s").rename(
             {"add": "add_gb_s", "relu": "relu_gb_s"})
     if cal.fits:
-        out["alpha-beta fits (t = steps x alpha + f(p) S / beta)"] = pl.DataFrame([
+        # beta is a bus bandwidth (f(p) S bytes cross each rank's link): nccl-tests' busbw, named as it names it
+        out["alpha-beta fits (t = steps x alpha + f(p) S / beta; beta as nccl-tests' busbw)"] = pl.DataFrame([
             {"origin": f.get("origin", ""), "slot": f.get("slot", ""), "collective": f["collective"],
-             "ranks": f["ranks"], "steps": f["steps"], "latency_us": f["latency_us"],
-             "bandwidth_gb_s": f["bandwidth_gb_s"], "rms_rel_residual": f["rms_rel_residual"],
+             "ranks": f["ranks"], "steps": f["steps"], "alpha_us": f["latency_us"],
+             "busbw_gb_s": f["bandwidth_gb_s"], "rms_rel_residual": f["rms_rel_residual"],
              "sizes": f["points"]} for f in cal.fits])
     return out
 
@@ -198,7 +199,8 @@ def register(app: typer.Typer) -> None:
                                     f"{(s.nvlink or s.pcie).bandwidth_gb_s:.3g} GB/s, "
                                     f"{(s.nvlink or s.pcie).latency_us:.3g} us",
             "efficiency": ", ".join(f"{k} {v:.3g}" for k, v in s.efficiency.model_dump().items()),
-            "op overhead (s per op)": cal.meta.get("op_overhead_s"),
+            "per-op overhead": None if cal.meta.get("op_overhead_s") is None
+            else f"{cal.meta['op_overhead_s'] * 1e6:.2f} us per ATen op",
             "clock": cal.meta.get("clock"),
             "load average (1 min)": None if load is None else round(load, 2),
         }
