@@ -17,6 +17,7 @@ import typer
 from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from ddlscope.api import MODEL_NOTE as API_MODEL_NOTE
 from ddlscope.cli.common import (
     CatalogFiles,
     FormatOpt,
@@ -37,7 +38,7 @@ from ddlscope.cli.ingest import (
     ServerGpusOpt,
     StatusOpt,
     TraceFormatOpt,
-    read_trace,
+    parse_map_pairs,
 )
 from ddlscope.report.console import FORMATS, emit, expected_one_of, terminal
 from ddlscope.specs.examples import EXAMPLE_SERVER
@@ -45,11 +46,7 @@ from ddlscope.specs.files import parse_pairs
 from ddlscope.specs.workload import PRECISIONS
 
 c = pl.col
-MODEL_NOTE = (
-    "Every formula of the step-time model is a reconstruction of the PAI study's analytical framework (IISWC 2019) "
-    "from standard costs (alpha-beta links, ring collectives, roofline); latencies and efficiencies are stated "
-    "assumptions until calibrated (ddlscope calibrate)."
-)
+MODEL_NOTE = API_MODEL_NOTE
 
 
 def _parse_server_for(pairs: list[str] | None) -> dict[str, str]:
@@ -112,12 +109,7 @@ def register(app: typer.Typer) -> None:
         study considers, on 8 x V100 NVLink and PCIe-only servers with 25 Gb/s Ethernet; a reconstruction).
         """
         # the analysis and the report (matplotlib) are imported when the command runs, not at start-up
-        from ddlscope.ingest.report import reason_summary
-        from ddlscope.population.builtin import NOTE as BUILTIN_NOTE
-        from ddlscope.population.builtin import builtin_population
-        from ddlscope.population.characterize import characterize as run_characterization
-        from ddlscope.population.jobs import assemble_jobs
-        from ddlscope.population.workloads import WorkloadLibrary
+        from ddlscope.api import NoEvaluableJobsError, characterize_population
         from ddlscope.report.characterize import write_characterization_report
         from ddlscope.report.outdir import check_report_dir, clear_previous_report
 
@@ -138,72 +130,32 @@ def register(app: typer.Typer) -> None:
                                  "population has its models, placements and servers)")
         cat = user_catalog(catalog)
         scenarios = parse_scenarios(scenario, cat)
-        servers = {cat.gpu(gpu).name: srv for gpu, srv in _parse_server_for(server_for).items()}
-        for srv in [*servers.values(), *([system] if system else [])]:
-            cat.server(srv)
-        notes = [MODEL_NOTE]
+        if mapping is not None and map_pairs:
+            raise ValueError("--map and --mapping: give one (put the pairs in the mapping file's [mapping.fields])")
+        table_mapping = mapping if mapping is not None else (parse_map_pairs(map_pairs) if map_pairs else None)
         console = err_console
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
                       transient=True, disable=fmt != "table") as progress:
             step = progress.add_task("reading the population", total=None)
-            report = None
-            if trace:
-                population, report = read_trace(trace, trace_format, map_pairs, mapping, model_map, model_mix,
-                                                fractional_gpus, multi_gpu_instance, server_gpus, cat, status)
-                notes.extend(report.notes)
-                source = ", ".join(str(t) for t in trace)
-            else:
-                population = builtin_population(servers=(cat.server(system).name,) if system else None)
-                notes.insert(0, BUILTIN_NOTE if not system else BUILTIN_NOTE + f" Run here on {system} only.")
-                source = "built-in population (reconstruction)" + (f" on {system}" if system else "")
-            for col, dtype in (("reason", pl.String), ("batch_size", pl.Int64), ("num_servers", pl.Int64)):
-                if col not in population.columns:
-                    population = population.with_columns(pl.lit(None, dtype).alias(col))
 
             def on_profile(model: str, batch: int | None, prec: str) -> None:
                 progress.update(step, description=f"profiling {model} (batch {batch or 'default'}, {prec})")
 
-            progress.update(step, description="attaching workloads and systems")
-            jobs, population = assemble_jobs(population, WorkloadLibrary(on_profile=on_profile), cat,
-                                             default_server=system or EXAMPLE_SERVER, server_for=servers,
-                                             precision=precision,
-                                             overlap=overlap)
-            if jobs.height == 0:
-                accounting = reason_summary(population)
-                emit(accounting, "table", title="no attributable job: every job of the population is accounted "
+            try:
+                res = characterize_population(
+                    trace, scenarios=scenarios, system=system, server_for=_parse_server_for(server_for),
+                    precision=precision, overlap=overlap, keep_unfit=keep_unfit, trace_format=trace_format,
+                    mapping=table_mapping, model_map=model_map, model_mix=model_mix, fractional_gpus=fractional_gpus,
+                    multi_gpu_instance=multi_gpu_instance, server_gpus=server_gpus, status=status, catalog=cat,
+                    progress=lambda text: progress.update(step, description=text), on_profile=on_profile)
+            except NoEvaluableJobsError as exc:
+                emit(exc.accounting, "table", title="no attributable job: every job of the population is accounted "
                      "for below", stream=None)
-                raise ValueError("the population has no job the model can evaluate (see the accounting above; "
-                                 + (report.no_jobs_message() if report and report.no_jobs_message() else
-                                    "e.g. give --model-mix for traces without model labels") + ")")
-            progress.update(step, description=f"evaluating {jobs.height:,} jobs x {len(scenarios) + 1} scenarios")
-            ch = run_characterization(jobs, scenarios, cat, notes=notes, require_gpu_memory=not keep_unfit)
-            if ch.excluded.height:
-                population = population.join(ch.excluded.rename({"reason": "_unfit"}), on="job_id", how="left")
-                population = population.with_columns(reason=pl.coalesce("reason", "_unfit")).with_columns(
-                    attributed=c("reason").is_null()).drop("_unfit")
-            accounting = reason_summary(population)
+                raise ValueError(str(exc).replace("see the accounting;", "see the accounting above;")) from None
+            ch, report, accounting, source = res.characterization, res.ingest, res.accounting, res.source
+            population = res.population
+            malformed = res.malformed if res.malformed.height else None
             sources = ch.baseline["gpu_time_source"].value_counts()
-            malformed = report.malformed_summary(3) if report is not None and report.malformed.height else None
-            if malformed is not None:
-                ch.notes.append(f"{report.malformed.height:,} malformed row(s) of the trace are not jobs and were not "
-                                "read (file:line examples in the malformed_rows table; ddlscope ingest lists them).")
-            # the jobs without a duration are said once: the reader's count and how they are weighed, together
-            reader_note = report.duration_note() if report is not None else None
-            weighed: list[str] = []
-            for src, n in sources.iter_rows():
-                if src == "steps x predicted step time":
-                    weighed.append(f"{n:,} evaluated job(s) weigh their steps x the predicted baseline step time x "
-                                   "GPUs in GPU-time-weighted aggregates")
-                elif src == "unknown":
-                    weighed.append(f"{n:,} evaluated job(s) have no steps either: they count in job-weighted "
-                                   "aggregates and weigh 0 in GPU-time-weighted ones")
-            if weighed:
-                if reader_note in ch.notes:
-                    ch.notes.remove(reader_note)
-                lead = (f"{report.jobs_without_duration:,} job(s) have no duration in the trace "
-                        f"({report.attributed_jobs_without_duration:,} of them attributed)" if report is not None
-                        else "jobs without a duration")
-                ch.notes.append(f"{lead}: " + "; ".join(weighed) + ".")
             progress.update(step, description="writing the report")
             summary = {"source": source, "population_jobs": population.height,
                        "malformed_rows": 0 if report is None else report.malformed.height,
