@@ -5,8 +5,8 @@ Public API: :func:`profile_model` returning a :class:`ProfileResult` (``.ops``, 
 :data:`ddlscope.profile.zoo.ZOO`. See ``docs/profile.md``.
 
 Calling the package, ``ddlscope.profile("resnet50", batch_size=64)``, runs :func:`profile_model`
-(:mod:`ddlscope._callable`). The tracing API (and with it torch) is imported on first use, so ``ddlscope.profile.zoo`` (the
-zoo's names and defaults) stays cheap to import.
+(:mod:`ddlscope._callable`). The tracing API (and with it torch) is imported on first use, so
+``ddlscope.profile.zoo`` (the zoo's names and defaults) stays cheap to import.
 """
 
 from __future__ import annotations
