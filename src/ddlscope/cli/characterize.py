@@ -217,30 +217,10 @@ def _print(ch, accounting: pl.DataFrame, malformed: pl.DataFrame | None, summary
                           "GPU memory (see the accounting; --keep-unfit keeps them)")
 
 
-def _jobs(n: int) -> str:
-    return f"{n:,} job" + ("" if n == 1 else "s")
-
-
 def headline_lines(h: dict) -> tuple[str, str, str]:
-    """The three headline sentences of ``characterize`` from ``summary['headline']`` (the keys of
-    :func:`ddlscope.population.characterize.characterize`'s headline); a figure over no job says so
-    instead of ``n/a of 0``."""
+    """The three headline lines of ``characterize`` on the console: the sentences of
+    :func:`ddlscope.report.characterize.headline_sentences` with the study's figure beside each."""
+    from ddlscope.report.characterize import headline_sentences
 
-    def pct(x: float | None) -> str:
-        return "n/a" if x is None else f"{100 * x:.1f} %"
-
-    def times(x: float | None) -> str:
-        return "n/a" if x is None else f"{x:.2f}x"
-
-    ps_jobs, net_jobs = h["ps_worker_jobs"], h["network_jobs"]
-    ps = (f"{pct(h['ps_worker_sped_up_by_allreduce_port'])} of {_jobs(ps_jobs)}" if ps_jobs
-          else "no PS/Worker job in the population")
-    net = (f"{times(h['mean_speedup_ethernet_25_to_100'])} over the {_jobs(net_jobs)} using the network"
-           if net_jobs else "no job uses the network")
-    return (
-        f"  average communication share of step time: {pct(h['mean_comm_share'])} job-weighted, "
-        f"{pct(h['mean_comm_share_gpu_time'])} GPU-time-weighted   (study: 62 %)",
-        f"  PS/Worker jobs sped up by porting to all-reduce over NVLink: {ps}   (study: 60 %)",
-        f"  mean speedup of 25 -> 100 Gb/s Ethernet: {net}, "
-        f"{times(h['mean_speedup_ethernet_25_to_100_all_jobs'])} over all   (study: 1.7x)",
-    )
+    a, b, c_ = (f"  {text}   (study: {study})" for text, study in headline_sentences(h))
+    return a, b, c_
