@@ -411,6 +411,7 @@ def calibrate(
     nic: str = "eth-10g",
     catalog: Catalog | None = None,
     out: str | Path | None = None,
+    report_dir: str | Path | None = None,
 ) -> CalibrateResult:
     """Measure this host and/or fit nccl-tests output into a System profile (``ddlscope calibrate``).
 
@@ -426,9 +427,11 @@ def calibrate(
         nic: the NIC of a CPU host's profile (assumed).
         catalog: the hardware catalog (default: built-in).
         out: also write the profile file (TOML) there.
+        report_dir: also write the HTML report there (:mod:`ddlscope.report.calibrate`).
 
     Raises:
-        ValueError: a bad plan, an unreadable nccl-tests file (naming the line), nothing to do.
+        ValueError: a bad plan, an unreadable nccl-tests file (naming the line), nothing to do; a
+            ``report_dir`` holding other files.
         CatalogError: unknown ``system`` or ``nic``.
     """
     from ddlscope.calibrate.api import CalibrationPlan, run_calibration
@@ -437,6 +440,7 @@ def calibrate(
     from ddlscope.specs.catalog import builtin_catalog
 
     cat = catalog or builtin_catalog()
+    _check_report_dir(report_dir)
     plan = None
     if bench:
         import torch
@@ -454,6 +458,12 @@ def calibrate(
     cal = run_calibration(plan, catalog=cat, base_server=system, nic=nic, nccl_tables=tables)
     if out is not None:
         write_calibration(cal, out)
+    if report_dir is not None:
+        from ddlscope.report.calibrate import write_calibration_report
+        from ddlscope.report.outdir import clear_previous_report
+
+        clear_previous_report(Path(report_dir))
+        write_calibration_report(cal, Path(report_dir))
     overhead = cal.meta.get("op_overhead_s")
     return CalibrateResult(system=cal.system, tables=MappingProxyType(dict(cal.tables)),
                            fits=tuple(MappingProxyType(dict(f)) for f in cal.fits),
@@ -497,6 +507,7 @@ def validate(
     processes: int = 2,
     system_file: str | Path | None = None,
     catalog: Catalog | None = None,
+    report_dir: str | Path | None = None,
 ) -> ValidateResult:
     """Compare the model with measurements (``ddlscope validate``).
 
@@ -510,7 +521,8 @@ def validate(
       over gloo on ``processes`` when ``ddp``) against the calibrated profile ``system_file``
       (None: a quick calibration first).
 
-    ``data`` is the folder of the shared tables (default: found as the CLI finds it).
+    ``data`` is the folder of the shared tables (default: found as the CLI finds it);
+    ``report_dir`` also writes the HTML report there (:mod:`ddlscope.report.validation`).
 
     Raises:
         ValueError: a bad table or condition, an unknown model, bad step counts.
@@ -527,6 +539,37 @@ def validate(
                                     "DDLSCOPE_SHARED_DATA")
         return found
 
+    _check_report_dir(report_dir)
+    result = _validate(measurements, published, data_dir, fit_on, cross_validate, models, steps, warmup, ddp,
+                       processes, system_file, catalog)
+    if report_dir is not None:
+        from ddlscope.report.outdir import clear_previous_report
+        from ddlscope.report.validation import write_validation_report
+
+        local = result.kind == "local"
+        clear_previous_report(Path(report_dir))
+        write_validation_report(
+            result.rows, result.summary, Path(report_dir), title="ddlscope validate",
+            subtitle={"measurements": f"measurement table {measurements}", "published": "published tables (Pollux, "
+                      "NVIDIA DLE)", "local": "training runs on this machine"}[result.kind],
+            measured="measured_s" if local else "measured", predicted="predicted_s" if local else "predicted",
+            group="component" if local else ("source" if "source" in result.rows.columns else None),
+            unit="seconds per step" if local else None, notes=result.notes)
+    return result
+
+
+def _check_report_dir(report_dir: str | Path | None) -> None:
+    """Check, before any work, that ``report_dir`` can take a report (new, empty, or an earlier one's)."""
+    if report_dir is not None:
+        from ddlscope.report.outdir import check_report_dir
+
+        check_report_dir(Path(report_dir), "report_dir", False)
+
+
+def _validate(measurements: str | Path | None, published: bool, data_dir: Callable[[], Path], fit_on: str | None,
+              cross_validate: str | None, models: Sequence[str] | None, steps: int, warmup: int, ddp: bool,
+              processes: int, system_file: str | Path | None, catalog: Catalog | None) -> ValidateResult:
+    """The three sources of :func:`validate`."""
     if measurements is not None:
         from ddlscope.validate.measurements import read_measurements, validate_measurements
         from ddlscope.validate.shared_tables import dle_measurements, lambda_measurements

@@ -83,8 +83,12 @@ def test_calibrate_cli_table_says_not_measured_instead_of_none(tmp_path):
     assert lines["per-op overhead"] == "not measured" and lines["clock"] == "not measured"
     assert "None" not in res.output
     # the fit's beta is a bus bandwidth: named as nccl-tests names it, with alpha beside it
-    header = next(line for line in res.output.splitlines() if "busbw_gb_s" in line)
-    assert "alpha_us" in header and "bandwidth_gb_s" not in header
+    # the fit table's header (the first; its lines may break at underscores): each column's name whole
+    lines = res.output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("alpha-beta fits"))
+    header = [line.split("┃")[1:-1] for line in lines[start + 1:start + 8] if line.startswith("┃")]
+    names = ["".join(part.strip() for part in col) for col in zip(*header, strict=True)]
+    assert names[5:7] == ["alpha_us", "busbw_gb_s"] and "bandwidth_gb_s" not in names
     fit = next(line for line in res.output.splitlines() if "│ nvlink │ all_reduce │" in line)
     assert fit.split("│")[6].strip() == "1.007" and fit.split("│")[7].strip() == "233.1"
 

@@ -60,6 +60,11 @@ def reports(tmp_path_factory, shared_data) -> dict[str, Path]:
     out["characterize"] = root / "characterize"
     ddlscope.trace(shared_data / "hta_traces" / "trace_filter", scenarios=None, report_dir=root / "trace")
     out["trace"] = root / "trace"
+    ddlscope.validate("dle", data=shared_data, report_dir=root / "validate")
+    out["validate"] = root / "validate"
+    # the figures need measured curves: a quick calibration of this CPU (gloo collectives on 2 processes)
+    ddlscope.calibrate(quick=True, device="cpu", processes=2, report_dir=root / "calibrate")
+    out["calibrate"] = root / "calibrate"
     log = root / "rpc.csv"
     synthetic_rpc_log(8000, seed=0).write_csv(log)
     runner = CliRunner()
@@ -88,7 +93,8 @@ def _column(table, col: int) -> list[str]:
             for row in table.find_elements(By.CSS_SELECTOR, "tbody tr")]
 
 
-@pytest.mark.parametrize("name", ["characterize", "trace", "rpc_dissect", "skew", "offload"])
+@pytest.mark.parametrize("name", ["characterize", "trace", "rpc_dissect", "skew", "offload", "validate",
+                                  "calibrate"])
 def test_report_renders_sorts_and_is_self_contained(browser, reports, name, tmp_path):
     index = reports[name] / "index.html"
     html = index.read_text()

@@ -258,7 +258,7 @@ def offload_report(res: OffloadResult, source: str, out_dir: str | Path) -> Path
     if best.height:
         b = best.row(0, named=True)
         rep.add_heading("Headline")
-        rep.add_headline([f"Best: the {b['policy']} policy with a {b['budget_bytes'] / 2**20:,.3g} MiB switch budget "
+        rep.add_headline([f"Best: the {b['policy']} policy with a {format_bytes(b['budget_bytes'])} switch budget "
                           f"({b['capacity_keys']:,} rows) saves {100 * (b['server_bytes_saved_fraction'] or 0):.1f} % "
                           "of the servers' row bytes."])
     for note in res.notes:
