@@ -80,8 +80,17 @@ def test_calibrate_cli_table_says_not_measured_instead_of_none(tmp_path):
     assert res.exit_code == 0, res.output
     lines = {line.split("│")[1].strip(): line.split("│")[2].strip()
              for line in res.output.splitlines() if line.count("│") >= 3}
-    assert lines["op overhead (s per op)"] == "not measured" and lines["clock"] == "not measured"
+    assert lines["per-op overhead"] == "not measured" and lines["clock"] == "not measured"
     assert "None" not in res.output
+    # the fit's beta is a bus bandwidth: named as nccl-tests names it, with alpha beside it
+    # the fit table's header (the first; its lines may break at underscores): each column's name whole
+    lines = res.output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("alpha-beta fits"))
+    header = [line.split("┃")[1:-1] for line in lines[start + 1:start + 8] if line.startswith("┃")]
+    names = ["".join(part.strip() for part in col) for col in zip(*header, strict=True)]
+    assert names[5:7] == ["alpha_us", "busbw_gb_s"] and "bandwidth_gb_s" not in names
+    fit = next(line for line in res.output.splitlines() if "│ nvlink │ all_reduce │" in line)
+    assert fit.split("│")[6].strip() == "1.007" and fit.split("│")[7].strip() == "233.1"
 
 
 def test_calibrate_cli_errors_name_the_line(tmp_path):

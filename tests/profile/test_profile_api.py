@@ -168,3 +168,25 @@ def test_tf32_uses_the_tf32_peak():
     # A100 TF32 peak 156 TFLOP/s (datasheet); the addmm is tiny, so its roofline time is its bytes
     assert mm["roofline_s"] == pytest.approx(max(mm["flops"] / 156e12, mm["total_bytes"] / 2039e9))
     assert r.workload.precision == "tf32"
+
+
+def test_module_factory_of_the_current_folder_needs_no_pythonpath(tmp_path, monkeypatch):
+    """`ddlscope profile mynet:make` run where mynet.py is: the installed command's sys.path lacks
+    the current folder, so it is searched after the path; a module found nowhere names both and says how."""
+    import sys
+
+    from ddlscope.profile.api import ProfileError, _resolve
+
+    (tmp_path / "ddlscope_test_usernet.py").write_text(
+        "import torch\n\ndef make(batch_size=4):\n    return torch.nn.Linear(3, 2), torch.randn(batch_size, 3)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "ddlscope_test_usernet", raising=False)
+    name, factory, entry = _resolve("ddlscope_test_usernet:make")
+    assert name == "ddlscope_test_usernet:make" and entry is None
+    model, batch = factory(batch_size=4)
+    assert tuple(batch.shape) == (4, 3) and model.weight.shape == (2, 3)
+    assert sys.path[-1] == str(tmp_path)  # appended: an installed module of the same name still wins
+    with pytest.raises(ProfileError, match=r"cannot import module 'ddlscope_no_such_net': 'ddlscope_no_such_net' is "
+                       r"not on the Python path nor in the current folder .*set PYTHONPATH"):
+        _resolve("ddlscope_no_such_net:make")

@@ -18,8 +18,10 @@ from ddlscope.validate.local import (
     VALIDATION_COLUMNS,
     component_clock,
     ddp_buckets,
+    ddp_steps,
     measure_ddp,
     predict_case,
+    profiler_logs_kept_out,
     timed_steps,
     typical_s,
     validate_local,
@@ -33,8 +35,15 @@ def calibration():
     return run_calibration(plan)
 
 
-def test_single_process_rows_columns_and_error_definition(calibration):
-    frame = validate_local(calibration, ("mind_small",), steps=2, warmup=1, data_parallel=False)
+def test_single_process_rows_columns_and_error_definition(calibration, capfd):
+    seen: list[tuple[str, int, int]] = []
+    frame = validate_local(calibration, ("mind_small",), steps=2, warmup=1, data_parallel=False,
+                           progress=lambda stage, done, total: seen.append((stage, done, total)))
+    # a bar per run that counts its steps: 1 warm-up + 2 timed + 1 profiled; then the run is done
+    assert seen == [("mind_small: 1 process, steps", k, 4) for k in range(5)] + [("training runs", 1, 1)]
+    # the profiler's own native log lines (USDT ... profiler_start) do not reach the terminal
+    err = capfd.readouterr().err
+    assert "profiler_start" not in err and "USDT" not in err
     assert frame.columns == ["model", "architecture", "processes", "component", "clock", "measured_s",
                              "predicted_s", "eff_compute", "eff_memory", "error"]
     assert set(VALIDATION_COLUMNS) <= set(frame.columns)
@@ -62,7 +71,10 @@ def test_single_process_rows_columns_and_error_definition(calibration):
 def test_ddp_measures_and_predicts_communication(calibration):
     case = CASES["dlrm_small"]
     pred = predict_case(case, calibration, ranks=2)
-    meas = measure_ddp(case, ranks=2, steps=2, warmup=1, clock="cpu")
+    ticks: list[int] = []
+    meas = measure_ddp(case, ranks=2, steps=2, warmup=1, clock="cpu", on_step=lambda: ticks.append(1))
+    # rank 0 reports every step: 1 warm-up + 2 timed with the default hook, 1 + max(2, 1) with the timed one
+    assert len(ticks) == ddp_steps(2, 1) == 6
     # DLRM-small's dense gradients (tables included: DDP with dense embeddings) fit DDP's buckets as the
     # rule says: the hook saw as many buckets as 1 + ceil((S - 1 MiB) / 25 MiB)
     assert meas["buckets"] == pred["buckets"] == ddp_buckets(meas["bucket_bytes"])
@@ -126,3 +138,13 @@ def test_published_data_folder_errors_name_the_option(tmp_path, monkeypatch):
     assert res.exit_code == 2 and f"DDLSCOPE_SHARED_DATA={tmp_path / 'nowhere'}: not a folder" in res.output
     res = CliRunner().invoke(app, ["validate", "--published", "--data", str(tmp_path / "none")])
     assert res.exit_code == 2 and "--data" in res.output and "not a folder" in res.output
+
+
+def test_profiler_logs_are_kept_out_and_other_native_lines_kept(capfd):
+    import os
+
+    with profiler_logs_kept_out():
+        os.write(2, b"USDT:2026-12-02 10:00:51 6142:6142 SyncActivityProfilerHandler.cpp:52] profiler_start\n")
+        os.write(2, b"a native warning the user should see\n")
+    err = capfd.readouterr().err
+    assert err == "a native warning the user should see\n"

@@ -10,7 +10,14 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ddlscope.cli.common import CatalogFiles, check_names, check_output_file, err_console, user_errors
+from ddlscope.cli.common import (
+    CatalogFiles,
+    OverwriteOpt,
+    check_names,
+    check_output_file,
+    err_console,
+    user_errors,
+)
 from ddlscope.report.console import emit, expected_one_of
 from ddlscope.specs.catalog import load_catalog
 
@@ -85,34 +92,11 @@ def _nccl_inputs(items: list[str], collective: str | None, ranks: int | None, de
 
 
 def summary_tables(cal: Any) -> dict[str, pl.DataFrame]:
-    """The tables ``calibrate`` prints: matmul and convolution efficiency, STREAM, element-wise,
-    alpha-beta fits."""
-    out: dict[str, pl.DataFrame] = {}
-    mm = cal.table("matmul")
-    if not mm.is_empty():
-        out["matmul efficiency vs peak"] = mm.select(
-            "precision", "n", "intensity_flops_per_byte", (pl.col("flop_per_s") / 1e9).alias("gflop_per_s"),
-            (pl.col("peak_flop_per_s") / 1e9).alias("peak_gflop_per_s"), "efficiency")
-    conv = cal.table("conv")
-    if not conv.is_empty():
-        out["3x3 convolution (batch 8, 16 x 16) efficiency vs peak"] = conv.select(
-            "op", "channels", "intensity_flops_per_byte", (pl.col("flops") / pl.col("time_s") / 1e9).alias(
-                "gflop_per_s"), "efficiency")
-    st = cal.table("stream")
-    if not st.is_empty():
-        out["STREAM (McCalpin), FP32"] = st.select("kernel", "array_bytes", "bandwidth_gb_s")
-    ew = cal.table("elementwise")
-    if not ew.is_empty():
-        out["element-wise, allocating, cold inputs"] = ew.pivot(on="op", index="elements",
-                                                                values="bandwidth_gb_s").rename(
-            {"add": "add_gb_s", "relu": "relu_gb_s"})
-    if cal.fits:
-        out["alpha-beta fits (t = steps x alpha + f(p) S / beta)"] = pl.DataFrame([
-            {"origin": f.get("origin", ""), "slot": f.get("slot", ""), "collective": f["collective"],
-             "ranks": f["ranks"], "steps": f["steps"], "latency_us": f["latency_us"],
-             "bandwidth_gb_s": f["bandwidth_gb_s"], "rms_rel_residual": f["rms_rel_residual"],
-             "sizes": f["points"]} for f in cal.fits])
-    return out
+    """The tables ``calibrate`` prints (:func:`ddlscope.report.calibrate.summary_tables`, imported
+    when the command runs: the report module draws with matplotlib)."""
+    from ddlscope.report.calibrate import summary_tables as tables
+
+    return tables(cal)
 
 
 def register(app: typer.Typer) -> None:
@@ -149,6 +133,10 @@ def register(app: typer.Typer) -> None:
             "--system", "-s", help="catalog server this host is (GPU hosts, --no-bench)")] = None,
         catalog: CatalogFiles = None,
         fmt: Annotated[str, typer.Option("--format", "-f", help="table or json")] = "table",
+        report: Annotated[Path | None, typer.Option(
+            "--report", help="also write an HTML report folder here (a new or empty folder, or an earlier "
+            "report's)")] = None,
+        overwrite: OverwriteOpt = False,
     ) -> None:
         """Measure this host and write its System profile: matmul and convolution efficiency curves
         against the device's peak, STREAM copy/triad, element-wise throughput, per-op overhead, and
@@ -162,6 +150,10 @@ def register(app: typer.Typer) -> None:
         from ddlscope.calibrate.profile_file import write_calibration
 
         expected_one_of(fmt, ("table", "json"))
+        if report is not None:
+            from ddlscope.report.outdir import check_report_dir
+
+            check_report_dir(report, "--report", overwrite)
         cat = load_catalog(*(catalog or []))
         check_names(cat, nic=nic, system=system)  # before any measurement
         check_output_file(out, "--out")
@@ -186,6 +178,12 @@ def register(app: typer.Typer) -> None:
             f"ddlscope calibrate on {cal.meta.get('host')} at {cal.meta.get('created')}"
             + (f", load average {load:.2f}" if load is not None else "")
             + f"\nuse with: ddlscope predict --system-file {out}"))
+        if report is not None:
+            from ddlscope.report.calibrate import write_calibration_report
+            from ddlscope.report.outdir import clear_previous_report
+
+            clear_previous_report(report)
+            err_console.print(f"report: {escape(str(write_calibration_report(cal, report)))}")
         s = cal.system
         facts = {
             "written": str(out),
@@ -198,7 +196,8 @@ def register(app: typer.Typer) -> None:
                                     f"{(s.nvlink or s.pcie).bandwidth_gb_s:.3g} GB/s, "
                                     f"{(s.nvlink or s.pcie).latency_us:.3g} us",
             "efficiency": ", ".join(f"{k} {v:.3g}" for k, v in s.efficiency.model_dump().items()),
-            "op overhead (s per op)": cal.meta.get("op_overhead_s"),
+            "per-op overhead": None if cal.meta.get("op_overhead_s") is None
+            else f"{cal.meta['op_overhead_s'] * 1e6:.2f} us per ATen op",
             "clock": cal.meta.get("clock"),
             "load average (1 min)": None if load is None else round(load, 2),
         }

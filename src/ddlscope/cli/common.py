@@ -109,7 +109,7 @@ SystemFile = Annotated[
     Path | None,
     typer.Option(
         "--system-file",
-        help="system file (a \\[system] table naming a server, with overrides; e.g. written by `ddlscope calibrate`)",
+        help="system file (a [system] table naming a server, with overrides; e.g. written by `ddlscope calibrate`)",
     ),
 ]
 GpuOpt = Annotated[str | None, typer.Option("--gpu", help="override the server's GPU (catalog name)")]

@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 
 from ddlscope.cli.calibrate import DEFAULT_OUT, StageProgress
-from ddlscope.cli.common import FormatOpt, err_console, out_console, user_errors
+from ddlscope.cli.common import FormatOpt, OverwriteOpt, err_console, out_console, user_errors
 from ddlscope.report.console import FORMATS, emit, expected_one_of
 from ddlscope.shared_data import SEARCHED, find_shared_data
 
@@ -39,6 +39,8 @@ def _published(data: Path, fmt: str) -> None:
 
     with err_console.status("profiling ResNet-50, CIFAR ResNet-18, NeuMF; predicting every row"):
         res = published_validation(data)
+    _write_report(res.rows, res.summary, f"Published measurements ({data}): throughput (dle) and step time (pollux)",
+                  group="source" if "source" in res.rows.columns else None)
     if fmt != "table":
         from ddlscope.validate.measurements import concat_tables, validate_measurements
         from ddlscope.validate.shared_tables import dle_measurements, lambda_measurements
@@ -96,10 +98,28 @@ def _rejected_note(res) -> None:
                           "--format json lists each with its file:line")
 
 
+REPORT: dict[str, Path | None] = {"dir": None}
+"""The ``--report`` folder of the running command (None: no HTML report)."""
+
+
+def _write_report(rows: pl.DataFrame, summary: pl.DataFrame, title: str, **kw) -> None:
+    """Write the HTML validation report into ``--report`` when one was asked for."""
+    if REPORT["dir"] is None:
+        return
+    from ddlscope.report.outdir import clear_previous_report
+    from ddlscope.report.validation import write_validation_report
+
+    clear_previous_report(REPORT["dir"])
+    index = write_validation_report(rows, summary, REPORT["dir"], title="ddlscope validate", subtitle=title, **kw)
+    REPORT["dir"] = None  # one report per run: --published's second table set does not replace the first
+    err_console.print(f"report: {escape(str(index))}")
+
+
 def _measurement_report(res, title: str, fmt: str) -> None:
     """Print a :class:`~ddlscope.validate.measurements.MeasurementValidation`: rows (csv), everything
     (json), or the error summary, ratio errors, protocol and rejected rows by reason (table)."""
     rows = _measurement_rows(res)
+    _write_report(res.rows, res.summary, title, notes=list(res.protocol))
     rejected = res.rejected.group_by("reason").agg(rows=pl.len(), example=pl.col("detail").first()).sort(
         "rows", descending=True)
     if fmt in ("csv", "json"):
@@ -181,12 +201,21 @@ def register(app: typer.Typer) -> None:
         cross_validate: Annotated[str | None, typer.Option(
             "--cross-validate", help="leave one group out: gpu, model, testbed or a column of the table")] = None,
         fmt: FormatOpt = "table",
+        report: Annotated[Path | None, typer.Option(
+            "--report", help="also write an HTML report folder here (a new or empty folder, or an earlier "
+            "report's)")] = None,
+        overwrite: OverwriteOpt = False,
     ) -> None:
         """Train zoo models for real on this machine (one process, and DDP over gloo) and compare the
         measured step, compute-bound, memory-bound and communication times with the model's prediction
         on the calibrated profile; or, with --published, predict the Pollux and NVIDIA ResNet-50 tables.
         """
         expected_one_of(fmt, FORMATS)  # before any training or calibration
+        if report is not None:
+            from ddlscope.report.outdir import check_report_dir
+
+            check_report_dir(report, "--report", overwrite)
+        REPORT["dir"] = report
         if measurements is not None and published:
             raise ValueError("--measurements and --published: give one (--published reads the shared tables)")
         if measurements is not None:
@@ -225,6 +254,11 @@ def register(app: typer.Typer) -> None:
             frame = validate_local(cal, cases, ranks=processes, steps=steps, warmup=warmup,
                                    data_parallel=not no_ddp, clock=clock, progress=view.update)
         step = frame.filter(pl.col("component") == "step")
+        _write_report(frame, step.group_by("architecture", maintain_order=True).agg(
+            runs=pl.len(), median_abs_error=pl.col("error").abs().median(),
+            mean_abs_error=pl.col("error").abs().mean()),
+            f"Validation on this machine: measured vs predicted ({cal.system.name}, profile {source})",
+            measured="measured_s", predicted="predicted_s", group="component", unit="seconds per step")
         median = float(step["error"].abs().median())
         extra = {
             "calibrated profile": source,

@@ -1,20 +1,25 @@
 """One-job entry points: the vectorised model on a one-row table.
 
 These are conveniences over :func:`ddlscope.model.step_time.breakdown` and
-:func:`ddlscope.model.scenarios.whatif`; a single job goes through exactly the same code as ten
-million.
+:func:`ddlscope.model.scenarios.whatif`. :func:`predict` without an op table evaluates the one job
+with :func:`ddlscope.model.scalar.breakdown_one`, the same formulas on floats (equal to the
+vectorised model to 1e-9 relative, ``tests/model/test_scalar.py``), because a one-row Polars query
+spends its milliseconds planning; with an op table it runs the vectorised model on a one-row table.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import cache
 
 import polars as pl
 
+from ddlscope.model import arch_costs
 from ddlscope.model.compute import price_jobs
 from ddlscope.model.jobs import job_row, jobs_frame
+from ddlscope.model.scalar import breakdown_one
 from ddlscope.model.scenarios import OpPricing, whatif
-from ddlscope.model.step_time import breakdown
+from ddlscope.model.step_time import breakdown, breakdown_lazy
 from ddlscope.specs.architecture import Architecture
 from ddlscope.specs.catalog import Catalog
 from ddlscope.specs.efficiency import ComputeEfficiency
@@ -50,10 +55,21 @@ def predict(
     Raises:
         ValueError: the job does not fit its placement, or a bad overlap.
     """
-    jobs = jobs_frame([job_row(workload, architecture, system, overlap=overlap)])
+    row = job_row(workload, architecture, system, overlap=overlap)
+    if ops is None and row["architecture"] not in arch_costs.costed_kinds():
+        # the fast path: the same model on floats, one row built with breakdown's schema (the six
+        # PAI-study architectures; fsdp/3d have their own cost functions in the vectorised model)
+        return pl.DataFrame([breakdown_one(row)], schema=_breakdown_schema(), orient="row")
+    jobs = jobs_frame([row])
     if ops is not None:
         jobs = price_jobs(jobs, {workload.name: ops}, efficiencies, catalog, gpus={system.gpu.name: system.gpu})
     return breakdown(jobs)
+
+
+@cache
+def _breakdown_schema() -> pl.Schema:
+    """The columns and dtypes of :func:`breakdown` on a Jobs table (planned once, not evaluated)."""
+    return breakdown_lazy(jobs_frame([])).collect_schema()
 
 
 def predict_whatif(

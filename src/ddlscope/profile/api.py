@@ -11,9 +11,11 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import polars as pl
@@ -162,11 +164,7 @@ def _resolve(model: str | Callable[..., Any]) -> tuple[str, Callable[..., Any], 
             f"model {spec!r}: not a zoo model (known: {', '.join(sorted(ZOO))}) and not "
             "'package.module:factory'")
     module_name, _, attr = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # any import-time failure is the user's module's
-        raise ProfileError(
-            f"model {spec!r}: cannot import module {module_name!r}: {type(exc).__name__}: {exc}") from exc
+    module = _import_user_module(spec, module_name)
     factory: Any = module
     for part in attr.split("."):
         if not hasattr(factory, part):
@@ -175,6 +173,36 @@ def _resolve(model: str | Callable[..., Any]) -> tuple[str, Callable[..., Any], 
     if not callable(factory):
         raise ProfileError(f"model {spec!r}: {attr!r} is a {type(factory).__name__}, not a callable factory")
     return spec, factory, None
+
+
+def _import_user_module(spec: str, module_name: str) -> Any:
+    """Import ``module_name`` of a ``module:factory`` spec; a module of the current folder is found
+    without ``PYTHONPATH`` (``python -m`` puts the folder on ``sys.path``, the installed ``ddlscope``
+    command does not: the folder is added at the end of ``sys.path`` when the first import finds
+    nothing, so an installed package of the same name still wins).
+
+    Raises:
+        ProfileError: the module is found nowhere (the message says where it looked and how to
+            point at it) or fails while importing (its error is named).
+    """
+    top = module_name.split(".")[0]
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        cwd = str(Path.cwd())
+        if exc.name != top or cwd in sys.path:
+            if exc.name == top:
+                raise ProfileError(
+                    f"model {spec!r}: cannot import module {module_name!r}: {top!r} is not on the Python path nor "
+                    f"in the current folder ({cwd}); run from the folder that holds {top}.py (or {top}/), or set "
+                    "PYTHONPATH to it") from exc
+            raise ProfileError(
+                f"model {spec!r}: cannot import module {module_name!r}: {type(exc).__name__}: {exc}") from exc
+        sys.path.append(cwd)
+        return _import_user_module(spec, module_name)
+    except Exception as exc:  # any import-time failure is the user's module's
+        raise ProfileError(
+            f"model {spec!r}: cannot import module {module_name!r}: {type(exc).__name__}: {exc}") from exc
 
 
 _GPU_WORDS = ("cuda", "nvidia", "gpu", "nccl", "cudnn", "copy out of meta tensor")

@@ -20,12 +20,44 @@ from matplotlib.ticker import NullFormatter
 
 from ddlscope.model.step_time import COMPONENTS
 from ddlscope.population.characterize import Characterization
-from ddlscope.report.figures import COMPONENT_COLORS, COMPONENT_LABELS, new_figure
+from ddlscope.report.figures import ARCH_COLORS, COMPONENT_COLORS, COMPONENT_LABELS, new_figure
 from ddlscope.report.html import HtmlReport
 from ddlscope.specs.architecture import ARCHITECTURES
 
 c = pl.col
 ARCH_ORDER = [*ARCHITECTURES, "all"]
+
+
+def _jobs(n: int) -> str:
+    return f"{n:,} job" + ("" if n == 1 else "s")
+
+
+def headline_sentences(h: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The three headline findings of a characterization, each ``(sentence, the PAI study's
+    figure)``, written once for the console, the HTML report and ``summary.json``. ``h``: the
+    headline of :func:`ddlscope.population.characterize.headline_figures` (fractions, ratios, job
+    counts); a figure over no job says so instead of ``n/a of 0``. The study's figures are from its
+    abstract (DESIGN.md): communication about 62 % of execution time, about 60 % of PS/Worker jobs
+    faster on all-reduce over NVLink, about 1.7x from 25 to 100 Gb/s Ethernet."""
+
+    def pct(x: float | None) -> str:
+        return "n/a" if x is None else f"{100 * x:.1f} %"
+
+    def times(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:.2f}x"
+
+    ps_jobs, net_jobs = h["ps_worker_jobs"], h["network_jobs"]
+    ps = (f"{pct(h['ps_worker_sped_up_by_allreduce_port'])} of {_jobs(ps_jobs)}" if ps_jobs
+          else "no PS/Worker job in the population")
+    net = (f"{times(h['mean_speedup_ethernet_25_to_100'])} over the {_jobs(net_jobs)} using the network"
+           if net_jobs else "no job uses the network")
+    return (
+        (f"average communication share of step time: {pct(h['mean_comm_share'])} job-weighted, "
+         f"{pct(h['mean_comm_share_gpu_time'])} GPU-time-weighted", "62 %"),
+        (f"PS/Worker jobs sped up by porting to all-reduce over NVLink: {ps}", "60 %"),
+        (f"mean speedup of 25 -> 100 Gb/s Ethernet: {net}, "
+         f"{times(h['mean_speedup_ethernet_25_to_100_all_jobs'])} over all", "1.7x"),
+    )
 
 
 def _archs(frame: pl.DataFrame) -> list[str]:
@@ -66,7 +98,7 @@ def comm_cdf_figure(baseline: pl.DataFrame):
         n = len(x)
         # the empirical CDF from 0 at the smallest share: a rise at every job, so one job is a visible step
         xs, ys = np.concatenate([x[:1], x]), np.concatenate([[0.0], np.arange(1, n + 1) / n])
-        ax.step(xs, ys, where="post", label=f"{arch} ({n} job{'s' if n != 1 else ''})")
+        ax.step(xs, ys, where="post", color=ARCH_COLORS.get(arch), label=f"{arch} ({n} job{'s' if n != 1 else ''})")
     ax.set_xlim(-2, 100)  # a little room left of 0, so jobs without communication (a line at 0) show
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("exposed weight/gradient communication (% of step time)")
@@ -163,10 +195,14 @@ def write_characterization_report(
         if figures:
             rep.add_figure(name, draw(), caption)
 
+    rep.add_heading("Headline")
+    found = headline_sentences(ch.headline)
+    rep.add_headline([text[0].upper() + text[1:] for text, _ in found],
+                     [f"the PAI study: about {study}" for _, study in found])
+    rep.add_key_values(ch.headline, "the headline as numbers (fractions and ratios; job-weighted unless marked "
+                       "gpu_time)", collapsed=True)
     for note in ch.notes:
         rep.add_note(note)
-    rep.add_heading("Headline figures")
-    rep.add_key_values(ch.headline, "Measured on this population (jobs-weighted unless marked gpu_time)")
     if accounting is not None:
         rep.add_heading("Every job accounted for")
         rep.add_table("accounting", accounting, "Input jobs by outcome")
@@ -185,5 +221,6 @@ def write_characterization_report(
     rep.add_table("scenario_speedups", ch.speedups, "Per scenario and baseline architecture: jobs sped up, speedups")
     rep.add_heading("Per-job results")
     rep.add_table("jobs", ch.per_job(), "Every job: its baseline breakdown and each scenario's speedup", max_rows=20)
-    rep.set_summary({**ch.headline, **dict(extra_summary or {}), "notes": ch.notes})
+    rep.set_summary({**ch.headline, "headline_sentences": [f"{t} (the PAI study: about {st})" for t, st in found],
+                     **dict(extra_summary or {}), "notes": ch.notes})
     return rep.write(out_dir, html_page=figures)

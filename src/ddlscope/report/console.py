@@ -65,18 +65,45 @@ def format_value(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
-def rich_table(frame: pl.DataFrame, title: str | None = None, caption: str | None = None) -> Table:
-    """A rich :class:`~rich.table.Table` of ``frame``; numeric columns right-aligned."""
+def header_lines(name: str, width: int) -> str:
+    """``name`` broken at its underscores into lines of at most ``width`` characters (a part longer
+    than ``width`` stays whole): ``mean_share_compute_bound`` at 13 -> ``mean_share_`` /
+    ``compute_bound``. A header never breaks inside a word (rich folds a header at any character)."""
+    parts = [p + "_" for p in name.split("_")]
+    parts[-1] = parts[-1][:-1]
+    lines: list[str] = []
+    for part in parts:
+        if lines and len(lines[-1]) + len(part) <= width:
+            lines[-1] += part
+        else:
+            lines.append(part)
+    return "\n".join(line for line in lines if line)
+
+
+def rich_table(frame: pl.DataFrame, title: str | None = None, caption: str | None = None,
+               width: int | None = None) -> Table:
+    """A rich :class:`~rich.table.Table` of ``frame``; numeric columns right-aligned.
+
+    With ``width`` (the console's columns) and a table wider than it, the headers are broken at
+    their underscores (:func:`header_lines`) to the widest cell of their column (at least 8
+    characters) and each column is kept at least as wide as its header's longest line, so a header
+    never wraps mid-word; only cells still too wide fold."""
+    cells = [[escape(format_value(v)) for v in row] for row in frame.iter_rows()]
     table = Table(
         title=escape(title) if title else None,
         caption=escape(caption) if caption else None,
         show_lines=False,
         header_style="bold",
     )
-    for name, dtype in frame.schema.items():
-        table.add_column(escape(name), justify="right" if dtype.is_numeric() else "left", overflow="fold")
-    for row in frame.iter_rows():
-        table.add_row(*(escape(format_value(v)) for v in row))
+    names = list(frame.schema)
+    cell_width = [max((len(r[i]) for r in cells), default=0) for i in range(len(names))]
+    natural = sum(max(len(n), w) for n, w in zip(names, cell_width, strict=True)) + 3 * len(names) + 1
+    for i, (name, dtype) in enumerate(frame.schema.items()):
+        header = name if width is None or natural <= width else header_lines(name, max(cell_width[i], 8))
+        table.add_column(escape(header), justify="right" if dtype.is_numeric() else "left", overflow="fold",
+                         min_width=max(len(line) for line in header.split("\n")))
+    for row in cells:
+        table.add_row(*row)
     return table
 
 
@@ -120,7 +147,7 @@ def emit(
         console = terminal(stream)
         if title:  # a line of its own: a table title would wrap at the table's width
             console.print(f"[bold]{escape(title)}[/bold]")
-        console.print(rich_table(frame, caption=caption))
+        console.print(rich_table(frame, caption=caption, width=console.width))
         for key, value in (extra or {}).items():
             text = format_value(value) if not isinstance(value, Mapping) else json.dumps(to_jsonable(value))
             console.print(escape(f"{key}: {text}"))
@@ -160,7 +187,7 @@ def emit_sections(
         for _, frame, title, caption in sections:
             if title:
                 console.print(f"[bold]{escape(title)}[/bold]")
-            console.print(rich_table(frame, caption=caption))
+            console.print(rich_table(frame, caption=caption, width=console.width))
         for key, value in (summary or {}).items():
             if isinstance(value, Sequence) and not isinstance(value, str):
                 console.print(escape(f"{key}:"))

@@ -13,19 +13,54 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-COMPONENT_COLORS: dict[str, str] = {
-    "data_io": "#8c8c8c",
-    "compute_bound": "#1f77b4",
-    "memory_bound": "#17becf",
-    "pcie": "#ff7f0e",
-    "nvlink": "#2ca02c",
-    "network": "#d62728",
-    "communication": "#d62728",
-    "device_copy": "#9467bd",
-    "unclassified": "#bcbd22",
-    "idle": "#e0e0e0",
+OKABE_ITO: dict[str, str] = {
+    "black": "#000000", "orange": "#E69F00", "sky_blue": "#56B4E9", "bluish_green": "#009E73",
+    "yellow": "#F0E442", "blue": "#0072B2", "vermillion": "#D55E00", "reddish_purple": "#CC79A7",
 }
-"""Colour of each step-time component (the model's and the measured breakdown's)."""
+"""The colour-blind-safe palette of Okabe and Ito ("Color Universal Design", 2008; the eight colours
+told apart under protanopia, deuteranopia and tritanopia). Every ddlscope figure and report draws
+from it (plus greys), and each colour means one thing: **vermillion (the one red) is the network**
+(the NIC's communication, and the network stage of an RPC) and nothing else."""
+
+COMPONENT_COLORS: dict[str, str] = {
+    "data_io": "#999999",
+    "compute_bound": OKABE_ITO["blue"],
+    "memory_bound": OKABE_ITO["sky_blue"],
+    "pcie": OKABE_ITO["orange"],
+    "nvlink": OKABE_ITO["bluish_green"],
+    "network": OKABE_ITO["vermillion"],
+    "communication": OKABE_ITO["reddish_purple"],
+    "device_copy": OKABE_ITO["yellow"],
+    "unclassified": "#555555",
+    "idle": "#DDDDDD",
+}
+"""Colour of each step-time component (the model's and the measured breakdown's), the same in every
+report and figure; ``communication`` (exposed communication not split by link, as a trace measures
+it) is not the network's red."""
+
+ARCH_COLORS: dict[str, str] = {
+    "1w1g": OKABE_ITO["black"],
+    "1wng": OKABE_ITO["orange"],
+    "ps_worker": OKABE_ITO["reddish_purple"],
+    "allreduce_local": OKABE_ITO["bluish_green"],
+    "allreduce_cluster": OKABE_ITO["blue"],
+    "pearl": OKABE_ITO["sky_blue"],
+    "all": "#999999",
+}
+"""Colour of each training architecture (``all``: every job together), in every figure that draws
+one line or bar per architecture; never the network's red."""
+
+HIGHLIGHT = OKABE_ITO["reddish_purple"]
+"""The tail, the slowest, the point a figure points at (p99, the slowest 1 %, a chosen budget)."""
+FIT = OKABE_ITO["black"]
+"""A fitted curve over observed points."""
+OBSERVED = OKABE_ITO["blue"]
+"""Observed points and the main series."""
+SECOND = OKABE_ITO["orange"]
+"""A second series beside :data:`OBSERVED` (an alternative fit, a second policy)."""
+THIRD = OKABE_ITO["bluish_green"]
+"""A third series."""
+
 
 COMPONENT_LABELS: dict[str, str] = {
     "data_io": "data I/O",

@@ -9,7 +9,7 @@ import polars as pl
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ddlscope.report.figures import new_figure, no_data
+from ddlscope.report.figures import COMPONENT_COLORS, FIT, HIGHLIGHT, OBSERVED, OKABE_ITO, new_figure, no_data
 from ddlscope.report.html import HtmlReport
 from ddlscope.rpc.dissect import Dissection
 from ddlscope.rpc.schema import ALL_STAGES, LATENCY_COLUMN, OPS, stages_of
@@ -17,26 +17,28 @@ from ddlscope.rpc.tail import tail_label
 from ddlscope.rpc.validate import REJECT_REASONS
 
 STAGE_COLORS: dict[str, str] = {
-    "client_queue": "#9467bd",
-    "client_send": "#c5b0d5",
-    "network": "#d62728",
-    "server_receive": "#aec7e8",
-    "server_thread_wait": "#c7d9ee",
-    "server_read": "#aec7e8",
-    "server_queue": "#ff7f0e",
-    "server_decode": "#ffbb78",
-    "server_sync_wait": "#e6550d",
-    "server_processing": "#1f77b4",
-    "server_send": "#17becf",
-    "client_completion": "#8c8c8c",
+    "client_queue": OKABE_ITO["reddish_purple"],
+    "client_send": "#E5B8D3",
+    "network": COMPONENT_COLORS["network"],
+    "server_receive": "#9DD0EE",
+    "server_thread_wait": "#C8E4F5",
+    "server_read": "#9DD0EE",
+    "server_queue": OKABE_ITO["orange"],
+    "server_decode": "#F3CF7F",
+    "server_sync_wait": "#9A6A00",
+    "server_processing": OKABE_ITO["blue"],
+    "server_send": OKABE_ITO["bluish_green"],
+    "client_completion": "#999999",
 }
-"""One colour per RPC stage, the same in every figure (network as in the step-time figures); the
-parts of a split stage in shades of its colour (the sync wait the darkest)."""
+"""One colour per RPC stage, the same in every figure (Okabe-Ito, :data:`ddlscope.report.figures.OKABE_ITO`;
+the network the step-time figures' network red, the only red); the parts of a split stage in
+shades of its colour (the sync wait the darkest)."""
 
 OP_COLORS: dict[str, str] = {
-    "pull_sparse": "#1f77b4", "pull_dense": "#6baed6", "push_sparse": "#d62728", "push_dense": "#fc9272",
+    "pull_sparse": OKABE_ITO["blue"], "pull_dense": OKABE_ITO["sky_blue"], "push_sparse": OKABE_ITO["orange"],
+    "push_dense": "#F3CF7F",
 }
-"""One colour per op: pulls blue, pushes red, dense lighter."""
+"""One colour per op: pulls blue, pushes orange, dense lighter."""
 
 STAGE_LABELS: dict[str, str] = {s: s.replace("_", " ") for s in ALL_STAGES}
 
@@ -161,7 +163,7 @@ def tail_servers_figure(d: Dissection, top: int = 16) -> Figure:
     fig, ax = new_figure(max(6.0, 0.45 * t.height + 3), 3.6)
     x = np.arange(t.height)
     ax.bar(x - 0.2, t.get_column("share_of_rpcs").to_numpy(), 0.4, color="#bbbbbb", label="share of all RPCs")
-    ax.bar(x + 0.2, t.get_column("share_of_tail").to_numpy(), 0.4, color="#d62728", label="share of the slowest 1%")
+    ax.bar(x + 0.2, t.get_column("share_of_tail").to_numpy(), 0.4, color=HIGHLIGHT, label="share of the slowest 1%")
     ax.set_xticks(x, [str(s) for s in t.get_column("server_id").to_list()])
     ax.set_xlabel("server id (most tail RPCs first)")
     ax.set_ylabel("share")
@@ -184,9 +186,9 @@ def concurrency_figure(d: Dissection, measure: str = "server_other_conn") -> Fig
         x = (p.get_column("in_flight_lo").to_numpy() + p.get_column("in_flight_hi").to_numpy()) / 2
         enough = p.get_column("rpcs").to_numpy() >= MIN_BIN_RPCS
         if enough.any():
-            ax.plot(x[enough], p.get_column("latency_p99_us").to_numpy()[enough], "o-", color="#d62728", ms=3,
+            ax.plot(x[enough], p.get_column("latency_p99_us").to_numpy()[enough], "o-", color=HIGHLIGHT, ms=3,
                     label=f"p99 (bins of >= {MIN_BIN_RPCS} RPCs)")
-        ax.plot(x, p.get_column("latency_p50_us"), "o-", color="#1f77b4", ms=5, label="p50")
+        ax.plot(x, p.get_column("latency_p50_us"), "o-", color=OBSERVED, ms=5, label="p50")
         ax.plot(x, p.get_column("latency_mean_us"), "x", color="#333", ms=5, label="mean")
         if x.min() == x.max():  # one bin: keep the axis on whole counts around it
             ax.set_xlim(x.min() - 1, x.max() + 1)
@@ -200,7 +202,7 @@ def concurrency_figure(d: Dissection, measure: str = "server_other_conn") -> Fig
             r2 = effect.get("r2")
             strength = (f" (R² {100 * r2:.2g}%{'' if kind.get('measurable') else ', no measurable effect'})"
                         if measure == "server_other_conn" and r2 is not None else "")
-            ax.plot(x, ym + slope * (x - xm), "--", color="#333", lw=1,
+            ax.plot(x, ym + slope * (x - xm), "--", color=FIT, lw=1,
                     label=f"linear fit: {'+' if slope >= 0 else '-'}{_duration(abs(slope))} per {counted[:-1]}"
                     f"{strength}")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -240,7 +242,7 @@ def connection_figure(d: Dissection) -> Figure:
     events = [e for e in ("reuse", "new", "reconnect") if e in set(c.get_column("connection_event")
                                                                  .cast(pl.String).to_list())]
     fig, axes = new_figure(11.0, 3.8, ncols=2, sharey=True)
-    colors = {"reuse": "#bbbbbb", "new": "#ff7f0e", "reconnect": "#d62728"}
+    colors = {"reuse": "#bbbbbb", "new": OKABE_ITO["orange"], "reconnect": HIGHLIGHT}
     w = 0.8 / max(len(events), 1)
     for ax, col, title in ((axes[0], "latency_p50_us", "median latency"), (axes[1], "latency_p99_us", "p99 latency")):
         for j, e in enumerate(events):
@@ -338,9 +340,17 @@ def dissection_report(d: Dissection, title: str = "RPC latency dissection") -> H
     s = d.summary
     rep = HtmlReport(title, subtitle=f"{', '.join(d.files)}: {s['rpcs']:,} RPCs analysed, "
                      f"{s['rejected_rows']:,} rows rejected")
+    lat = s["latency_us"]
+    rep.add_heading("Headline")
+    rep.add_headline(
+        [("SYNTHETIC log (generated, not measured). " if s.get("synthetic") else "")
+         + f"Latency of {s['rpcs']:,} RPCs between {s['workers']} worker(s) and {s['servers']} server(s): p50 "
+         f"{lat['p50']:,.0f} µs, p99 {lat['p99']:,.0f} µs, p99.9 {lat['p99_9']:,.0f} µs.",
+         f"The stage that takes longest on average: {str(s['dominant_stage']).replace('_', ' ')}."],
+        [None, "the IMC 2020 study: concurrent reads and writes on other connections and connection management "
+               "are the main contributors"])
     rep.add_heading("Findings")
     rep.add_text("\n\n".join(d.findings))
-    lat = s["latency_us"]
     rep.add_key_values({
         "RPCs": s["rpcs"], "workers": s["workers"], "servers": s["servers"], "connections": s["connections"],
         "latency p50 (µs)": lat["p50"], "latency p99 (µs)": lat["p99"], "latency p99.9 (µs)": lat["p99_9"],

@@ -17,20 +17,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 from scipy import special
 
-from ddlscope.report.figures import new_figure, no_data
+from ddlscope.report.figures import FIT, HIGHLIGHT, OBSERVED, OKABE_ITO, SECOND, THIRD, new_figure, no_data
 from ddlscope.report.html import HtmlReport
 from ddlscope.skew.fit import zipf_rank_probabilities
 from ddlscope.skew.frequency import SkewAnalysis
 from ddlscope.skew.offload import OffloadResult
 
 POLICY_COLORS: dict[str, str] = {
-    "static": "#1f77b4",
-    "lfu": "#2ca02c",
-    "space_saving": "#d62728",
+    "static": OKABE_ITO["blue"],
+    "lfu": OKABE_ITO["bluish_green"],
+    "space_saving": OKABE_ITO["orange"],
     "oracle": "#7f7f7f",
 }
 """One colour per hot-set policy."""
@@ -74,10 +75,10 @@ def rank_frequency_figure(a: SkewAnalysis) -> Figure:
     counts = a.ranks["count"].to_numpy()
     ranks = a.ranks["rank"].to_numpy()
     idx = _log_points(counts.size)
-    ax.plot(ranks[idx], counts[idx], "o", ms=3, color="#1f77b4", alpha=0.7, label="observed")
+    ax.plot(ranks[idx], counts[idx], "o", ms=3, color=OBSERVED, alpha=0.7, label="observed")
     p = zipf_rank_probabilities(a.zipf.s, a.zipf.support)
     fit_idx = _log_points(p.size)
-    ax.plot(fit_idx + 1, a.num_events * p[fit_idx], "-", color="#d62728", lw=1.6,
+    ax.plot(fit_idx + 1, a.num_events * p[fit_idx], "-", color=FIT, lw=1.6,
             label=f"Zipf MLE: s = {a.zipf.s:.3f} ± {a.zipf.s_stderr:.2g}\n(KS distance {a.zipf.ks_distance:.3f})")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -88,13 +89,13 @@ def rank_frequency_figure(a: SkewAnalysis) -> Figure:
 
     values, mult = np.unique(counts, return_counts=True)
     ccdf = np.cumsum(mult[::-1])[::-1] / counts.size  # P(F >= f)
-    bx.plot(values, ccdf, "o", ms=3, color="#1f77b4", alpha=0.7, label="observed")
+    bx.plot(values, ccdf, "o", ms=3, color=OBSERVED, alpha=0.7, label="observed")
     if a.power_law is not None:
         pl_fit = a.power_law
         xs = np.unique(np.round(np.geomspace(pl_fit.xmin, max(values[-1], pl_fit.xmin + 1), 200)).astype(np.int64))
         tail = pl_fit.tail_key_fraction
         sf = special.zeta(pl_fit.alpha, xs.astype(np.float64)) / special.zeta(pl_fit.alpha, pl_fit.xmin)
-        bx.plot(xs, tail * sf, "-", color="#d62728", lw=1.6,
+        bx.plot(xs, tail * sf, "-", color=FIT, lw=1.6,
                 label=f"power law: alpha = {pl_fit.alpha:.3f}, xmin = {pl_fit.xmin}\n"
                       f"(KS distance {pl_fit.ks_distance:.3f})")
         if a.lognormal is not None and a.comparison is not None:
@@ -105,7 +106,7 @@ def rank_frequency_figure(a: SkewAnalysis) -> Figure:
             c = a.comparison
             verdict = {"power_law": "favours power law", "lognormal": "favours log-normal"}.get(
                 c.favoured, "inconclusive")
-            bx.plot(xs, tail * sf_ln, "--", color="#ff7f0e", lw=1.4,
+            bx.plot(xs, tail * sf_ln, "--", color=SECOND, lw=1.4,
                     label=f"log-normal (rival): R = {c.log_likelihood_ratio:.1f}, p = {c.p_value:.2g}\n({verdict})")
         bx.axvline(pl_fit.xmin, color="#999999", lw=0.8, ls=":")
     bx.set_xscale("log")
@@ -122,15 +123,15 @@ def coverage_figure(a: SkewAnalysis) -> Figure:
     fig, ax = new_figure(7.0, 4.2)
     cum = a.ranks["cum_share"].to_numpy()
     idx = _log_points(cum.size)
-    ax.plot(idx + 1, cum[idx], "-", color="#1f77b4", lw=1.8, label="top-k keys (static, in hindsight)")
+    ax.plot(idx + 1, cum[idx], "-", color=OBSERVED, lw=1.8, label="top-k keys (static, in hindsight)")
     lru = a.reuse.filter(a.reuse["cache_keys"] <= max(cum.size, 1))
-    ax.plot(lru["cache_keys"].to_numpy(), lru["lru_hit_ratio"].to_numpy(), "s--", ms=3.5, color="#2ca02c", lw=1.3,
+    ax.plot(lru["cache_keys"].to_numpy(), lru["lru_hit_ratio"].to_numpy(), "s--", ms=3.5, color=THIRD, lw=1.3,
             label="LRU cache of k keys (reuse distance < k)")
     points: dict[int, tuple[list[str], float]] = {}  # fractions that round to the same k share a label
     for row in a.coverage.iter_rows(named=True):
         points.setdefault(row["top_keys"], ([], row["share"]))[0].append(f"{row['top_fraction'] * 100:g} %")
     for k, (fracs, share) in points.items():
-        ax.plot([k], [share], "o", color="#d62728", ms=6, zorder=5)
+        ax.plot([k], [share], "o", color=HIGHLIGHT, ms=6, zorder=5)
         ax.annotate(f"top {', '.join(fracs)}: {share * 100:.1f} %", (k, share),
                     textcoords="offset points", xytext=(6, -12), fontsize=8.5)
     ax.set_xscale("log")
@@ -153,9 +154,9 @@ def churn_figure(a: SkewAnalysis) -> Figure:
         no_data(ax, f"one window ({a.churn_window}): no churn to show{hint}")
         return fig
     x = ch["window"].to_numpy()
-    ax.plot(x, ch["churn"].to_numpy(), "o-", ms=3, color="#d62728", label="churn (new hot keys)")
-    ax.plot(x, ch["hot_share"].to_numpy(), "-", color="#1f77b4", label="events on own hot set")
-    ax.plot(x, ch["prev_hot_share"].to_numpy(), "--", color="#2ca02c", label="events on previous window's hot set")
+    ax.plot(x, ch["churn"].to_numpy(), "o-", ms=3, color=HIGHLIGHT, label="churn (new hot keys)")
+    ax.plot(x, ch["hot_share"].to_numpy(), "-", color=OBSERVED, label="events on own hot set")
+    ax.plot(x, ch["prev_hot_share"].to_numpy(), "--", color=THIRD, label="events on previous window's hot set")
     ax.set_ylim(-0.02, 1.02)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(f"window ({a.churn_window})")
@@ -212,6 +213,14 @@ def offload_figure(res: OffloadResult) -> Figure:
 def skew_report(a: SkewAnalysis, out_dir: str | Path) -> Path:
     """Write the skew report folder (figures, tables, summary); returns ``index.html``."""
     rep = HtmlReport("Parameter-update skew", subtitle=f"{a.source} ({a.kind}; {a.events_kind} events)")
+    rep.add_heading("Headline")
+    top = a.coverage.filter(pl.col("top_fraction") == 0.01)
+    rep.add_headline(
+        [f"{a.num_events:,} updates on {a.num_keys:,} keys; Zipf exponent s = {a.zipf.s:.3f} "
+         f"(± {a.zipf.s_stderr:.3f}).",
+         *([f"The 1 % most frequent keys ({top['top_keys'].item():,}) take {100 * top['share'].item():.1f} % "
+            "of the updates."] if top.height else [])],
+        ["the IMC 2020 study: per-parameter update frequency is highly skewed", *([None] if top.height else [])])
     rep.add_text(
         f"{a.num_events:,} events on {a.num_keys:,} distinct keys. Rank-frequency exponent s "
         f"(f(r) ∝ r^-s, discrete MLE over ranks 1..{a.zipf.support:,}) = {a.zipf.s:.4f} ± {a.zipf.s_stderr:.4f}."
@@ -245,6 +254,13 @@ def skew_report(a: SkewAnalysis, out_dir: str | Path) -> Path:
 def offload_report(res: OffloadResult, source: str, out_dir: str | Path) -> Path:
     """Write the offload report folder; returns ``index.html``."""
     rep = HtmlReport("In-network offload what-if", subtitle=source)
+    best = res.table.sort("server_bytes_saved_fraction", descending=True, nulls_last=True).head(1)
+    if best.height:
+        b = best.row(0, named=True)
+        rep.add_heading("Headline")
+        rep.add_headline([f"Best: the {b['policy']} policy with a {format_bytes(b['budget_bytes'])} switch budget "
+                          f"({b['capacity_keys']:,} rows) saves {100 * (b['server_bytes_saved_fraction'] or 0):.1f} % "
+                          "of the servers' row bytes."])
     for note in res.notes:
         rep.add_note(note)
     rep.add_figure("offload", offload_figure(res),

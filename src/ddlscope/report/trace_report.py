@@ -12,7 +12,7 @@ from matplotlib.patches import Patch
 
 from ddlscope.measure.analysis import TraceAnalysis
 from ddlscope.measure.timeline import IDLE_CAUSES
-from ddlscope.report.figures import COMPONENT_COLORS, COMPONENT_LABELS, new_figure
+from ddlscope.report.figures import COMPONENT_COLORS, COMPONENT_LABELS, OKABE_ITO, new_figure
 from ddlscope.report.html import HtmlReport
 
 c = pl.col
@@ -23,8 +23,8 @@ BREAKDOWN_COMPONENTS: tuple[str, ...] = (
 """Exclusive components of a window, in stacking order (``communication`` = exposed)."""
 _COLUMN = {"communication": "comm_exposed_us"}
 IDLE_COLORS: dict[str, str] = {
-    "data_loader": "#8c564b", "synchronisation": "#e377c2", "kernel_launch": "#7f7f7f",
-    "dependency": "#bcbd22", "unknown": "#c7c7c7",
+    "data_loader": "#7A5200", "synchronisation": "#E5B8D3", "kernel_launch": "#7f7f7f",
+    "dependency": "#B8AE2C", "unknown": "#c7c7c7",
 }
 MAX_BARS = 60
 
@@ -176,7 +176,7 @@ def whatif_figure(a: TraceAnalysis) -> Figure | None:
     fig, ax = new_figure(9.5, 0.42 * w.height + 1.4)
     y = np.arange(w.height)[::-1]
     pred = w["predicted_step_ms"].to_numpy()
-    key = {"baseline": ("measured baseline", "#555555"), True: ("scenario applies", "#1f77b4"),
+    key = {"baseline": ("measured baseline", "#555555"), True: ("scenario applies", OKABE_ITO["blue"]),
            False: ("scenario does not apply", "#d9d9d9")}
     kinds = ["baseline" if s == "baseline" else bool(ok) for s, ok in zip(w["scenario"], w["applied"], strict=True)]
     ax.barh(y, pred, color=[key[k][1] for k in kinds])
@@ -203,8 +203,8 @@ def model_check_figure(a: TraceAnalysis) -> Figure | None:
         return None
     fig, ax = new_figure(6.5, 3.8)
     x = np.arange(m.height)
-    ax.bar(x - 0.2, m["measured_us"].to_numpy() / 1e3, width=0.4, label="measured", color="#1f77b4")
-    ax.bar(x + 0.2, m["predicted_us"].to_numpy() / 1e3, width=0.4, label="model", color="#ff7f0e")
+    ax.bar(x - 0.2, m["measured_us"].to_numpy() / 1e3, width=0.4, label="measured", color=OKABE_ITO["blue"])
+    ax.bar(x + 0.2, m["predicted_us"].to_numpy() / 1e3, width=0.4, label="model", color=OKABE_ITO["orange"])
     names = {"compute_bound": "compute-bound", "data_io": "data I/O", "communication": "communication"}
     ax.set_xticks(x, [names.get(s, s) for s in m["component"].to_list()])
     ax.set_yscale("log")
@@ -212,6 +212,26 @@ def model_check_figure(a: TraceAnalysis) -> Figure | None:
     ax.set_title("Model check: analytical model vs measurement")
     ax.legend(frameon=False)
     return fig
+
+
+def headline_sentences(a: TraceAnalysis) -> list[str]:
+    """The trace report's headline: the mean iteration (ms) over the iterations in the means and
+    its exclusive parts as shares of the window (percent), and the straggler when there are ranks."""
+    st = a.steady
+    if st.height == 0:
+        return ["No iteration counts in the means."]
+    window = float(st["window_us"].mean())
+    parts = [("compute-bound", "compute_bound_us"), ("memory-bound", "memory_bound_us"),
+             ("exposed communication", "comm_exposed_us"), ("data I/O", "data_io_us"), ("idle", "idle_us")]
+    share = ", ".join(f"{label} {100 * float(st[col].mean()) / window:.1f} %" for label, col in parts if window > 0)
+    out = [f"Mean iteration {window / 1e3:.3g} ms over {st.height:,} (rank, iteration) rows of "
+           f"{a.ranks.height} rank(s): {share} of the window."]
+    if a.skew.height > 1:
+        sk = a.skew_summary
+        out.append(f"Straggler: rank {sk['straggler_rank']}, {sk['straggler_excess_us'] / 1e3:.3g} ms more "
+                   f"non-communication time per iteration than the median rank, mostly "
+                   f"{str(sk['slow_component']).replace('_', '-')}.")
+    return out
 
 
 def write_trace_report(a: TraceAnalysis, out_dir: str | Path, sections, summary: dict, title: str) -> Path:
@@ -223,6 +243,8 @@ def write_trace_report(a: TraceAnalysis, out_dir: str | Path, sections, summary:
     """
     rep = HtmlReport(title, subtitle=", ".join(a.ranks["source"].to_list()[:4])
                      + (" ..." if a.ranks.height > 4 else ""))
+    rep.add_heading("Headline")
+    rep.add_headline(headline_sentences(a))
     rep.add_note("Windows tile each rank's timeline: the exclusive components plus idle time add up to the "
                  "window, to the nanosecond. Communication is exposed time (no computation kernel running); "
                  "overlapped communication is reported separately.")

@@ -47,11 +47,14 @@ communication threads compete with the backward for it).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import statistics
+import sys
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import polars as pl
@@ -106,10 +109,12 @@ def typical_s(samples: Sequence[float]) -> float:
 
 
 def timed_steps(run_step: Callable[[], object], now: Callable[[], float], *, steps: int, warmup: int,
-                after_warmup: Callable[[], object] | None = None) -> list[float]:
+                after_warmup: Callable[[], object] | None = None,
+                on_step: Callable[[], object] | None = None) -> list[float]:
     """Run ``run_step`` ``warmup`` times untimed, call ``after_warmup`` (DDP: a barrier, so ranks
     start together), then ``steps`` times timed on the clock ``now``; the ``steps`` durations
-    (seconds, ``now``'s clock). :func:`typical_s` of the result is the measured step.
+    (seconds, ``now``'s clock). :func:`typical_s` of the result is the measured step. ``on_step``
+    is called after every step, warm-up ones included (a progress bar), outside the timed span.
 
     Raises:
         ValueError: ``steps < 1`` or ``warmup < 0``.
@@ -117,6 +122,8 @@ def timed_steps(run_step: Callable[[], object], now: Callable[[], float], *, ste
     check_steps(steps, warmup)
     for _ in range(warmup):
         run_step()
+        if on_step is not None:
+            on_step()
     if after_warmup is not None:
         after_warmup()
     times = []
@@ -124,7 +131,37 @@ def timed_steps(run_step: Callable[[], object], now: Callable[[], float], *, ste
         t0 = now()
         run_step()
         times.append(now() - t0)
+        if on_step is not None:
+            on_step()
     return times
+
+
+PROFILER_LOG = re.compile(r"^(?:USDT|STAGE|ERROR|WARNING|INFO):\d{4}-\d\d-\d\d [\d:.]+ \d+:\d+ \w+\.cpp:\d+\]")
+"""A line the PyTorch profiler's native library (Kineto) writes to file descriptor 2 itself
+(``USDT:2026-12-02 10:00:51 6142:6142 SyncActivityProfilerHandler.cpp:52] profiler_start``);
+``KINETO_LOG_LEVEL`` does not silence the ``USDT`` ones (torch 2.13)."""
+
+
+@contextlib.contextmanager
+def profiler_logs_kept_out() -> Iterator[None]:
+    """Run the block with file descriptor 2 captured; afterwards every captured line that is not
+    one of the profiler's own log lines (:data:`PROFILER_LOG`) is written to ``sys.stderr``, so a
+    real native warning still reaches the user and ``profiler_start`` does not."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            kept = [line for line in captured.read().decode(errors="replace").splitlines()
+                    if not PROFILER_LOG.match(line)]
+            if kept:
+                sys.stderr.write("\n".join(kept) + "\n")
 
 
 def check_steps(steps: int, warmup: int) -> None:
@@ -158,11 +195,12 @@ def _train_step(model: torch.nn.Module, batch: Any, opt: torch.optim.Optimizer) 
 
 
 def measure_single(case: ValidationCase, *, threads: int = 1, steps: int = 5, warmup: int = 2,
-                   clock: str = "wall") -> dict[str, float]:
+                   clock: str = "wall", on_step: Callable[[], object] | None = None) -> dict[str, float]:
     """Measure ``case`` in this process (module docstring): ``step_s`` (:func:`typical_s` of
     ``steps`` timed steps after ``warmup``), ``compute_bound_s``, ``memory_bound_s``, ``other_s``
     (seconds per step on ``clock``: ``wall`` or ``cpu``, this thread's CPU time, valid with one
-    thread).
+    thread). ``on_step`` is called after each of the ``warmup + steps + 1`` steps (the last one
+    profiled); the profiler's own log lines are kept out of stderr (:func:`profiler_logs_kept_out`).
 
     Raises:
         ValueError: ``steps < 1`` or ``warmup < 0``.
@@ -174,13 +212,16 @@ def measure_single(case: ValidationCase, *, threads: int = 1, steps: int = 5, wa
     batch = real_batch(batch)
     model.train()
     opt = _optimizer(model)
-    step = typical_s(timed_steps(lambda: _train_step(model, batch, opt), now, steps=steps, warmup=warmup))
+    step = typical_s(timed_steps(lambda: _train_step(model, batch, opt), now, steps=steps, warmup=warmup,
+                                 on_step=on_step))
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with profiler_logs_kept_out(), profile(activities=[ProfilerActivity.CPU]) as prof:
         t0 = time.perf_counter()
         _train_step(model, batch, opt)
         profiled = time.perf_counter() - t0  # wall, as the profiler's op durations
+    if on_step is not None:
+        on_step()
     compute = memory = 0.0
     for ev in prof.key_averages():
         if not ev.key.startswith("aten::"):
@@ -212,8 +253,12 @@ def _ddp_worker(rank: int, world: int, port: int, case_name: str, threads: int, 
         batch = real_batch(batch, seed=rank)
         ddp = DistributedDataParallel(model)
         opt = _optimizer(ddp)
+        def tick() -> None:
+            if rank == 0:
+                queue.put({"progress": 1})
+
         times = timed_steps(lambda: _train_step(ddp, batch, opt), now, steps=steps, warmup=warmup,
-                            after_warmup=dist.barrier)
+                            after_warmup=dist.barrier, on_step=tick)
         record: list[tuple[int, float]] = []
 
         def timed_allreduce(state, bucket):  # unannotated: DDP rejects string annotations
@@ -231,6 +276,7 @@ def _ddp_worker(rank: int, world: int, port: int, case_name: str, threads: int, 
         for i in range(HOOK_WARMUP_STEPS + max(2, steps // 2)):
             record.clear()
             _train_step(ddp, batch, opt)
+            tick()
             if i < HOOK_WARMUP_STEPS:
                 continue
             comm.append(sum(t for _, t in record))
@@ -249,11 +295,20 @@ def _ddp_worker(rank: int, world: int, port: int, case_name: str, threads: int, 
         dist.destroy_process_group()
 
 
+def ddp_steps(steps: int, warmup: int) -> int:
+    """Training steps one DDP run of :func:`measure_ddp` takes per process: ``warmup + steps``
+    with the default hook, then :data:`HOOK_WARMUP_STEPS` ``+ max(2, steps // 2)`` with the timed
+    one."""
+    return warmup + steps + HOOK_WARMUP_STEPS + max(2, steps // 2)
+
+
 def measure_ddp(case: ValidationCase, *, ranks: int = 2, threads: int = 1, steps: int = 5, warmup: int = 2,
-                clock: str = "wall", timeout_s: float = 600.0) -> dict[str, float]:
+                clock: str = "wall", timeout_s: float = 600.0,
+                on_step: Callable[[], object] | None = None) -> dict[str, float]:
     """Measure ``case`` with DDP on ``ranks`` local processes (module docstring): ``step_s``,
     ``comm_s``, ``buckets``, ``bucket_bytes`` (seconds per step on ``clock``: ``wall``, or ``cpu``:
     each process's CPU time, all its threads; each the slowest rank's :func:`typical_s`).
+    ``on_step`` is called after each of rank 0's :func:`ddp_steps` steps.
 
     Raises:
         ValueError: ``steps < 1`` or ``warmup < 0``.
@@ -271,14 +326,19 @@ def measure_ddp(case: ValidationCase, *, ranks: int = 2, threads: int = 1, steps
         p.start()
     deadline = time.monotonic() + timeout_s
     try:
-        while queue.empty():
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"validate {case.name}: DDP run exceeded {timeout_s:.0f} s")
-            dead = [p for p in procs if p.exitcode not in (None, 0)]
-            if dead and queue.empty():
-                raise RuntimeError(f"validate {case.name}: DDP process exited with code {dead[0].exitcode}")
-            time.sleep(0.02)
-        out = queue.get()
+        while True:
+            while queue.empty():
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"validate {case.name}: DDP run exceeded {timeout_s:.0f} s")
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead and queue.empty():
+                    raise RuntimeError(f"validate {case.name}: DDP process exited with code {dead[0].exitcode}")
+                time.sleep(0.02)
+            out = queue.get()
+            if "progress" not in out:
+                break
+            if on_step is not None:
+                on_step()
     finally:
         for p in procs:
             p.join(timeout=20)
@@ -343,7 +403,9 @@ def validate_local(
     progress: Callable[[str, int, int], None] | None = None,
 ) -> pl.DataFrame:
     """Measure and predict every case: one row per (model, architecture, component), columns
-    :data:`VALIDATION_COLUMNS` plus ``eff_compute``, ``eff_memory``.
+    :data:`VALIDATION_COLUMNS` plus ``eff_compute``, ``eff_memory``. ``progress(stage, done,
+    total)`` is told ``training runs`` (one per model and architecture) and, per run, its steps
+    (``MODEL: 1 process, steps``, ``MODEL: DDP x P, steps``).
 
     Raises:
         ValueError: an unknown case, more ranks than the calibrated host has devices, ``steps < 1``
@@ -362,10 +424,23 @@ def validate_local(
     rows: list[dict[str, Any]] = []
     total = len(cases) * (2 if data_parallel else 1)
     done = 0
+    def stepper(stage: str, total_steps: int) -> Callable[[], None] | None:
+        if progress is None:
+            return None
+        count = [0]
+        progress(stage, 0, total_steps)
+
+        def on_step() -> None:
+            count[0] += 1
+            progress(stage, count[0], total_steps)
+
+        return on_step
+
     for name in cases:
         case = CASES[name]
         pred = predict_case(case, cal)
-        meas = measure_single(case, threads=threads, steps=steps, warmup=warmup, clock=clock)
+        meas = measure_single(case, threads=threads, steps=steps, warmup=warmup, clock=clock,
+                              on_step=stepper(f"{name}: 1 process, steps", warmup + steps + 1))
         extra = {"eff_compute": pred["eff_compute"], "eff_memory": pred["eff_memory"]}
         for comp in ("step", "compute_bound", "memory_bound", "other"):
             p = pred.get(f"{comp}_s")
@@ -376,7 +451,8 @@ def validate_local(
             progress("training runs", done, total)
         if data_parallel:
             pred = predict_case(case, cal, ranks=ranks)
-            meas = measure_ddp(case, ranks=ranks, threads=threads, steps=steps, warmup=warmup, clock=clock)
+            meas = measure_ddp(case, ranks=ranks, threads=threads, steps=steps, warmup=warmup, clock=clock,
+                               on_step=stepper(f"{name}: DDP x {ranks}, steps", ddp_steps(steps, warmup)))
             for comp in ("step", "comm"):
                 rows.append({"model": name, "architecture": "allreduce_local", "processes": ranks, "component": comp,
                              "clock": component_clock(comp, clock),
