@@ -214,8 +214,26 @@ def characterize_population(
     if malformed is not None:
         ch.notes.append(f"{report.malformed.height:,} malformed row(s) of the trace are not jobs and were not "
                         "read (file:line examples in the malformed_rows table; ddlscope ingest lists them).")
-    # the jobs without a duration are said once: the reader's count and how they are weighed, together
-    reader_note = report.duration_note() if report is not None else None
+    say_duration_once(ch.notes, report, sources)
+    return CharacterizeResult(
+        source=source, population=population, accounting=accounting, per_job=ch.per_job(), shares=ch.shares,
+        speedups=ch.speedups,
+        headline=MappingProxyType(dict(ch.headline)), notes=tuple(ch.notes),
+        malformed=malformed if malformed is not None else pl.DataFrame(
+            schema={"table": pl.String, "problem": pl.String, "rows": pl.Int64, "examples": pl.String}),
+        characterization=ch, ingest=report)
+
+
+def say_duration_once(notes: list[str], report: Any, sources: pl.DataFrame) -> None:
+    """Say the jobs without a duration once, in ``notes`` (edited in place): the reader's count
+    (``report.duration_note()``, removed) and how the evaluated ones are weighed, in one note.
+
+    Args:
+        notes: the characterization's notes.
+        report: the ingest report (``jobs_without_duration``, ``attributed_jobs_without_duration``,
+            ``duration_note()``), or ``None`` for the built-in population.
+        sources: ``gpu_time_source, count`` (value counts of the baseline's ``gpu_time_source``).
+    """
     weighed: list[str] = []
     for src, n in sources.iter_rows():
         if src == "steps x predicted step time":
@@ -224,20 +242,15 @@ def characterize_population(
         elif src == "unknown":
             weighed.append(f"{n:,} evaluated job(s) have no steps either: they count in job-weighted "
                            "aggregates and weigh 0 in GPU-time-weighted ones")
-    if weighed:
-        if reader_note in ch.notes:
-            ch.notes.remove(reader_note)
-        lead = (f"{report.jobs_without_duration:,} job(s) have no duration in the trace "
-                f"({report.attributed_jobs_without_duration:,} of them attributed)" if report is not None
-                else "jobs without a duration")
-        ch.notes.append(f"{lead}: " + "; ".join(weighed) + ".")
-    return CharacterizeResult(
-        source=source, population=population, accounting=accounting, per_job=ch.per_job(), shares=ch.shares,
-        speedups=ch.speedups,
-        headline=MappingProxyType(dict(ch.headline)), notes=tuple(ch.notes),
-        malformed=malformed if malformed is not None else pl.DataFrame(
-            schema={"table": pl.String, "problem": pl.String, "rows": pl.Int64, "examples": pl.String}),
-        characterization=ch, ingest=report)
+    if not weighed:
+        return
+    reader_note = report.duration_note() if report is not None else None
+    if reader_note in notes:
+        notes.remove(reader_note)
+    lead = (f"{report.jobs_without_duration:,} job(s) have no duration in the trace "
+            f"({report.attributed_jobs_without_duration:,} of them attributed)" if report is not None
+            else "jobs without a duration")
+    notes.append(f"{lead}: " + "; ".join(weighed) + ".")
 
 
 class NoEvaluableJobsError(ValueError):

@@ -17,6 +17,7 @@ import typer
 from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from ddlscope.api import say_duration_once
 from ddlscope.cli.common import (
     CatalogFiles,
     FormatOpt,
@@ -210,23 +211,7 @@ def register(app: typer.Typer) -> None:
             if malformed is not None:
                 ch.notes.append(f"{report.malformed.height:,} malformed row(s) of the trace are not jobs and were not "
                                 "read (file:line examples in the malformed_rows table; ddlscope ingest lists them).")
-            # the jobs without a duration are said once: the reader's count and how they are weighed, together
-            reader_note = report.duration_note() if report is not None else None
-            weighed: list[str] = []
-            for src, n in sources.iter_rows():
-                if src == "steps x predicted step time":
-                    weighed.append(f"{n:,} evaluated job(s) weigh their steps x the predicted baseline step time x "
-                                   "GPUs in GPU-time-weighted aggregates")
-                elif src == "unknown":
-                    weighed.append(f"{n:,} evaluated job(s) have no steps either: they count in job-weighted "
-                                   "aggregates and weigh 0 in GPU-time-weighted ones")
-            if weighed:
-                if reader_note in ch.notes:
-                    ch.notes.remove(reader_note)
-                lead = (f"{report.jobs_without_duration:,} job(s) have no duration in the trace "
-                        f"({report.attributed_jobs_without_duration:,} of them attributed)" if report is not None
-                        else "jobs without a duration")
-                ch.notes.append(f"{lead}: " + "; ".join(weighed) + ".")
+            say_duration_once(ch.notes, report, sources)
             progress.update(step, description="writing the report")
             summary = {"source": source, "population_jobs": population.height,
                        "malformed_rows": 0 if report is None else report.malformed.height,
