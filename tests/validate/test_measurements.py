@@ -91,7 +91,7 @@ def test_prediction_prices_the_op_table_at_the_rows_batch(tmp_path):
     jobs = measurement_jobs(t.rows)
     res = predict_jobs(jobs, FittedEfficiencies({}, 0, "defaults"))
     direct = profile_model("resnet18_cifar", batch_size=24, embedding_gradients="dense").ops
-    interpolated = ops_at("resnet18_cifar", "fp32", "sgd", None, None, 24)
+    interpolated = ops_at("resnet18_cifar", "fp32", "sgd", None, None, "fused", 24)
     assert interpolated["op"].to_list() == direct["op"].to_list()
     assert interpolated["flops"].to_list() == pytest.approx(direct["flops"].cast(pl.Float64).to_list(), rel=1e-12)
     assert interpolated["total_bytes"].to_list() == pytest.approx(
@@ -227,3 +227,36 @@ def test_a_json_array_of_rows_reads_as_a_table(tmp_path):
     path.write_text(__import__("json").dumps(rows))
     t = read_measurements(path)
     assert t.rows.height == 1 and t.rejected["reason"].to_list() == ["not_an_integer"]
+
+
+def test_attention_column_is_checked_and_reaches_the_profile(tmp_path):
+    """``attention``: an unknown value is a rejected row naming its line; ``math`` profiles the
+    materialised scores, so the memory-bound bytes grow by the score tensors' traffic."""
+    head = "model,gpu,gpus,batch_per_gpu,precision,step_time_s,seq_len,attention\n"
+    path = _write(tmp_path, head + "bert_base_squad,V100,1,2,fp16,0.1,128,math\n"
+                                   "bert_base_squad,V100,1,2,fp16,0.1,128,flash\n"
+                                   "bert_base_squad,V100,1,2,fp16,0.1,128,\n")
+    t = read_measurements(path)
+    assert t.rows["attention"].to_list() == ["math", "fused"]
+    bad = t.rejected.row(0, named=True)
+    assert (bad["line"], bad["reason"]) == (3, "unknown_attention")
+    assert bad["detail"] == f"{path}:3: attention = flash: expected fused or math"
+    math_ops = ops_at("bert_base_squad", "fp16", "sgd", 128, None, "math", 2)
+    fused_ops = ops_at("bert_base_squad", "fp16", "sgd", 128, None, "fused", 2)
+    # the math path (unfused eager attention) runs a softmax on the L x L scores of each of the
+    # 12 layers: 2 samples x 12 heads x 128 x 128 scores; the fused kernel never writes them
+    assert "aten._softmax" in math_ops["op"].to_list() and "aten._softmax" not in fused_ops["op"].to_list()
+    softmax = math_ops.filter(pl.col("op") == "aten._softmax", pl.col("phase") == "forward")
+    assert softmax.height == 12
+    scores = 2 * 12 * 128 * 128
+    # the softmax reads and writes the scores (FP32 under autocast: 4 bytes each)
+    assert softmax["total_bytes"].cast(pl.Float64).to_list() == [2 * 4 * scores] * 12
+    assert math_ops["total_bytes"].sum() > fused_ops["total_bytes"].sum()
+
+
+def test_lambda_bert_rows_run_as_deeplearningexamples_does(shared_data):
+    """Lambda's BERT SQuAD rows: Adam (run_squad.py) and DLE's unfused attention (modeling.py)."""
+    rows = lambda_measurements(shared_data).rows.filter(pl.col("benchmark").str.starts_with("bert"))
+    assert rows.height > 0
+    assert set(rows["attention"]) == {"math"} and set(rows["optimizer"]) == {"adam"}
+    assert set(rows["seq_len"]) == {384}

@@ -354,7 +354,9 @@ def profile_model(
         optimizer: ``sgd``, ``adam`` or ``adamw`` (see :func:`_make_optimizer`).
         gpu: catalog GPU name or spec for the roofline columns (default :data:`DEFAULT_GPU`).
         attention: ``fused`` (SDPA through the fused memory-efficient kernel, as on a GPU) or
-            ``math`` (the materialised ``L x S`` score path).
+            ``math`` (the materialised ``L x S`` score path as unfused eager code runs it: matmul,
+            scale, mask, softmax, dropout, matmul, each cast as autocast casts it;
+            :func:`ddlscope.profile.tracer.eager_attention`).
         embedding_gradients: ``sparse`` (tables used only by row look-ups exchange and update the
             rows a step touches) or ``dense`` (whole-table gradients, PyTorch ``sparse=False``
             DDP semantics).

@@ -17,7 +17,8 @@ Two PyTorch modes cooperate:
   16 bit, precision-sensitive calls in FP32, parameters cast once per forward) and, with
   ``fused_attention``, routes
   ``scaled_dot_product_attention`` to the fused memory-efficient kernel a GPU would run instead of
-  the materialised math path the meta device would pick.
+  the materialised math path the meta device would pick; without it, to the unfused eager sequence
+  (:func:`eager_attention`) that code writing attention by hand runs.
 """
 
 from __future__ import annotations
@@ -509,8 +510,11 @@ class StepFunctionMode(TorchFunctionMode):
             elif func in FP32_CALLS:
                 args = self._cast(args, torch.float32)
                 kwargs = {k: self._cast(v, torch.float32) for k, v in kwargs.items()}
-        if func is _SDPA and self.fused_attention:
-            return fused_attention(*args, **kwargs)
+        if func is _SDPA:
+            if self.fused_attention:
+                return fused_attention(*args, **kwargs)
+            with self:  # each call of the unfused path is seen, and cast, by this mode
+                return eager_attention(*args, **kwargs)
         if func is torch.lstm_cell:
             out = fused_lstm_cell(*args, **kwargs)
             if out is not None:
@@ -573,6 +577,44 @@ def fused_attention(
     out = torch.ops.aten._scaled_dot_product_efficient_attention(
         query, key, value, bias, need_lse, dropout_p, is_causal, scale=scale)[0]
     return out.squeeze(1) if squeeze else out
+
+
+def eager_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False,
+) -> torch.Tensor:
+    """``scaled_dot_product_attention`` as unfused eager code writes it (the ``math`` attention):
+    ``softmax(Q K^T x scale + mask)``, dropout, times ``V``, one call each, the ``L x S`` scores
+    written and read between them. This is the sequence of NVIDIA DeepLearningExamples' BERT
+    (``modeling.py``, ``BertSelfAttention.forward``: ``torch.matmul``, scale, mask add,
+    ``F.softmax``, dropout, ``torch.matmul``) and of Hugging Face's ``eager`` attention. Called
+    inside :class:`StepFunctionMode`, each call is cast as CUDA autocast casts it (the matmuls in
+    16 bit, the softmax in FP32). PyTorch's own math kernel differs: it upcasts 16-bit inputs to
+    FP32 throughout unless ``allow_fp16_bf16_reduction_math_sdp`` is set.
+
+    Shapes: ``query (..., L, E)``, ``key (..., S, E)``, ``value (..., S, E_v)``; ``enable_gqa``
+    repeats the key/value heads (dimension -3) to the query's. Returns ``(..., L, E_v)``.
+
+    Raises:
+        RuntimeError: query and key head counts that ``enable_gqa`` cannot reconcile.
+    """
+    if key.dim() >= 3 and key.size(-3) != query.size(-3):
+        if not enable_gqa or query.size(-3) % key.size(-3):
+            raise RuntimeError(f"scaled_dot_product_attention: {query.size(-3)} query heads vs {key.size(-3)} key heads")
+        rep = query.size(-3) // key.size(-3)
+        key, value = key.repeat_interleave(rep, dim=-3), value.repeat_interleave(rep, dim=-3)
+    factor = scale if scale is not None else query.size(-1) ** -0.5
+    scores = torch.matmul(query, key.transpose(-2, -1)) * factor
+    if is_causal:
+        keep = torch.ones(query.size(-2), key.size(-2), dtype=torch.bool, device=query.device).tril()
+        scores = scores.masked_fill(keep.logical_not(), float("-inf"))
+    if attn_mask is not None:
+        scores = (scores.masked_fill(attn_mask.logical_not(), float("-inf")) if attn_mask.dtype == torch.bool
+                  else scores + attn_mask)
+    probs = F.softmax(scores, dim=-1)
+    if dropout_p > 0.0:
+        probs = fused_dropout(probs, dropout_p, True)
+    return torch.matmul(probs, value)
 
 
 # -- recurrent layers as cuDNN runs them --------------------------------------------------------

@@ -34,6 +34,10 @@ column               required  meaning
                                ``none``, ``full`` or a fraction)
 ``conv_layout``      no        ``nchw`` (default, PyTorch's) or ``nhwc`` (channels_last): NCHW
                                tensor-core convolutions pay cuDNN's layout transposes
+``attention``        no        ``fused`` (default: ``scaled_dot_product_attention`` on a fused
+                               kernel, as PyTorch runs it on a GPU) or ``math``: the code
+                               materialises the ``L x S`` scores (``matmul``, ``softmax``,
+                               dropout, ``matmul``), as NVIDIA DeepLearningExamples' BERT does
 ``measured_sync_s``  no        measured exposed communication per step (s), compared with the
                                model's ``exposed_comm_s``
 ``source``           no        the table a row comes from (default: the file name); errors are
@@ -45,7 +49,7 @@ or GPU, a ``tokens/s`` row with no sequence length) are **rejected with their li
 counted (:attr:`MeasurementTable.rejected`); a table without a required column is an error naming
 the file and the column.
 
-**Prediction.** Each distinct (model, precision, optimizer, seq_len, image_size) is profiled at
+**Prediction.** Each distinct (model, precision, optimizer, seq_len, image_size, attention) is profiled at
 batch sizes 2 and 4 on the meta device; the row's op table is the two op tables interpolated op by op
 to its batch (:func:`ops_at`: an op's FLOPs and bytes are affine in the batch for a fixed graph), and
 the workload's totals likewise. Every op is priced on the row's GPU by
@@ -121,6 +125,7 @@ MEASUREMENT_COLUMNS: dict[str, str] = {
     "input_data": "real (default) or synthetic (no host-to-GPU input copy)",
     "overlap": "overlap policy: scheduled (default, DDP's buckets), none, full or a fraction",
     "conv_layout": "activation layout of convolutions: nchw (default, PyTorch's) or nhwc (channels_last)",
+    "attention": "fused (default: SDPA on a fused kernel) or math (the L x S scores materialised)",
     "measured_sync_s": "measured exposed communication per step, s",
     "source": "the table a row comes from (default: the file name)",
 }
@@ -130,6 +135,7 @@ _SAMPLE_UNITS = {"samples/s", "images/s", "sequences/s", "sample/s", "image/s", 
 _TOKEN_UNITS = {"tokens/s", "token/s", "tok/s"}
 _PRECISIONS = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "amp": "fp16", "bf16": "bf16"}
 _OPTIMIZERS = ("sgd", "adam", "adamw")
+_ATTENTIONS = ("fused", "math")  # the profiler's ATTENTIONS (ddlscope.profile.api): reading a table imports no torch
 _INT_COLUMNS = ("gpus", "batch_per_gpu", "servers", "seq_len", "image_size")
 _FLOAT_COLUMNS = ("throughput", "step_time_s", "units_per_sample", "measured_sync_s")
 RATIO_KINDS: dict[str, tuple[str, ...]] = {
@@ -287,6 +293,9 @@ def check_measurements(raw: pl.DataFrame, path: str | Path, catalog: Catalog | N
     layout = pl.col("conv_layout").str.to_lowercase()
     reject(pl.col("conv_layout").is_not_null() & ~layout.is_in(["nchw", "nhwc"]), "unknown_conv_layout",
            pl.format("conv_layout = {}: expected nchw or nhwc", pl.col("conv_layout")))
+    att = pl.col("attention").str.to_lowercase()
+    reject(pl.col("attention").is_not_null() & ~att.is_in(list(_ATTENTIONS)), "unknown_attention",
+           pl.format("attention = {}: expected fused or math", pl.col("attention")))
     inp = pl.col("input_data").str.to_lowercase()
     reject(pl.col("input_data").is_not_null() & ~inp.is_in(["real", "synthetic"]), "unknown_input_data",
            pl.format("input_data = {}: expected real or synthetic", pl.col("input_data")))
@@ -377,6 +386,7 @@ def check_measurements(raw: pl.DataFrame, path: str | Path, catalog: Catalog | N
         image_size=pl.col("image_size__i"),
         input_data=inp.fill_null("real"),
         conv_layout=layout.fill_null("nchw"),
+        attention=att.fill_null("fused"),
         overlap=pl.col("overlap").fill_null("scheduled"),
         measured_sync_s=pl.col("measured_sync_s__f"),
         source=pl.col("source").fill_null(path.name),
@@ -424,23 +434,24 @@ def _is_float(v: str) -> bool:
 
 
 # -- prediction ----------------------------------------------------------------------------------------
-_PROFILE_KEYS = ("model", "precision", "optimizer", "seq_len", "image_size")
+_PROFILE_KEYS = ("model", "precision", "optimizer", "seq_len", "image_size", "attention")
 _PROFILE_CACHE: dict[tuple, dict[str, Any]] = {}
 _OPS_CACHE: dict[tuple, pl.DataFrame] = {}
 
 
-def _profile(model: str, precision: str, optimizer: str, seq_len: int | None, image_size: int | None, batch: int):
+def _profile(model: str, precision: str, optimizer: str, seq_len: int | None, image_size: int | None,
+             attention: str, batch: int):
     from ddlscope.profile import profile_model
 
     return profile_model(model, batch_size=batch, precision=precision, optimizer=optimizer, seq_len=seq_len,
-                         image_size=image_size, embedding_gradients="dense")
+                         image_size=image_size, attention=attention, embedding_gradients="dense")
 
 
-def _profile_points(model: str, precision: str, optimizer: str, seq_len: int | None, image_size: int | None
-                    ) -> dict[str, Any]:
+def _profile_points(model: str, precision: str, optimizer: str, seq_len: int | None, image_size: int | None,
+                    attention: str = "fused") -> dict[str, Any]:
     """Workload fields at batch 2 (``*_2``) and 4 (``*_4``), the batch-independent ones, and the two op
     tables (``ops_2``, ``ops_4``; ``aligned``: the same ops in the same order at both batches)."""
-    key = (model, precision, optimizer, seq_len, image_size)
+    key = (model, precision, optimizer, seq_len, image_size, attention)
     if key not in _PROFILE_CACHE:
         r2, r4 = (_profile(*key, b) for b in (2, 4))
         w2, w4 = r2.workload, r4.workload
@@ -454,16 +465,16 @@ def _profile_points(model: str, precision: str, optimizer: str, seq_len: int | N
 
 
 def ops_at(model: str, precision: str, optimizer: str, seq_len: int | None, image_size: int | None,
-           batch: int) -> pl.DataFrame:
+           attention: str, batch: int) -> pl.DataFrame:
     """The op table of one training step at ``batch``: the batch-2 and batch-4 op tables interpolated
     op by op (``flops`` and ``total_bytes`` are affine in the batch for every op of a fixed graph:
     activations scale, weights and the optimizer do not), or a profile at ``batch`` itself where the
     two graphs differ (a model whose op list depends on the batch)."""
-    pts = _profile_points(model, precision, optimizer, seq_len, image_size)
+    pts = _profile_points(model, precision, optimizer, seq_len, image_size, attention)
     if not pts["aligned"]:
-        key = (model, precision, optimizer, seq_len, image_size, batch)
+        key = (model, precision, optimizer, seq_len, image_size, attention, batch)
         if key not in _OPS_CACHE:
-            _OPS_CACHE[key] = _profile(model, precision, optimizer, seq_len, image_size, batch).ops
+            _OPS_CACHE[key] = _profile(model, precision, optimizer, seq_len, image_size, attention, batch).ops
         return _OPS_CACHE[key]
     o2, o4 = pts["ops_2"], pts["ops_4"]
     f = (batch - 2) / 2
@@ -478,7 +489,7 @@ def measurement_jobs(rows: pl.DataFrame, catalog: Catalog | None = None,
                      progress: Callable[[str], None] | None = None) -> pl.DataFrame:
     """The Jobs table (:data:`~ddlscope.model.jobs.JOB_SCHEMA` columns plus ``rows``' own) of
     :attr:`MeasurementTable.rows` (module docstring, "Prediction"): one profile pair per distinct
-    (model, precision, optimizer, seq_len, image_size), then expressions. ``workload`` names the
+    (model, precision, optimizer, seq_len, image_size, attention), then expressions. ``workload`` names the
     (model, sizes, batch) so that :func:`price_measurement_jobs` finds each row's op table.
 
     Raises:

@@ -54,17 +54,28 @@ from ddlscope.validate.measurements import MeasurementError, MeasurementTable, c
 
 LAMBDA_MODELS: dict[str, dict[str, str]] = {
     "resnet50": {"model": "resnet50", "throughput_unit": "images/s", "input_data": "synthetic"},
-    "bert_base_squad": {"model": "bert_base_squad", "throughput_unit": "sequences/s", "seq_len": "384"},
-    "bert_large_squad": {"model": "bert_large_squad", "throughput_unit": "sequences/s", "seq_len": "384"},
+    "bert_base_squad": {"model": "bert_base_squad", "throughput_unit": "sequences/s", "seq_len": "384",
+                        "optimizer": "adam", "attention": "math"},
+    "bert_large_squad": {"model": "bert_large_squad", "throughput_unit": "sequences/s", "seq_len": "384",
+                         "optimizer": "adam", "attention": "math"},
     "ssd": {"model": "ssd300", "throughput_unit": "images/s"},
     "ncf": {"model": "ncf_dle", "throughput_unit": "samples/s", "optimizer": "adam"},
-    "transformerxlbase": {"model": "transformer_xl_base", "throughput_unit": "tokens/s", "seq_len": "192"},
-    "transformerxllarge": {"model": "transformer_xl_large", "throughput_unit": "tokens/s", "seq_len": "256"},
+    "transformerxlbase": {"model": "transformer_xl_base", "throughput_unit": "tokens/s", "seq_len": "192",
+                          "optimizer": "adam"},
+    "transformerxllarge": {"model": "transformer_xl_large", "throughput_unit": "tokens/s", "seq_len": "256",
+                           "optimizer": "adam"},
 }
-"""Lambda benchmark column -> measurement-table fields (DLE defaults: BERT SQuAD at sequence 384; NCF on
+"""Lambda benchmark column -> measurement-table fields (DLE defaults: BERT SQuAD at sequence 384, trained
+with Adam (``run_squad.py``: apex ``FusedAdam`` under AMP, ``BertAdam`` otherwise) and attention as
+DLE's ``modeling.py`` computes it, unfused (``BertSelfAttention.forward``: ``torch.matmul`` of queries
+and keys, scale, mask, ``F.softmax``, dropout, ``torch.matmul`` with the values: ``attention = math``,
+the ``L x L`` scores written and read by each step; NVIDIA/DeepLearningExamples
+``PyTorch/LanguageModeling/BERT``); NCF on
 MovieLens-20M, the zoo's ``ncf_dle``, trains with Adam; ResNet-50 on synthetic data; Transformer-XL's
 tokens/s count ``seq_len`` target tokens per sample, 192 for base and 256 for large, the zoo defaults
-taken from the DLE training scripts)."""
+taken from the DLE training scripts; they train with ``optim: jitlamb``, ``wt103_base.yaml`` /
+``wt103_large.yaml``: LAMB keeps Adam's two moments per parameter and is priced as ``adam``, its
+per-tensor trust-ratio norms not counted)."""
 
 LEFT_OUT: dict[str, str] = {
     "gnmt": "tokens/s counts the real (unpadded) tokens of WMT16 sentence pairs, whose length varies per batch; "
