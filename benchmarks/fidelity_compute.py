@@ -4,7 +4,7 @@ Measurements (kept apart from the team: nothing here is fitted on them; defaults
 
 - Lambda ``pytorch-train-throughput-{fp32,fp16}.csv``, one-GPU rows, models ``resnet50``,
   ``bert_base_squad``, ``bert_large_squad`` (zoo ``resnet50`` at 224 px with SGD; ``bert_base_squad`` /
-  ``bert_large_squad`` at SQuAD's 384 tokens with Adam and DLE's unfused attention), each at Lambda's batch
+  ``bert_large_squad`` at SQuAD's 384 tokens with Adam, DLE's unfused attention and apex O2 AMP), each at Lambda's batch
   (``pytorch-train-bs-*.csv``); throughput in images/s or sequences/s (SOURCES.md). Lambda's "fp32"
   runs in NGC containers, which enable TF32 on GPUs that have it: priced as ``tf32`` there.
   Rows of one GPU from several vendors (the H100 SXM5 of Dell, SMC, ...) are one GPU: their
@@ -54,26 +54,28 @@ from ddlscope.specs.catalog import builtin_catalog
 from ddlscope.specs.system import System
 from ddlscope.specs.workload import Workload
 
-LAMBDA_MODELS = {"resnet50": ("resnet50", None, "sgd", "fused"),
-                 "bert_base_squad": ("bert_base_squad", 384, "adam", "math"),
-                 "bert_large_squad": ("bert_large_squad", 384, "adam", "math")}
-"""Lambda column -> (zoo model, sequence length, optimizer, attention): the SQuAD fine-tunings as
-DeepLearningExamples runs them (Adam; attention unfused, ``modeling.py``'s ``BertSelfAttention``;
-:data:`ddlscope.validate.shared_tables.LAMBDA_MODELS`)."""
+LAMBDA_MODELS = {"resnet50": ("resnet50", None, "sgd", "fused", "autocast"),
+                 "bert_base_squad": ("bert_base_squad", 384, "adam", "math", "o2"),
+                 "bert_large_squad": ("bert_large_squad", 384, "adam", "math", "o2")}
+"""Lambda column -> (zoo model, sequence length, optimizer, attention, AMP mode): the SQuAD fine-tunings
+as DeepLearningExamples runs them (Adam; attention unfused, ``modeling.py``'s ``BertSelfAttention``;
+AMP as apex O2, ``run_squad.py``; :data:`ddlscope.validate.shared_tables.LAMBDA_MODELS`)."""
 
 
 def _profile(model: str, batch: int, precision: str, seq_len: int | None, optimizer: str, attention: str,
-             cache: Path) -> tuple[pl.DataFrame, Workload]:
+             amp: str, cache: Path) -> tuple[pl.DataFrame, Workload]:
     """Op table and workload of one step, from the cache or traced (tf32 shares the fp32 trace)."""
     prof_prec = "fp32" if precision == "tf32" else precision
-    key = f"{model}-b{batch}-{prof_prec}-s{seq_len}-{optimizer}-{attention}"
+    amp = amp if prof_prec in ("fp16", "bf16") else "autocast"
+    key = f"{model}-b{batch}-{prof_prec}-s{seq_len}-{optimizer}-{attention}-{amp}"
     ops_path, wl_path = cache / f"{key}.parquet", cache / f"{key}.json"
     if ops_path.exists() and wl_path.exists():
         return pl.read_parquet(ops_path), Workload.model_validate_json(wl_path.read_text())
     from ddlscope.profile import profile_model
 
     kw = {"seq_len": seq_len} if seq_len else {}
-    r = profile_model(model, batch_size=batch, precision=prof_prec, optimizer=optimizer, attention=attention, **kw)
+    r = profile_model(model, batch_size=batch, precision=prof_prec, optimizer=optimizer, attention=attention, amp=amp,
+                      **kw)
     ops = r.ops.select(OP_INPUT_COLUMNS)
     cache.mkdir(parents=True, exist_ok=True)
     ops.write_parquet(ops_path)
@@ -134,8 +136,8 @@ def predict(rows: list[dict], cache: Path) -> pl.DataFrame:
     system0 = cat.system("pai-v100-pcie-8")
     cases, before = [], []
     for r in rows:
-        zoo, seq, opt, att = LAMBDA_MODELS.get(r["model"], (r["model"], None, "sgd", "fused"))
-        ops, wl = _profile(zoo, r["batch"], r["precision"], seq, opt, att, cache)
+        zoo, seq, opt, att, amp = LAMBDA_MODELS.get(r["model"], (r["model"], None, "sgd", "fused", "autocast"))
+        ops, wl = _profile(zoo, r["batch"], r["precision"], seq, opt, att, amp, cache)
         wl = wl.model_copy(update={"precision": r["precision"]})
         cases.append(SingleGpuCase(ops, r["gpu"], r["precision"], r["batch"], label=f"{r['table']}:{r['gpu']}",
                                    conv_layout=r["layout"]))

@@ -91,6 +91,7 @@ def test_output_without_gradient():
     ({"precision": "fp8"}, "precision: expected one of fp32, tf32, fp16, bf16"),
     ({"optimizer": "lamb"}, "optimizer: expected one of sgd, adam, adamw"),
     ({"attention": "flash"}, "attention: expected one of fused, math"),
+    ({"amp": "O3"}, "amp: expected one of autocast, o2"),
     ({"batch_size": 0}, "batch_size: expected a positive integer"),
 ])
 def test_bad_options(kw, said):
@@ -151,6 +152,28 @@ def test_mixed_precision_fp16_and_bf16():
     # plus 16-bit activations, which are fewer bytes than the FP32 ones
     copies = 11_689_512 * 2
     assert copies < fp16.totals["activation_bytes"] < copies + fp32.totals["activation_bytes"]
+
+
+def test_apex_o2_runs_the_model_in_16_bit_and_steps_fp32_masters():
+    """``amp="o2"`` (apex O2): 16-bit weights, activations and gradients, no per-call casts; the
+    optimizer's FP32 masters are state (4 bytes per parameter beside Adam's 8), the gradient copy into
+    them reads 2 and writes 4 bytes per parameter, the copy back reads 4 and writes 2."""
+    n = 4 * 4 + 4
+    auto = profile_model(good, batch_size=8, precision="fp16", optimizer="adam")
+    o2 = profile_model(good, batch_size=8, precision="fp16", optimizer="adam", amp="o2")
+    assert o2.settings["amp"] == "o2" and "apex O2" in o2.workload.source
+    assert auto.workload.dense_param_bytes == n * 4 and o2.workload.dense_param_bytes == n * 2
+    fwd = o2.ops.filter(pl.col("phase") == "forward")
+    assert fwd.filter(pl.col("op") == "aten._to_copy").height == 0  # the input is cast before the step
+    assert set(fwd.filter(pl.col("op") == "aten.addmm")["dtype"]) == {"float16"}
+    assert auto.ops.filter(pl.col("op") == "ddlscope.amp_unscale_grads").height == 2
+    assert o2.ops.filter(pl.col("op") == "ddlscope.amp_unscale_grads").height == 0
+    copies = o2.ops.filter(pl.col("phase") == "optimizer", pl.col("op") == "aten.copy_")
+    assert copies.height == 4  # weight and bias: gradient in, master back
+    assert int(copies["read_bytes"].sum()) == n * 2 + n * 4 and int(copies["write_bytes"].sum()) == n * 4 + n * 2
+    assert o2.totals["optimizer_state_bytes"] == n * 4 + 2 * n * 4
+    # fp32/tf32 have no AMP mode: amp is ignored
+    assert profile_model(good, precision="fp32", amp="o2").settings["amp"] == "none"
 
 
 def test_adam_state_and_update():

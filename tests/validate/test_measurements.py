@@ -91,7 +91,7 @@ def test_prediction_prices_the_op_table_at_the_rows_batch(tmp_path):
     jobs = measurement_jobs(t.rows)
     res = predict_jobs(jobs, FittedEfficiencies({}, 0, "defaults"))
     direct = profile_model("resnet18_cifar", batch_size=24, embedding_gradients="dense").ops
-    interpolated = ops_at("resnet18_cifar", "fp32", "sgd", None, None, "fused", 24)
+    interpolated = ops_at("resnet18_cifar", "fp32", "sgd", None, None, "fused", "autocast", 24)
     assert interpolated["op"].to_list() == direct["op"].to_list()
     assert interpolated["flops"].to_list() == pytest.approx(direct["flops"].cast(pl.Float64).to_list(), rel=1e-12)
     assert interpolated["total_bytes"].to_list() == pytest.approx(
@@ -241,8 +241,8 @@ def test_attention_column_is_checked_and_reaches_the_profile(tmp_path):
     bad = t.rejected.row(0, named=True)
     assert (bad["line"], bad["reason"]) == (3, "unknown_attention")
     assert bad["detail"] == f"{path}:3: attention = flash: expected fused or math"
-    math_ops = ops_at("bert_base_squad", "fp16", "sgd", 128, None, "math", 2)
-    fused_ops = ops_at("bert_base_squad", "fp16", "sgd", 128, None, "fused", 2)
+    math_ops = ops_at("bert_base_squad", "fp16", "sgd", 128, None, "math", "autocast", 2)
+    fused_ops = ops_at("bert_base_squad", "fp16", "sgd", 128, None, "fused", "autocast", 2)
     # the math path (unfused eager attention) runs a softmax on the L x L scores of each of the
     # 12 layers: 2 samples x 12 heads x 128 x 128 scores; the fused kernel never writes them
     assert "aten._softmax" in math_ops["op"].to_list() and "aten._softmax" not in fused_ops["op"].to_list()
@@ -259,4 +259,7 @@ def test_lambda_bert_rows_run_as_deeplearningexamples_does(shared_data):
     rows = lambda_measurements(shared_data).rows.filter(pl.col("benchmark").str.starts_with("bert"))
     assert rows.height > 0
     assert set(rows["attention"]) == {"math"} and set(rows["optimizer"]) == {"adam"}
+    # apex O2 under AMP (run_squad.py); the FP32/TF32 rows run no AMP mode
+    assert set(rows.filter(pl.col("precision") == "fp16")["amp"]) == {"o2"}
+    assert set(rows.filter(pl.col("precision") != "fp16")["amp"]) == {"autocast"}
     assert set(rows["seq_len"]) == {384}

@@ -94,6 +94,8 @@ def register(app: typer.Typer) -> None:
                                                 "(default V100-SXM2-16GB)")] = None,
         attention: Annotated[str, typer.Option("--attention", help="fused (GPU SDPA kernel) or math "
                                                "(materialised scores)")] = "fused",
+        amp: Annotated[str, typer.Option("--amp", help="with --precision fp16/bf16: autocast (per-call casts) "
+                                         "or o2 (apex O2: the model in 16 bit, FP32 master weights)")] = "autocast",
         dense_embeddings: Annotated[bool, typer.Option("--dense-embeddings", help="treat embedding tables as "
                                                        "dense (whole-table gradients)")] = False,
         by: Annotated[str, typer.Option("--by", help="group the table by op, module or phase")] = "op",
@@ -130,7 +132,7 @@ def register(app: typer.Typer) -> None:
 
         result = profile_model(
             model, batch_size=batch_size, seq_len=seq_len, image_size=image_size, precision=precision,
-            optimizer=optimizer, gpu=gpu, attention=attention,
+            optimizer=optimizer, gpu=gpu, attention=attention, amp=amp,
             embedding_gradients="dense" if dense_embeddings else "sparse",
             catalog=user_catalog(catalog) if catalog else None,
         )

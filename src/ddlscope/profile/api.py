@@ -31,6 +31,9 @@ Optimizer = Literal["sgd", "adam", "adamw"]
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "adamw")
 PROFILE_PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")
 ATTENTIONS: tuple[str, ...] = ("fused", "math")
+AMP_MODES: tuple[str, ...] = ("autocast", "o2")
+"""How 16-bit mixed precision runs (``profile_model(amp=...)``): ``autocast`` casts per call
+(``torch.autocast``, apex O1); ``o2`` runs the model in 16 bit with FP32 master weights (apex O2)."""
 EMBEDDING_GRADIENTS: tuple[str, ...] = ("sparse", "dense")
 DEFAULT_GPU = "V100-SXM2-16GB"
 """Roofline reference GPU when none is given: the PAI study's V100 (IISWC 2019)."""
@@ -337,6 +340,7 @@ def profile_model(
     attention: str = "fused",
     embedding_gradients: str = "sparse",
     catalog: Catalog | None = None,
+    amp: str = "autocast",
 ) -> ProfileResult:
     """Trace one training step (forward, backward, optimizer update) of ``model`` on the meta device.
 
@@ -361,6 +365,14 @@ def profile_model(
             rows a step touches) or ``dense`` (whole-table gradients, PyTorch ``sparse=False``
             DDP semantics).
         catalog: the hardware catalog for ``gpu`` names (default: built-in).
+        amp: with ``fp16``/``bf16``, how mixed precision runs (:data:`AMP_MODES`): ``autocast``
+            (the default: ``torch.autocast`` / apex O1 casts per call, FP32 weights cast once per
+            forward, the softmax and normalisations in FP32) or ``o2`` (apex ``opt_level="O2"``
+            with ``keep_batchnorm_fp32=False``, as NVIDIA DeepLearningExamples' BERT fine-tuning
+            runs: the whole model in 16 bit, no per-call casts; the optimizer steps FP32 master
+            weights, the 16-bit gradients copied into them (the copy unscales and checks for
+            overflow, apex ``multi_tensor_scale``) and the updated masters copied back). Ignored
+            for fp32/tf32.
 
     Returns:
         A :class:`ProfileResult`.
@@ -373,7 +385,7 @@ def profile_model(
             non-positive size.
     """
     for value, allowed, what in ((precision, PROFILE_PRECISIONS, "precision"), (optimizer, OPTIMIZERS, "optimizer"),
-                                 (attention, ATTENTIONS, "attention"),
+                                 (attention, ATTENTIONS, "attention"), (amp, AMP_MODES, "amp"),
                                  (embedding_gradients, EMBEDDING_GRADIENTS, "embedding_gradients")):
         if value not in allowed:
             raise ValueError(f"{what}: expected one of {', '.join(allowed)}, got {value!r}")
@@ -399,7 +411,8 @@ def profile_model(
         if isinstance(sub, torch.nn.Embedding | torch.nn.EmbeddingBag) and sub.sparse:
             sub.sparse = False
     try:
-        trace = _trace_step(name, module, batch, precision, optimizer, attention, embedding_gradients)
+        trace = _trace_step(name, module, batch, precision, optimizer, attention, embedding_gradients,
+                            o2=amp == "o2" and precision in ("fp16", "bf16"))
     except _ModelInputError as exc:  # the model's own check of its input (BatchNorm of one value...)
         at = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in sizes.items()) or "its default sizes"
         raise ProfileError(f"profile {name} at {at}: the model cannot run at this size (PyTorch: {exc})") from None
@@ -430,10 +443,12 @@ def profile_model(
         peak_memory_bytes=float(totals["peak_memory_bytes"]),
         source=f"ddlscope profile {name} (batch {b}"
         + "".join(f", {k} {v}" for k, v in sizes.items() if k != "batch_size")
-        + f", {precision}, {optimizer}, attention {attention}; torch {torch.__version__})",
+        + f", {precision}{' (apex O2)' if amp == 'o2' and precision in ('fp16', 'bf16') else ''}, {optimizer}, "
+        f"attention {attention}; torch {torch.__version__})",
     )
     settings = {"batch_size": b, **{k: v for k, v in sizes.items() if k != "batch_size"}, "precision": precision,
                 "optimizer": optimizer, "attention": attention, "embedding_gradients": embedding_gradients,
+                "amp": amp if precision in ("fp16", "bf16") else "none",
                 "gpu": gpu_spec.name}
     return ProfileResult(model=name, ops=ops, params=params, totals=totals, workload=workload, settings=settings)
 
@@ -448,7 +463,11 @@ class _ModelInputError(Exception):
 
 
 def _trace_step(name: str, module: torch.nn.Module, batch: Any, precision: str, optimizer: str, attention: str,
-                embedding_gradients: str) -> dict[str, Any]:
+                embedding_gradients: str, o2: bool = False) -> dict[str, Any]:
+    amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
+    if o2 and amp_dtype is not None:  # apex O2: the model and its floating inputs in 16 bit
+        module.to(amp_dtype)
+        batch = _cast_floats(batch, amp_dtype)
     named = list(module.named_parameters())
     trainable = [(n, p) for n, p in named if p.requires_grad]
     param_names = {storage_key(p): n for n, p in named}
@@ -456,8 +475,7 @@ def _trace_step(name: str, module: torch.nn.Module, batch: Any, precision: str, 
     static = {storage_key(t) for t in [*module.parameters(), *tensors_in(batch)]} | buffers
     module_names = {id(m): n for n, m in module.named_modules()}
     rec = StepRecorder(module_names, param_names, static, buffers)
-    amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
-    fmode = StepFunctionMode(amp_dtype, fused_attention=attention == "fused")
+    fmode = StepFunctionMode(None if o2 else amp_dtype, fused_attention=attention == "fused")
 
     for p in module.parameters():
         p.grad = None
@@ -467,7 +485,7 @@ def _trace_step(name: str, module: torch.nn.Module, batch: Any, precision: str, 
             try:
                 with rec:
                     rec.phase = "forward"
-                    with fmode, rnn_autocast_check(amp_dtype is not None):
+                    with fmode, rnn_autocast_check(amp_dtype is not None and not o2):
                         output = _run_model(module, batch)
                         loss = _loss_of(name, output)
                     fmode.clear_cache()  # as leaving torch.autocast does; autograd keeps what it saved
@@ -513,17 +531,27 @@ def _trace_step(name: str, module: torch.nn.Module, batch: Any, precision: str, 
 
     # -- optimizer: state warmed up outside the trace (a steady-state step), then one traced step
     dense_trainable = [(n, p) for n, p in trainable if n not in sparse]
-    opt = _make_optimizer(optimizer, [p for _, p in dense_trainable]) if dense_trainable else None
+    # apex O2: the optimizer updates FP32 master copies of the 16-bit weights
+    masters = ({n: torch.nn.Parameter(p.detach().float()) for n, p in dense_trainable if p.grad is not None}
+               if o2 else {})
+    stepped = [(n, masters.get(n, p)) for n, p in dense_trainable]
+    opt = _make_optimizer(optimizer, [p for _, p in stepped]) if stepped else None
     state_bytes = 0
     if opt is not None:
+        for n, p in dense_trainable:
+            if n in masters:
+                masters[n].grad = p.grad.float()
         opt.step()  # initialise the state (momentum buffers, moments) untraced
         owners = {}
-        for n, p in dense_trainable:
+        for (n, p), (_, q) in zip(dense_trainable, stepped, strict=True):
             owner = n.rpartition(".")[0]  # the module holding the parameter
-            owners[storage_key(p)] = owner
-            if p.grad is not None:
-                owners[storage_key(p.grad)] = owner
-            for v in opt.state[p].values():
+            for t in {id(x): x for x in (p, q, p.grad, q.grad) if x is not None}.values():
+                owners[storage_key(t)] = owner
+            if q is not p:  # a master weight is optimizer state: 4 bytes per parameter
+                rec.static.add(storage_key(q))
+                rec.static.add(storage_key(q.grad))
+                state_bytes += tensor_bytes(q)
+            for v in opt.state[q].values():
                 if isinstance(v, torch.Tensor) and v.is_meta:
                     owners[storage_key(v)] = owner
                     rec.static.add(storage_key(v))
@@ -531,7 +559,14 @@ def _trace_step(name: str, module: torch.nn.Module, batch: Any, precision: str, 
         rec.add_owners(owners)
         rec.phase = "optimizer"
         with rec:
+            for n, p in dense_trainable:  # 16-bit gradients into the FP32 masters (unscaled on the way)
+                if n in masters:
+                    masters[n].grad.copy_(p.grad)
             opt.step()
+            with torch.no_grad():
+                for n, p in dense_trainable:  # the updated masters back into the 16-bit model
+                    if n in masters:
+                        p.copy_(masters[n])
     rec.stop_tracking()
 
     # -- analytic rows: sparse-table updates and the fp16 gradient scaler
@@ -544,7 +579,7 @@ def _trace_step(name: str, module: torch.nn.Module, batch: Any, precision: str, 
         _append(rec, "optimizer", f"ddlscope.sparse_{optimizer}_update", table.rpartition(".")[0], table, p,
                 touched * flops_per,
                 touched * p.element_size() * read_w, touched * p.element_size() * write_w)
-    if precision == "fp16":
+    if precision == "fp16" and not o2:  # under O2 the master-gradient copy unscales
         # GradScaler.unscale_ (PyTorch AMP): _amp_foreach_non_finite_check_and_unscale_ reads and
         # writes every gradient once, multiplying by 1/scale and checking for inf/NaN
         for n, p in trainable:
@@ -568,6 +603,17 @@ def _trace_step(name: str, module: torch.nn.Module, batch: Any, precision: str, 
         "host_ops": rec.host_ops,
         "sparse": sparse,
     }
+
+
+def _cast_floats(obj: Any, dtype: torch.dtype) -> Any:
+    """``obj`` (a tensor, or a dict/list/tuple of them) with its floating tensors cast to ``dtype``."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(dtype) if obj.is_floating_point() else obj
+    if isinstance(obj, dict):
+        return {k: _cast_floats(v, dtype) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(_cast_floats(v, dtype) for v in obj)
+    return obj
 
 
 def _append(rec: StepRecorder, phase: str, op: str, module: str, table: str | None, p: torch.Tensor,

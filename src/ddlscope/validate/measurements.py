@@ -38,6 +38,9 @@ column               required  meaning
                                kernel, as PyTorch runs it on a GPU) or ``math``: the code
                                materialises the ``L x S`` scores (``matmul``, ``softmax``,
                                dropout, ``matmul``), as NVIDIA DeepLearningExamples' BERT does
+``amp``              no        16-bit rows: ``autocast`` (default: ``torch.autocast``/apex O1,
+                               casts per call) or ``o2`` (apex O2: the model in 16 bit, FP32
+                               master weights); ignored for fp32/tf32
 ``measured_sync_s``  no        measured exposed communication per step (s), compared with the
                                model's ``exposed_comm_s``
 ``source``           no        the table a row comes from (default: the file name); errors are
@@ -49,7 +52,7 @@ or GPU, a ``tokens/s`` row with no sequence length) are **rejected with their li
 counted (:attr:`MeasurementTable.rejected`); a table without a required column is an error naming
 the file and the column.
 
-**Prediction.** Each distinct (model, precision, optimizer, seq_len, image_size, attention) is profiled at
+**Prediction.** Each distinct (model, precision, optimizer, seq_len, image_size, attention, amp) is profiled at
 batch sizes 2 and 4 on the meta device; the row's op table is the two op tables interpolated op by op
 to its batch (:func:`ops_at`: an op's FLOPs and bytes are affine in the batch for a fixed graph), and
 the workload's totals likewise. Every op is priced on the row's GPU by
@@ -126,6 +129,7 @@ MEASUREMENT_COLUMNS: dict[str, str] = {
     "overlap": "overlap policy: scheduled (default, DDP's buckets), none, full or a fraction",
     "conv_layout": "activation layout of convolutions: nchw (default, PyTorch's) or nhwc (channels_last)",
     "attention": "fused (default: SDPA on a fused kernel) or math (the L x S scores materialised)",
+    "amp": "16-bit rows: autocast (default, per-call casts) or o2 (apex O2: model in 16 bit, FP32 masters)",
     "measured_sync_s": "measured exposed communication per step, s",
     "source": "the table a row comes from (default: the file name)",
 }
@@ -136,6 +140,7 @@ _TOKEN_UNITS = {"tokens/s", "token/s", "tok/s"}
 _PRECISIONS = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "amp": "fp16", "bf16": "bf16"}
 _OPTIMIZERS = ("sgd", "adam", "adamw")
 _ATTENTIONS = ("fused", "math")  # the profiler's ATTENTIONS (ddlscope.profile.api): reading a table imports no torch
+_AMP_MODES = ("autocast", "o2")  # the profiler's AMP_MODES, likewise
 _INT_COLUMNS = ("gpus", "batch_per_gpu", "servers", "seq_len", "image_size")
 _FLOAT_COLUMNS = ("throughput", "step_time_s", "units_per_sample", "measured_sync_s")
 RATIO_KINDS: dict[str, tuple[str, ...]] = {
@@ -296,6 +301,9 @@ def check_measurements(raw: pl.DataFrame, path: str | Path, catalog: Catalog | N
     att = pl.col("attention").str.to_lowercase()
     reject(pl.col("attention").is_not_null() & ~att.is_in(list(_ATTENTIONS)), "unknown_attention",
            pl.format("attention = {}: expected fused or math", pl.col("attention")))
+    amp = pl.col("amp").str.to_lowercase()
+    reject(pl.col("amp").is_not_null() & ~amp.is_in(list(_AMP_MODES)), "unknown_amp",
+           pl.format("amp = {}: expected autocast or o2", pl.col("amp")))
     inp = pl.col("input_data").str.to_lowercase()
     reject(pl.col("input_data").is_not_null() & ~inp.is_in(["real", "synthetic"]), "unknown_input_data",
            pl.format("input_data = {}: expected real or synthetic", pl.col("input_data")))
@@ -387,6 +395,9 @@ def check_measurements(raw: pl.DataFrame, path: str | Path, catalog: Catalog | N
         input_data=inp.fill_null("real"),
         conv_layout=layout.fill_null("nchw"),
         attention=att.fill_null("fused"),
+        # only 16-bit rows run an AMP mode: the others share one profile
+        amp=pl.when(prec.replace_strict(_PRECISIONS, default=None).is_in(["fp16", "bf16"]))
+        .then(amp.fill_null("autocast")).otherwise(pl.lit("autocast")),
         overlap=pl.col("overlap").fill_null("scheduled"),
         measured_sync_s=pl.col("measured_sync_s__f"),
         source=pl.col("source").fill_null(path.name),
@@ -434,24 +445,24 @@ def _is_float(v: str) -> bool:
 
 
 # -- prediction ----------------------------------------------------------------------------------------
-_PROFILE_KEYS = ("model", "precision", "optimizer", "seq_len", "image_size", "attention")
+_PROFILE_KEYS = ("model", "precision", "optimizer", "seq_len", "image_size", "attention", "amp")
 _PROFILE_CACHE: dict[tuple, dict[str, Any]] = {}
 _OPS_CACHE: dict[tuple, pl.DataFrame] = {}
 
 
 def _profile(model: str, precision: str, optimizer: str, seq_len: int | None, image_size: int | None,
-             attention: str, batch: int):
+             attention: str, amp: str, batch: int):
     from ddlscope.profile import profile_model
 
     return profile_model(model, batch_size=batch, precision=precision, optimizer=optimizer, seq_len=seq_len,
-                         image_size=image_size, attention=attention, embedding_gradients="dense")
+                         image_size=image_size, attention=attention, amp=amp, embedding_gradients="dense")
 
 
 def _profile_points(model: str, precision: str, optimizer: str, seq_len: int | None, image_size: int | None,
-                    attention: str = "fused") -> dict[str, Any]:
+                    attention: str = "fused", amp: str = "autocast") -> dict[str, Any]:
     """Workload fields at batch 2 (``*_2``) and 4 (``*_4``), the batch-independent ones, and the two op
     tables (``ops_2``, ``ops_4``; ``aligned``: the same ops in the same order at both batches)."""
-    key = (model, precision, optimizer, seq_len, image_size, attention)
+    key = (model, precision, optimizer, seq_len, image_size, attention, amp)
     if key not in _PROFILE_CACHE:
         r2, r4 = (_profile(*key, b) for b in (2, 4))
         w2, w4 = r2.workload, r4.workload
@@ -465,16 +476,16 @@ def _profile_points(model: str, precision: str, optimizer: str, seq_len: int | N
 
 
 def ops_at(model: str, precision: str, optimizer: str, seq_len: int | None, image_size: int | None,
-           attention: str, batch: int) -> pl.DataFrame:
+           attention: str, amp: str, batch: int) -> pl.DataFrame:
     """The op table of one training step at ``batch``: the batch-2 and batch-4 op tables interpolated
     op by op (``flops`` and ``total_bytes`` are affine in the batch for every op of a fixed graph:
     activations scale, weights and the optimizer do not), or a profile at ``batch`` itself where the
     two graphs differ (a model whose op list depends on the batch)."""
-    pts = _profile_points(model, precision, optimizer, seq_len, image_size, attention)
+    pts = _profile_points(model, precision, optimizer, seq_len, image_size, attention, amp)
     if not pts["aligned"]:
-        key = (model, precision, optimizer, seq_len, image_size, attention, batch)
+        key = (model, precision, optimizer, seq_len, image_size, attention, amp, batch)
         if key not in _OPS_CACHE:
-            _OPS_CACHE[key] = _profile(model, precision, optimizer, seq_len, image_size, attention, batch).ops
+            _OPS_CACHE[key] = _profile(model, precision, optimizer, seq_len, image_size, attention, amp, batch).ops
         return _OPS_CACHE[key]
     o2, o4 = pts["ops_2"], pts["ops_4"]
     f = (batch - 2) / 2
@@ -489,7 +500,7 @@ def measurement_jobs(rows: pl.DataFrame, catalog: Catalog | None = None,
                      progress: Callable[[str], None] | None = None) -> pl.DataFrame:
     """The Jobs table (:data:`~ddlscope.model.jobs.JOB_SCHEMA` columns plus ``rows``' own) of
     :attr:`MeasurementTable.rows` (module docstring, "Prediction"): one profile pair per distinct
-    (model, precision, optimizer, seq_len, image_size, attention), then expressions. ``workload`` names the
+    (model, precision, optimizer, seq_len, image_size, attention, amp), then expressions. ``workload`` names the
     (model, sizes, batch) so that :func:`price_measurement_jobs` finds each row's op table.
 
     Raises:

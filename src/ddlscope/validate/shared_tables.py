@@ -55,9 +55,9 @@ from ddlscope.validate.measurements import MeasurementError, MeasurementTable, c
 LAMBDA_MODELS: dict[str, dict[str, str]] = {
     "resnet50": {"model": "resnet50", "throughput_unit": "images/s", "input_data": "synthetic"},
     "bert_base_squad": {"model": "bert_base_squad", "throughput_unit": "sequences/s", "seq_len": "384",
-                        "optimizer": "adam", "attention": "math"},
+                        "optimizer": "adam", "attention": "math", "amp": "o2"},
     "bert_large_squad": {"model": "bert_large_squad", "throughput_unit": "sequences/s", "seq_len": "384",
-                         "optimizer": "adam", "attention": "math"},
+                         "optimizer": "adam", "attention": "math", "amp": "o2"},
     "ssd": {"model": "ssd300", "throughput_unit": "images/s"},
     "ncf": {"model": "ncf_dle", "throughput_unit": "samples/s", "optimizer": "adam"},
     "transformerxlbase": {"model": "transformer_xl_base", "throughput_unit": "tokens/s", "seq_len": "192",
@@ -66,7 +66,9 @@ LAMBDA_MODELS: dict[str, dict[str, str]] = {
                            "optimizer": "adam"},
 }
 """Lambda benchmark column -> measurement-table fields (DLE defaults: BERT SQuAD at sequence 384, trained
-with Adam (``run_squad.py``: apex ``FusedAdam`` under AMP, ``BertAdam`` otherwise) and attention as
+with Adam (``run_squad.py``: apex ``FusedAdam`` under AMP, ``BertAdam`` otherwise), AMP as apex
+``amp.initialize(..., opt_level="O2", keep_batchnorm_fp32=False)`` (``amp = o2``: the model in FP16,
+FP32 master weights) and attention as
 DLE's ``modeling.py`` computes it, unfused (``BertSelfAttention.forward``: ``torch.matmul`` of queries
 and keys, scale, mask, ``F.softmax``, dropout, ``torch.matmul`` with the values: ``attention = math``,
 the ``L x L`` scores written and read by each step; NVIDIA/DeepLearningExamples
