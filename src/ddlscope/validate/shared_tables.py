@@ -61,9 +61,9 @@ LAMBDA_MODELS: dict[str, dict[str, str]] = {
     "ssd": {"model": "ssd300", "throughput_unit": "images/s"},
     "ncf": {"model": "ncf_dle", "throughput_unit": "samples/s", "optimizer": "adam"},
     "transformerxlbase": {"model": "transformer_xl_base", "throughput_unit": "tokens/s", "seq_len": "192",
-                          "optimizer": "adam"},
+                          "optimizer": "adam", "amp": "o2"},
     "transformerxllarge": {"model": "transformer_xl_large", "throughput_unit": "tokens/s", "seq_len": "256",
-                           "optimizer": "adam"},
+                           "optimizer": "adam", "amp": "o2"},
 }
 """Lambda benchmark column -> measurement-table fields (DLE defaults: BERT SQuAD at sequence 384, trained
 with Adam (``run_squad.py``: apex ``FusedAdam`` under AMP, ``BertAdam`` otherwise), AMP as apex
@@ -77,7 +77,8 @@ MovieLens-20M, the zoo's ``ncf_dle``, trains with Adam; ResNet-50 on synthetic d
 tokens/s count ``seq_len`` target tokens per sample, 192 for base and 256 for large, the zoo defaults
 taken from the DLE training scripts; they train with ``optim: jitlamb``, ``wt103_base.yaml`` /
 ``wt103_large.yaml``: LAMB keeps Adam's two moments per parameter and is priced as ``adam``, its
-per-tensor trust-ratio norms not counted)."""
+per-tensor trust-ratio norms not counted; AMP by ``train.py``'s defaults ``--amp apex``,
+``--apex_amp_opt_level O2``: ``amp = o2``)."""
 
 LEFT_OUT: dict[str, str] = {
     "gnmt": "tokens/s counts the real (unpadded) tokens of WMT16 sentence pairs, whose length varies per batch; "
