@@ -374,6 +374,8 @@ def trace(
     items = [paths] if isinstance(paths, str | Path) else list(paths)
     a = analyze_traces(items, rules_files=rules, scenarios=_scenarios(scenarios, cat) if scenarios != () else [],
                        catalog=cat, server=system, gpu=gpu, whole_trace=whole_trace, keep_warmup=keep_warmup)
+    from ddlscope.report.trace_notes import trace_notes
+
     if report_dir is not None:
         from ddlscope.report.outdir import clear_previous_report
         from ddlscope.report.trace_report import write_trace_report
@@ -383,7 +385,7 @@ def trace(
         write_trace_report(a, Path(report_dir), sections(a, compact=True), summary(a),
                            "ddlscope trace: measured step breakdown")
     return TraceResult(breakdown=a.breakdown, steady=a.steady, collectives=a.collectives, kernels=a.kernels,
-                       skew=a.skew, whatif=a.whatif, model_check=a.model_check, notes=tuple(a.notes), analysis=a)
+                       skew=a.skew, whatif=a.whatif, model_check=a.model_check, notes=tuple(trace_notes(a)), analysis=a)
 
 
 # -- calibrate ----------------------------------------------------------------------------------------
