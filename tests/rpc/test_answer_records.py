@@ -149,3 +149,21 @@ def test_the_analysis_core_does_not_import_the_report_side():
             "print(bad); sys.exit(1 if bad else 0)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_the_python_api_returns_the_records_and_the_report_sentences(tmp_path):
+    import json
+
+    import ddlscope
+
+    path = tmp_path / "rpcs.csv"
+    synthetic_rpc_log(2_000, seed=4).rename({"server_id": "shard"}).write_csv(path)
+    res = ddlscope.rpc_dissect(path, column_map={"shard": "server_id"}, report_dir=tmp_path / "r")
+    assert res.summary["rpcs"] == 2_000 == res.dissection.overview.rpcs
+    assert res.findings == narrate(res.dissection).findings
+    written = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert written["findings"] == list(res.findings) and written["rpcs"] == 2_000
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        res.findings = ()
+    with pytest.raises(TypeError):
+        res.summary["rpcs"] = 0
