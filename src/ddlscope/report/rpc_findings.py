@@ -115,6 +115,27 @@ def dissection_summary(d: Dissection, narration: Narration | None = None) -> dic
     return {**d.summary, "warnings": list(n.warnings), "notes": list(n.notes), "findings": list(n.findings)}
 
 
+IMC_STUDY = ("the IMC 2020 study: concurrent reads and writes on other connections and connection management "
+             "are the main contributors")
+"""What the study the dissection reconstructs found, quoted beside our dominant stage."""
+
+
+def headline(d: Dissection) -> list[tuple[str, str | None]]:
+    """The report's headline: ``(sentence, the study's figure or None)`` pairs -- the latency
+    percentiles and the stage that takes longest on average, with the IMC 2020 finding beside it
+    (durations as in the findings: :func:`~ddlscope.rpc.units.human_us`)."""
+    ov, sh = d.overview, d.stage_shares
+    lat = ov.latency_us
+    first = (("SYNTHETIC log (generated, not measured). " if ov.synthetic else "")
+             + f"Latency of {ov.rpcs:,} RPCs between {ov.workers} worker(s) and {ov.servers} server(s): ")
+    if ov.all_zero:
+        return [(first + "every RPC has latency 0 (the timestamps do not resolve them): no stage dominates.", None)]
+    top = sh.dominant_stage
+    return [(first + f"p50 {_us(lat['p50'])}, p99 {_us(lat['p99'])}, p99.9 {_us(lat['p99_9'])}.", None),
+            (f"The stage that takes longest on average: {top.replace('_', ' ')} "
+             f"({_pct(sh.mean_stage_share[top])} of the mean RPC time).", IMC_STUDY)]
+
+
 # -- one sentence per record -------------------------------------------------------------------------
 
 def overview_sentence(ov: Overview) -> str:
