@@ -155,14 +155,12 @@ def _print_streamed(d, summary_path: Path, fmt: str) -> None:
     if fmt == "json":
         sys.stdout.write(json.dumps(to_jsonable({**d.summary, "report": str(summary_path)}), indent=2) + "\n")
         return
+    from ddlscope.report.rpc_findings import streamed_headline
+
     console = terminal()
-    s = d.summary
-    lat = s["latency_us"]
     console.print(f"[bold]RPC latency dissection (streamed: {d.partitions} partition(s), engine {d.engine}, "
                   f"{d.wall_s:.1f} s)[/bold]")
-    console.print(f"{d.rpcs:,} RPCs from {d.workers} worker(s) to {d.servers} server(s) over {d.connections} "
-                  f"connection(s): latency p50 {lat['p50']:.4g} µs, p99 {lat['p99']:.4g} µs, p99.9 "
-                  f"{lat['p99_9']:.4g} µs (exact); dominant stage {s['dominant_stage']}.")
+    console.print(escape(streamed_headline(d)))
     overall = d.percentiles.filter(pl.col("grouping") == "all").drop("grouping", "group")
     emit(overall, "table", title="Stages over all RPCs (µs)")
     by_op = d.percentiles.filter((pl.col("grouping") == "op") & (pl.col("stage") == "latency")).select(

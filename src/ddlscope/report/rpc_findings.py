@@ -35,6 +35,7 @@ from ddlscope.rpc.analyzers import (
     finite,
 )
 from ddlscope.rpc.dissect import Dissection
+from ddlscope.rpc.streaming import StreamedDissection
 from ddlscope.rpc.units import human_us
 
 _us = human_us
@@ -134,6 +135,16 @@ def headline(d: Dissection) -> list[tuple[str, str | None]]:
     return [(first + f"p50 {_us(lat['p50'])}, p99 {_us(lat['p99'])}, p99.9 {_us(lat['p99_9'])}.", None),
             (f"The stage that takes longest on average: {top.replace('_', ' ')} "
              f"({_pct(sh.mean_stage_share[top])} of the mean RPC time).", IMC_STUDY)]
+
+
+def streamed_headline(d: StreamedDissection) -> str:
+    """The one finding of a streamed dissection (:func:`~ddlscope.rpc.streaming.dissect_streaming`):
+    counts, the exact latency percentiles (µs, 4 significant digits) and the dominant stage."""
+    s = d.summary
+    lat = s["latency_us"]
+    return (f"{d.rpcs:,} RPCs from {d.workers} worker(s) to {d.servers} server(s) over {d.connections} "
+            f"connection(s): latency p50 {lat['p50']:.4g} µs, p99 {lat['p99']:.4g} µs, p99.9 "
+            f"{lat['p99_9']:.4g} µs (exact); dominant stage {s['dominant_stage']}.")
 
 
 # -- one sentence per record -------------------------------------------------------------------------
