@@ -27,9 +27,10 @@ from pathlib import Path
 
 import polars as pl
 
+from ddlscope.report.rpc_findings import narrate
 from ddlscope.rpc.concurrency import concurrency_fit
 from ddlscope.rpc.connections import connection_summary, connections_per_server
-from ddlscope.rpc.dissect import _percentiles, _profiles, annotate, findings
+from ddlscope.rpc.dissect import _percentiles, _profiles, annotate
 from ddlscope.rpc.readers import read_rpc_log
 from ddlscope.rpc.size_phase import phase_profile, size_fits, size_profile
 from ddlscope.rpc.synthetic import synthetic_rpc_log
@@ -94,7 +95,7 @@ def main() -> int:
           f"total wall {t_annotate + t_analyzers:.2f} s")
     print(f"RESULT peak RSS: {peak_gib():.2f} GiB (input log alone: {res[0][2]:.2f} GiB)")
     print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())} (on {os.cpu_count()} CPUs)")
-    _ = findings  # the findings text is built from the analyzers' tables in milliseconds
+    _ = narrate  # the findings text is built from the analyzers' records in milliseconds
     return 0
 
 

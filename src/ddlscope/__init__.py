@@ -18,8 +18,8 @@ try:
 except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0+unknown"
 
-_API = ("characterize", "trace", "predict", "whatif", "CharacterizeResult", "TraceResult", "CalibrateResult",
-        "ValidateResult")
+_API = ("characterize", "trace", "predict", "whatif", "rpc_dissect", "CharacterizeResult", "TraceResult",
+        "CalibrateResult", "ValidateResult", "RpcDissectResult")
 _COMMAND_PACKAGES = ("calibrate", "validate", "profile")
 
 

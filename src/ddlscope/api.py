@@ -10,9 +10,10 @@ function                    what it does (the command)                          
 :func:`predict`             one job's step breakdown (``predict``)                   one-row ``pl.DataFrame``
 :func:`whatif`              one job under scenarios (``whatif``)                     ``pl.DataFrame``
 :func:`profile`             one training step of a PyTorch model (``profile``)       ``ProfileResult``
+:func:`rpc_dissect`         RPC latency of parameter-server logs (``rpc dissect``)   :class:`RpcDissectResult`
 ==========================  ======================================================  =======================
 
-The RPC analyses keep their own module API (:mod:`ddlscope.rpc`: ``read_rpc_log``, ``dissect``).
+The RPC analyses also keep their own module API (:mod:`ddlscope.rpc`: ``read_rpc_log``, ``dissect``).
 Every result is a frozen dataclass of Polars frames and plain values (tuples, read-only mappings);
 the underlying analysis object is kept beside the frames (``.analysis``, ``.characterization``,
 ``.calibration``, ``.detail``) for what the frames do not show. ``docs/api.md`` has a runnable
@@ -374,6 +375,8 @@ def trace(
     items = [paths] if isinstance(paths, str | Path) else list(paths)
     a = analyze_traces(items, rules_files=rules, scenarios=_scenarios(scenarios, cat) if scenarios != () else [],
                        catalog=cat, server=system, gpu=gpu, whole_trace=whole_trace, keep_warmup=keep_warmup)
+    from ddlscope.report.trace_notes import trace_notes
+
     if report_dir is not None:
         from ddlscope.report.outdir import clear_previous_report
         from ddlscope.report.trace_report import write_trace_report
@@ -383,7 +386,83 @@ def trace(
         write_trace_report(a, Path(report_dir), sections(a, compact=True), summary(a),
                            "ddlscope trace: measured step breakdown")
     return TraceResult(breakdown=a.breakdown, steady=a.steady, collectives=a.collectives, kernels=a.kernels,
-                       skew=a.skew, whatif=a.whatif, model_check=a.model_check, notes=tuple(a.notes), analysis=a)
+                       skew=a.skew, whatif=a.whatif, model_check=a.model_check, notes=tuple(trace_notes(a)), analysis=a)
+
+
+# -- rpc dissect --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RpcDissectResult:
+    """What :func:`rpc_dissect` found (times in microseconds).
+
+    Attributes:
+        percentiles: p50/p90/p99/p99.9 of every stage and the latency per grouping (``grouping``,
+            ``group``: all, op, server, connection, iteration phase).
+        stage_summary: mean stage times and shares of the mean latency, per op.
+        tail: per scope, tail level and stage: dominance and share of the tail's excess latency.
+        findings, warnings, notes: the sentences the console and the report print
+            (:func:`ddlscope.report.rpc_findings.narrate`).
+        summary: the JSON summary (``summary.json``), read-only.
+        dissection: the full frozen :class:`~ddlscope.rpc.dissect.Dissection` (every table and the
+            analyzers' records: ``overview``, ``stage_shares``, ``tail_levels``, ``concurrency_effect``, ...).
+    """
+
+    percentiles: pl.DataFrame
+    stage_summary: pl.DataFrame
+    tail: pl.DataFrame
+    findings: tuple[str, ...]
+    warnings: tuple[str, ...]
+    notes: tuple[str, ...]
+    summary: Mapping[str, Any]
+    dissection: Any
+
+
+def rpc_dissect(
+    logs: Sequence[str | Path] | str | Path | pl.DataFrame,
+    *,
+    column_map: Mapping[str, str] | None = None,
+    time_unit: str = "ns",
+    input_format: str = "auto",
+    report_dir: str | Path | None = None,
+) -> RpcDissectResult:
+    """Where parameter-server RPC latency goes and what inflates the tail (``ddlscope rpc dissect``).
+
+    Args:
+        logs: RPC log file(s) (.csv/.tsv, .parquet, .jsonl, OTLP .json; several form one log), or
+            an in-memory RPC table.
+        column_map: log column -> schema column (``{"shard": "server_id"}``), for file input.
+        time_unit: the unit of the log's timestamps (ns, us, ms, s), for file input.
+        input_format: as ``--input-format`` (auto: by file suffix).
+        report_dir: also write the HTML report there.
+
+    Raises:
+        ValueError: no RPC left after the checks (the rejection counts), bad options, the reader's
+            errors (missing columns, unreadable files, naming the file).
+    """
+    from ddlscope.report.rpc_findings import dissection_summary, narrate
+    from ddlscope.rpc.dissect import dissect
+    from ddlscope.rpc.validate import ColumnMapping
+
+    if report_dir is not None:
+        from ddlscope.report.outdir import check_report_dir
+
+        check_report_dir(Path(report_dir), "report_dir", False)
+    if isinstance(logs, pl.DataFrame):
+        d = dissect(logs)
+    else:
+        items = [logs] if isinstance(logs, str | Path) else list(logs)
+        mapping = ColumnMapping.from_pairs([f"{k}={v}" for k, v in (column_map or {}).items()], (),
+                                           time_unit=time_unit)
+        d = dissect(items, mapping=mapping, input_format=input_format)
+    told = narrate(d)
+    if report_dir is not None:
+        from ddlscope.report.outdir import clear_previous_report
+        from ddlscope.report.rpc_dissect import write_dissection_report
+
+        clear_previous_report(Path(report_dir))
+        write_dissection_report(d, Path(report_dir), narration=told)
+    return RpcDissectResult(percentiles=d.percentiles, stage_summary=d.stage_summary, tail=d.tail,
+                            findings=told.findings, warnings=told.warnings, notes=told.notes,
+                            summary=MappingProxyType(dissection_summary(d, told)), dissection=d)
 
 
 # -- calibrate ----------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import polars as pl
 import pytest
 
 from ddlscope.measure.comm import collective_calls
+from ddlscope.report.trace_notes import trace_notes
 
 
 def kernel(call_id, kind, start_ns, end_ns, size_bytes, group=4):
@@ -84,7 +85,7 @@ def test_uneven_all_to_all_bus_bandwidth(tmp_path, splits, link_bytes, approx):
     # busbw = link bytes / t: 320 B / 10 us = 0.032 GB/s (nccl-tests' even-split value: 0.04 x 3/4 = 0.03)
     assert (call["link_bytes"], call["bw_approx"]) == (link_bytes, approx)
     assert call["busbw_gb_s"] == pytest.approx(link_bytes / 10e-6 / 1e9)
-    notes = [n for n in a.notes if "split sizes" in n]
+    notes = [n for n in trace_notes(a) if "split sizes" in n]
     assert bool(notes) == approx
     coll = a.collectives.filter(pl.col("collective") == "all_to_all")
     assert coll["bw_approx"].to_list() == [approx]
@@ -99,4 +100,4 @@ def test_shared_all_to_all_without_splits_is_approximate(shared_data):
     a2a = a.calls.filter(pl.col("collective") == "all_to_all")
     assert a2a.height == 45 and a2a["bw_approx"].all()
     assert (a2a["link_bytes"] - a2a["size_bytes"] * 15 / 16).abs().max() < 1e-9
-    assert any(n.startswith("45 of 45 all-to-all calls have no complete split sizes") for n in a.notes)
+    assert any(n.startswith("45 of 45 all-to-all calls have no complete split sizes") for n in trace_notes(a))

@@ -9,6 +9,7 @@ import polars as pl
 from kineto_fixture import ELEMENTWISE, GEMM, _gpu, _launch, fixture_trace
 
 from ddlscope.measure.analysis import analyze_traces
+from ddlscope.report.trace_notes import trace_notes
 
 
 def _run(tmp_path, extra: list[dict], name: str = "rank0.json"):
@@ -28,7 +29,7 @@ def test_gpu_work_after_the_last_iteration_is_noted(tmp_path):
     r = a.ranks.row(0, named=True)
     assert (r["activities_after_last_iteration"], r["gpu_time_after_last_iteration_us"]) == (2, 40.0)
     assert r["last_iteration_end_us"] == 200.0
-    assert [n for n in a.notes if "after the last iteration" in n] == [
+    assert [n for n in trace_notes(a) if "after the last iteration" in n] == [
         "2 GPU activities run after the last iteration's end: 0.040 ms of GPU time there is not in the breakdown "
         "(work launched in the last iteration still running when it ended, or work after the iterations the trace "
         "marks)"]
@@ -39,7 +40,7 @@ def test_gpu_work_after_the_last_iteration_is_noted(tmp_path):
 
 def test_no_note_when_nothing_runs_past_the_end(tmp_path):
     a = _run(tmp_path, [])
-    assert not [n for n in a.notes if "after the last iteration" in n]
+    assert not [n for n in trace_notes(a) if "after the last iteration" in n]
     assert a.ranks["gpu_time_after_last_iteration_us"].to_list() == [0.0]
 
 
@@ -60,7 +61,7 @@ def test_an_over_long_kernel_is_clipped_to_the_next_start_of_its_stream(tmp_path
     r = a.ranks.row(0, named=True)
     assert (r["activities_clipped"], r["clipped_us"]) == (1, 2_999_980.0)
     assert r["activities_after_last_iteration"] == 0
-    assert [n for n in a.notes if "clipped" in n] == [
+    assert [n for n in trace_notes(a) if "clipped" in n] == [
         "1 GPU activities ran past the start of the next activity of their stream, which cannot be (a stream runs "
         "its work in order): each end clipped to that start, 2999.980 ms removed (longest: "
         f"'{GEMM}' on device 0 stream 7, 3e+06 us -> 20 us)"]
@@ -71,4 +72,4 @@ def test_an_over_long_kernel_is_clipped_to_the_next_start_of_its_stream(tmp_path
 def test_activities_of_different_streams_may_overlap(tmp_path):
     # the fixture's all-reduce (stream 20, [50, 80)) overlaps K2 (stream 7) and the copy (stream 8): not clipped
     a = _run(tmp_path, [])
-    assert a.ranks["activities_clipped"].to_list() == [0] and not [n for n in a.notes if "clipped" in n]
+    assert a.ranks["activities_clipped"].to_list() == [0] and not [n for n in trace_notes(a) if "clipped" in n]

@@ -13,6 +13,7 @@ from kineto_fixture import GEMM, fixture_trace, write_fixture
 
 from ddlscope.measure.analysis import analyze_traces
 from ddlscope.measure.reader import BAD_TIME, NEGATIVE_DUR, TraceReadError, read_traces
+from ddlscope.report.trace_notes import trace_notes
 
 
 def _error(path) -> str:
@@ -118,7 +119,7 @@ def test_huge_duration_is_dropped_and_named(tmp_path):
     doc["traceEvents"][18]["dur"] = 1e18
     path = _write(tmp_path, doc)
     a = analyze_traces([path])
-    note = next(n for n in a.notes if "out-of-range" in n)
+    note = next(n for n in trace_notes(a) if "out-of-range" in n)
     assert note.startswith(f"{path}: 1 complete event(s) with a non-finite or out-of-range ts/dur")
     assert f"traceEvents[18] '{GEMM}' (kernel): dur = 1e+18 us" in note
     # without K1, window 1 has no compute-bound time; [0, 45) is idle, before K2 (launched at 22,
@@ -201,7 +202,7 @@ def test_unusable_rank_in_distributed_info_is_noted(tmp_path, name, rank, why):
     path = tmp_path / name
     path.write_text(json.dumps(doc))
     a = analyze_traces([path])
-    assert [n for n in a.notes if "distributedInfo" in n] == [
+    assert [n for n in trace_notes(a) if "distributedInfo" in n] == [
         f"{path}: distributedInfo.rank 'zero' is not a non-negative integer: rank {rank} assumed ({why})"]
     assert a.ranks["rank"].to_list() == [rank]
 
@@ -245,7 +246,7 @@ def test_folder_lists_every_skipped_file(tmp_path):
     (tmp_path / "sub" / "config.json").write_text(json.dumps({"lr": 0.1, "model": "resnet"}))
     a = run([tmp_path])
     assert a.ranks["source"].to_list() == [str(tmp_path / "rank0.json")]
-    assert [n for n in a.notes if "skipped" in n] == [
+    assert [n for n in trace_notes(a) if "skipped" in n] == [
         f"{tmp_path / 'README.txt'}: skipped, not .json, .json.gz, .tar, .tar.gz or .tgz",
         f"{tmp_path / 'sub' / 'stdout.log.gz'}: skipped, not .json, .json.gz, .tar, .tar.gz or .tgz",
         f"{tmp_path / 'sub' / 'config.json'}: skipped, not a PyTorch profiler trace: expected a JSON object with a "

@@ -11,6 +11,7 @@ from kineto_fixture import GEMM, MYSTERY, fixture_trace, write_fixture
 
 from ddlscope.measure.analysis import analyze_traces
 from ddlscope.measure.timeline import IDLE_CAUSES
+from ddlscope.report.trace_notes import trace_notes
 
 COMPONENTS = ["compute_bound_us", "memory_bound_us", "unclassified_us", "comm_exposed_us", "device_copy_us",
               "data_io_us", "idle_us"]
@@ -79,7 +80,7 @@ def test_unclassified_kernels_are_counted_and_listed(analysis):
     assert analysis.unclassified["time_us"].to_list() == [4.0]
     kinds = analysis.kernels.filter(pl.col("class") == "unclassified")
     assert kinds["kernels"].to_list() == [1]
-    assert any("matched no rule" in n for n in analysis.notes)
+    assert any("matched no rule" in n for n in trace_notes(analysis))
 
 
 def test_temporal_summary_in_hta_terms(analysis):
@@ -95,7 +96,7 @@ def test_temporal_summary_in_hta_terms(analysis):
 
 
 def test_events_not_used_are_counted(analysis):
-    note = next(n for n in analysis.notes if n.startswith("events not used"))
+    note = next(n for n in trace_notes(analysis) if n.startswith("events not used"))
     assert "1 phase 'M'" in note and "1 phase 'i'" in note and "1 phase 's'" in note and "1 phase 'f'" in note
 
 

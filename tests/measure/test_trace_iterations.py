@@ -11,6 +11,7 @@ import pytest
 
 from ddlscope.measure.analysis import analyze_traces
 from ddlscope.measure.iterations import WHOLE_TRACE, segment_period
+from ddlscope.report.trace_notes import trace_notes
 from ddlscope.report.trace_tables import summary
 
 PID, TID = 100, 1
@@ -79,7 +80,7 @@ def test_two_optimizers_make_one_iteration(tmp_path, second):
     head = summary(a)
     assert head["iteration_rule"] == rule and head["mean_step_ms"] == 615.0
     marker = "Optimizer.step annotations (inferred: no ProfilerStep markers)"
-    assert f"iterations of 1 rank(s): {rule} ({marker})" in a.notes
+    assert f"iterations of 1 rank(s): {rule} ({marker})" in trace_notes(a)
 
 
 def test_a_lone_optimizer_step_before_the_first_iteration_is_left_out(tmp_path):
@@ -91,7 +92,7 @@ def test_a_lone_optimizer_step_before_the_first_iteration_is_left_out(tmp_path):
     r = a.ranks.row(0, named=True)
     assert (r["segments_left_out"], r["activities_before_first_iteration"]) == (1, 1)
     assert r["gpu_time_before_first_iteration_us"] == 18_000.0
-    assert any(n.startswith("rank 0: 1 marker segment(s) make no whole iteration") for n in a.notes)
+    assert any(n.startswith("rank 0: 1 marker segment(s) make no whole iteration") for n in trace_notes(a))
 
 
 def test_segments_that_do_not_repeat_make_one_whole_trace_iteration(tmp_path):

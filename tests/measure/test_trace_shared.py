@@ -16,6 +16,7 @@ import pytest
 from ddlscope.measure.analysis import TraceAnalysis, analyze_traces
 from ddlscope.measure.iterations import WHOLE_TRACE
 from ddlscope.measure.timeline import IDLE_CAUSES
+from ddlscope.report.trace_notes import trace_notes
 
 EXCLUSIVE = ["compute_bound_us", "memory_bound_us", "unclassified_us", "comm_exposed_us", "device_copy_us",
              "data_io_us", "idle_us"]
@@ -105,7 +106,7 @@ def test_collective_sizes_from_the_traces_own_arguments(shared_data):
     # df_index_resolver has no comm args and no shapes: sizes unknown, said so
     df = _analysis("df_index_resolver", str(shared_data))
     assert df.calls["size_bytes"].null_count() == df.calls.height == 2020
-    assert any("no message size" in n for n in df.notes)
+    assert any("no message size" in n for n in trace_notes(df))
 
 
 def test_inferred_iterations_and_whole_trace(shared_data):
@@ -131,7 +132,7 @@ def test_rank_skew_on_dlrm(shared_data):
 def test_no_device_properties_skips_the_model(shared_data):
     a = _analysis("trace_filter", str(shared_data))
     assert a.hardware.system is None and a.model_check is None
-    assert any("--gpu" in n for n in a.notes)
+    assert any("--gpu" in n for n in trace_notes(a))
     with_gpu = analyze_traces([f"{shared_data}/{p}" for p in TRACES["trace_filter"]], gpu="A100-SXM4-80GB")
     assert with_gpu.model_check is not None
 
@@ -202,7 +203,7 @@ def test_skew_figure_titles_do_not_overlap(shared_data, name):
 def test_model_check_predicts_communication_from_the_calls_with_a_message_size(shared_data):
     # trace_diff/test: 4 of its 64 collective calls carry no message size (SOURCES.md; see the note)
     a = _analysis("trace_diff_test", str(shared_data))
-    assert "4 of 64 collective calls have no message size" in " ".join(a.notes)
+    assert "4 of 64 collective calls have no message size" in " ".join(trace_notes(a))
     row = a.model_check.filter(pl.col("component") == "communication").row(0, named=True)
     assert row["predicted_us"] is not None and row["predicted_us"] > 0
     assert row["basis"].startswith("60 of 64 calls (4 without a message size not predicted")

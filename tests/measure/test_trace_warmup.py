@@ -7,6 +7,7 @@ import polars as pl
 import pytest
 
 from ddlscope.measure.iterations import LABELLED, SLOW_FIRST, warmup_iterations
+from ddlscope.report.trace_notes import trace_notes
 
 MS = 1_000_000  # ns
 
@@ -69,7 +70,7 @@ def test_shared_traces(shared_data):
         (0, 1695835585784481 - 1695835573027138, LABELLED, False), (1, 79678.0, None, True)]
     assert a.whatif["measured_step_ms"].to_list() == [79.678, 79.678]
     assert any(n.startswith("warm-up: 1 iteration(s) labelled warm-up") and "left out of the means" in n
-               for n in a.notes)
+               for n in trace_notes(a))
     kept = analyze_traces([alexnet], scenarios=h100, keep_warmup=True)
     assert kept.whatif["measured_step_ms"][0] == pytest.approx((12_757_343 + 79_678) / 2 / 1e3)
     assert kept.breakdown["in_means"].all() and kept.breakdown["warmup"][0] == LABELLED

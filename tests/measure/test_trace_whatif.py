@@ -17,6 +17,7 @@ import pytest
 from kineto_fixture import write_fixture
 
 from ddlscope.measure.analysis import analyze_traces
+from ddlscope.report.trace_notes import trace_notes
 from ddlscope.specs.scenario import BUILTIN_SCENARIOS, Scenario
 
 V100_FP32, H100_FP32, FP16_V100 = 15.7, 67.0, 125.0  # TFLOP/s (catalog)
@@ -105,7 +106,7 @@ def test_unknown_gpu_needs_gpu_option(tmp_path):
     a = analyze_traces([write_fixture(tmp_path, gpu_name="Imaginary GPU 9000")],
                        scenarios=[BUILTIN_SCENARIOS["gpu-h100"]])
     assert a.whatif is None and a.model_check is None
-    assert any("not in the catalog" in n for n in a.notes)
+    assert any("not in the catalog" in n for n in trace_notes(a))
     b = analyze_traces([write_fixture(tmp_path, gpu_name="Imaginary GPU 9000")],
                        scenarios=[BUILTIN_SCENARIOS["gpu-h100"]], gpu="V100-SXM2-32GB")
     assert _pred(b, "baseline") == pytest.approx([100.0, 100.0])

@@ -6,6 +6,7 @@ import polars as pl
 import pytest
 from rpclog_builders import rpc_frame, rpc_row
 
+from ddlscope.report.rpc_findings import narrate
 from ddlscope.rpc import decompose, dissect
 from ddlscope.rpc.connections import add_connection_events, connection_summary, connections_per_server
 from ddlscope.rpc.size_phase import add_iteration_phase, add_message_bytes, size_fits
@@ -119,6 +120,7 @@ def test_size_fit_recovers_an_alpha_beta_network():
 
 def test_dissect_recovers_the_synthetic_generator_s_known_truths():
     d = dissect(synthetic_rpc_log(60_000, seed=11))
+    t = narrate(d)
     # the generator's network is 2 x 25 us + bytes / 1.25 GB/s + jitter: the fit finds 1.25 GB/s
     net = d.size_fits.filter((pl.col("stage") == "network") & (pl.col("op") == "pull_sparse")).row(0, named=True)
     assert net["effective_gb_s"] == pytest.approx(1.25, rel=0.02)
@@ -131,7 +133,7 @@ def test_dissect_recovers_the_synthetic_generator_s_known_truths():
     assert d.rejected.height == 0 and d.rpcs.height == 60_000
     assert d.summary["connections_management"]["setup_rpcs"] == d.rpcs.filter(
         pl.col("connection_event") != "reuse").height
-    assert len(d.findings) >= 7
+    assert len(t.findings) >= 7
 
 
 def test_dissect_takes_an_in_memory_frame_and_reports_bad_rows():
@@ -139,9 +141,10 @@ def test_dissect_takes_an_in_memory_frame_and_reports_bad_rows():
     frame = frame.with_columns(pl.when(pl.col("rpc_id") == 5).then(pl.col("client_issue_ns") + 10**9)
                                .otherwise(pl.col("client_issue_ns")).alias("client_issue_ns"))
     d = dissect(frame)
+    t = narrate(d)
     assert d.rpcs.height == 2_999
     assert d.summary["rejected_by_reason"] == {"reversed_client_order": 1}
-    assert d.findings[-1].startswith("1 input row(s) rejected")
+    assert t.findings[-1].startswith("1 input row(s) rejected")
 
 
 def test_dissect_with_no_valid_row_says_why():

@@ -8,19 +8,21 @@ import polars as pl
 import pytest
 from rpclog_builders import rpc_frame, rpc_row
 
+from ddlscope.report.rpc_findings import dissection_summary, narrate, slope_text
 from ddlscope.rpc import ColumnMapping, dissect
-from ddlscope.rpc.dissect import _slope_text
+from ddlscope.rpc.analyzers import KindEffect
 from ddlscope.rpc.synthetic import synthetic_rpc_log
 
 
 def test_one_rpc_gives_findings_not_a_traceback():
     d = dissect(rpc_frame([rpc_row(0, issue_ns=0, stages={"network": 300, "server_processing": 100})]))
-    assert d.findings[0] == ("1 RPC from 1 worker(s) to 1 server(s) over 1 connection(s): latency p50 0.4 µs, "
+    t = narrate(d)
+    assert t.findings[0] == ("1 RPC from 1 worker(s) to 1 server(s) over 1 connection(s): latency p50 0.4 µs, "
                              "p99 0.4 µs (1x p50), p99.9 0.4 µs.")
     # the tail of one RPC is that RPC, no slower than the median (itself): nothing to attribute
-    assert d.findings[2] == ("Slowest 1% (1 RPC, >= 0.4 µs): no tail: the slowest 1% are no slower than the median "
+    assert t.findings[2] == ("Slowest 1% (1 RPC, >= 0.4 µs): no tail: the slowest 1% are no slower than the median "
                              "(0.4 µs), so no stage or server is singled out.")
-    assert "concurrency fit not quoted: 1 RPC, fewer than 30" in d.notes
+    assert "concurrency fit not quoted: 1 RPC, fewer than 30" in t.notes
 
 
 def test_a_line_through_too_few_sizes_or_with_a_negative_intercept_is_not_a_finding():
@@ -30,13 +32,15 @@ def test_a_line_through_too_few_sizes_or_with_a_negative_intercept_is_not_a_find
                         stages={"network": 90 * sizes[i % len(sizes)] - 80_000}) for i in range(n)]
 
     two = dissect(rpc_frame(rows(2, [1_000, 2_000])))
+    tt2 = narrate(two)
     fit = two.size_fits.filter(pl.col("stage") == "network").row(0, named=True)
     assert fit["alpha_us"] == pytest.approx(-80.0)  # the table keeps what least squares gives
-    assert not any("alpha-beta" in f for f in two.findings)
-    assert any("fewer than 30 RPCs or 3 distinct message sizes" in n for n in two.notes)
+    assert not any("alpha-beta" in f for f in tt2.findings)
+    assert any("fewer than 30 RPCs or 3 distinct message sizes" in n for n in tt2.notes)
     many = dissect(rpc_frame(rows(30, [1_000, 2_000, 3_000])))   # enough points, still a negative intercept
-    assert not any("alpha-beta" in f or "Message size" in f for f in many.findings)
-    assert any("pull_sparse has a negative intercept" in n for n in many.notes)
+    tman = narrate(many)
+    assert not any("alpha-beta" in f or "Message size" in f for f in tman.findings)
+    assert any("pull_sparse has a negative intercept" in n for n in tman.notes)
 
 
 def test_all_equal_timestamps_say_so_and_draw_nothing(tmp_path):
@@ -44,10 +48,11 @@ def test_all_equal_timestamps_say_so_and_draw_nothing(tmp_path):
     stamps = [c for c in frame.columns if c.startswith(("client_", "server_")) and c.endswith("_ns")
               and "connect" not in c]
     d = dissect(frame.with_columns(pl.lit(1_700_000_000_000_000_000).alias(c) for c in stamps))
-    assert d.findings[0].endswith("every RPC has latency 0 (client_done_ns = client_issue_ns), so the timestamps do "
+    t = narrate(d)
+    assert t.findings[0].endswith("every RPC has latency 0 (client_done_ns = client_issue_ns), so the timestamps do "
                                   "not resolve the RPCs and there are no stage shares, tails or fits to report; "
                                   "check the log's timestamps and --time-unit.")
-    assert len(d.findings) == 1 and d.summary["dominant_stage"] is None
+    assert len(t.findings) == 1 and d.summary["dominant_stage"] is None
     from ddlscope.report.rpc_dissect import write_dissection_report
 
     with warnings.catch_warnings():
@@ -64,16 +69,19 @@ def test_an_excess_share_above_one_is_explained():
     rows = [rpc_row(i, issue_ns=10**5 * i, stages={"network": 500}) for i in range(99)]
     rows.append(rpc_row(99, issue_ns=10**5 * 99, stages={"network": 100, "server_queue": 1_000}))
     d = dissect(rpc_frame(rows))
-    assert d.findings[2] == ("Slowest 1% (1 RPC, >= 1.1 µs): server_queue is the longest stage in 100% of them; "
+    t = narrate(d)
+    assert t.findings[2] == ("Slowest 1% (1 RPC, >= 1.1 µs): server_queue is the longest stage in 100% of them; "
                              "server_queue is 1 µs longer in them than in the rest, more than their whole excess "
                              "latency (0.6 µs), because other stages are shorter in the tail.")
 
 
 def test_a_negative_slope_reads_as_less_latency():
-    stages = pl.DataFrame({"stage": ["network", "server_queue"], "us_per_read": [-150.0, 20.0]})
-    assert _slope_text("read", -186.0, stages, "us_per_read", first=False) == (
+    # the stage that moves most in the slope's direction (concurrency_effect picks it from the fit's stage rows)
+    less = KindEffect("read", -186.0, None, None, True, "network", -150.0)
+    assert slope_text(less, first=False) == (
         "each other read is associated with 186 µs less latency (most in network; a correlation, not a saving)")
-    assert _slope_text("read", 55.7, stages, "us_per_read", first=True) == (
+    more = KindEffect("read", 55.7, None, None, True, "server_queue", 20.0)
+    assert slope_text(more, first=True) == (
         "each other read in flight at the same server on another connection adds 55.7 µs to an RPC's latency "
         "(most in server_queue, 20 µs)")
 
@@ -95,7 +103,7 @@ def test_the_report_of_a_two_rpc_log_draws_without_warnings(tmp_path):
 
 
 def test_large_durations_read_in_human_units():
-    from ddlscope.rpc.dissect import _us
+    from ddlscope.rpc.units import human_us as _us
 
     assert _us(476.0) == "476 µs"
     assert _us(2_190.0) == "2.19 ms"
@@ -112,18 +120,21 @@ def test_an_implausible_median_latency_says_check_the_time_unit(tmp_path):
     path = tmp_path / "log.csv"
     rpc_frame(rows).write_csv(path)
     ok = dissect(path)   # ns: 135 µs, plausible
-    assert ok.warnings == [] and ok.summary["warnings"] == []
+    tk = narrate(ok)
+    assert tk.warnings == () and dissection_summary(ok)["warnings"] == []
     as_s = dissect(path, mapping=ColumnMapping(time_unit="s"))   # 135,000 s = 37.5 h
-    assert as_s.findings[0].endswith("latency p50 37.5 h, p99 37.5 h (1x p50), p99.9 37.5 h.")
-    assert as_s.warnings == ["the median RPC latency is 37.5 h, implausible for an RPC (expected 1 µs to 1 min): "
-                             "check --time-unit (the timestamps were read as s)"]
+    ts_s = narrate(as_s)
+    assert ts_s.findings[0].endswith("latency p50 37.5 h, p99 37.5 h (1x p50), p99.9 37.5 h.")
+    assert ts_s.warnings == ("the median RPC latency is 37.5 h, implausible for an RPC (expected 1 µs to 1 min): "
+                             "check --time-unit (the timestamps were read as s)",)
     # a µs log read as ns: latency 135 ns = 0.135 µs
     us_path = tmp_path / "log_us.csv"
     rpc_frame(rows).with_columns(pl.col("^.*_ns$") // 1000).write_csv(us_path)
     as_ns = dissect(us_path)
-    assert as_ns.warnings == ["the median RPC latency is 0.135 µs, implausible for an RPC (expected 1 µs to "
-                              "1 min): check --time-unit (the timestamps were read as ns)"]
-    assert dissect(us_path, mapping=ColumnMapping(time_unit="us")).warnings == []
+    tsns = narrate(as_ns)
+    assert tsns.warnings == ("the median RPC latency is 0.135 µs, implausible for an RPC (expected 1 µs to "
+                              "1 min): check --time-unit (the timestamps were read as ns)",)
+    assert narrate(dissect(us_path, mapping=ColumnMapping(time_unit="us"))).warnings == ()
 
 
 def test_tied_latencies_have_no_tail_to_attribute():
@@ -132,10 +143,11 @@ def test_tied_latencies_have_no_tail_to_attribute():
     rows = [rpc_row(i, issue_ns=10**6 * i, server_id=int(i >= 120), connection_id=int(i >= 120),
                     stages={"network": 100_000, "server_processing": 35_000}) for i in range(200)]
     d = dissect(rpc_frame(rows))
-    assert d.findings[2] == ("Slowest 1% (2 RPCs, >= 135 µs): no tail: the slowest 1% are no slower than the median "
+    t = narrate(d)
+    assert t.findings[2] == ("Slowest 1% (2 RPCs, >= 135 µs): no tail: the slowest 1% are no slower than the median "
                              "(135 µs), so no stage or server is singled out.")
-    assert d.findings[3].startswith("Slowest 0.1% (1 RPC, >= 135 µs): no tail:")
-    assert not any("holds" in f or "in flight at their server" in f for f in d.findings)
+    assert t.findings[3].startswith("Slowest 0.1% (1 RPC, >= 135 µs): no tail:")
+    assert not any("holds" in f or "in flight at their server" in f for f in t.findings)
     entry = d.summary["tail"]["slowest 1%"]
     assert entry["no_tail"] is True and entry["top_server"] is None and entry["dominant_stage"] is None
     from ddlscope.report.rpc_dissect import tail_stages_figure
@@ -152,16 +164,17 @@ def test_a_real_tail_is_still_attributed():
     rows.append(rpc_row(199, issue_ns=10**6 * 199, server_id=1, connection_id=1,
                         stages={"network": 100_000, "server_processing": 35_000, "server_queue": 1_000_000}))
     d = dissect(rpc_frame(rows))
+    t = narrate(d)
     # the slowest 1% = 2 RPCs: the 1135 us one and a 135 us one picked by tie-breaking (threshold 135 us = the
     # median); the tail (mean 635 us) is slower than the rest (135 us): attributed, with the tie said.
     # Excess: server_queue (500 - 0) / (635 - 135) = 100%; dominant: server_queue in 1 of 2 RPCs, network in
     # the other (first on the sort's tie: network) = 50%
-    assert d.findings[2].startswith("Slowest 1% (2 RPCs, >= 135 µs): ")
-    assert "server_queue" in d.findings[2] and "carries the most excess latency (100%)" in d.findings[2]
-    assert "its threshold is the median: RPCs tied at 135 µs fill the tail, picked by tie-breaking" in d.findings[2]
+    assert t.findings[2].startswith("Slowest 1% (2 RPCs, >= 135 µs): ")
+    assert "server_queue" in t.findings[2] and "carries the most excess latency (100%)" in t.findings[2]
+    assert "its threshold is the median: RPCs tied at 135 µs fill the tail, picked by tie-breaking" in t.findings[2]
     # the slowest 0.1% = 1 RPC (1.135 ms > 135 us): server_queue is its longest stage and carries its excess
     # (1000 us of 1000 us = 100%); server 1 holds it with 0.5% of all RPCs
-    assert d.findings[3] == ("Slowest 0.1% (1 RPC, >= 1.14 ms): server_queue is the longest stage in 100% of them "
+    assert t.findings[3] == ("Slowest 0.1% (1 RPC, >= 1.14 ms): server_queue is the longest stage in 100% of them "
                              "and carries 100% of their excess latency over the rest; server 1 holds 100% of them "
                              "with 0.5% of all RPCs.")
     assert d.summary["tail"]["slowest 0.1%"]["no_tail"] is False
@@ -187,6 +200,7 @@ def test_one_connection_setup_reads_in_the_singular():
     # Added over the reuse median: 150 - 100 = 50 us; all RPC time 150 + 3 * 100 = 450 us -> 11.1%
     rows = [rpc_row(i, issue_ns=10**6 * i, stages={"network": 100_000 + (50_000 if i == 0 else 0)}) for i in range(4)]
     d = dissect(rpc_frame(rows))
-    assert d.findings[-2] == ("Connection management: 1 RPC (25%) opened a connection (0 after a reconnect); it adds "
+    t = narrate(d)
+    assert t.findings[-2] == ("Connection management: 1 RPC (25%) opened a connection (0 after a reconnect); it adds "
                               "50 µs over reused connections, 11.1% of all RPC time; median +50 µs for pull_sparse "
                               "on a new connection.")

@@ -9,6 +9,7 @@ from rpclog_builders import rpc_frame, rpc_row
 from typer.testing import CliRunner
 
 from ddlscope.cli.main import app
+from ddlscope.report.rpc_findings import narrate
 from ddlscope.rpc import dissect
 
 YEAR_NS = 365 * 86_400 * 10**9  # 31 years: a client_done taken on another clock (e.g. CLOCK_MONOTONIC vs REALTIME)
@@ -28,6 +29,7 @@ def test_a_31_year_rpc_is_set_aside_and_the_shares_describe_the_rest(tmp_path):
     path = tmp_path / "rpcs.csv"
     rpc_frame(_log()).write_csv(path)
     d = dissect(path)
+    t = narrate(d)
     # before: client_completion took ~100 % of the mean (31 years / 400 RPCs >> 1 ms)
     assert d.summary["dominant_stage"] == "network"
     assert d.summary["mean_stage_share"]["network"] == 0.6      # 600 / 1000 us
@@ -41,10 +43,10 @@ def test_a_31_year_rpc_is_set_aside_and_the_shares_describe_the_rest(tmp_path):
     assert d.summary["implausible_latency"]["longest_stage"] == "client_completion"
     assert d.rejected.row(0, named=True)["detail"] == ("latency 31 years > 1 min (longest stage client_completion, "
                                                        "31 years)")
-    assert d.warnings[0] == (f"1 RPC with a latency above 1 min (31 years, at {path}:9; its longest stage "
+    assert t.warnings[0] == (f"1 RPC with a latency above 1 min (31 years, at {path}:9; its longest stage "
                              "client_completion) is implausible for an RPC and left out of every share, percentile "
                              "and fit (rejected as implausible_latency; 399 RPCs analysed)")
-    assert d.findings[1].startswith("Dominant stage: network takes 60% of the mean RPC time; second "
+    assert t.findings[1].startswith("Dominant stage: network takes 60% of the mean RPC time; second "
                                     "server_processing (40%)")
 
 
@@ -68,9 +70,10 @@ def test_most_rpcs_above_the_bound_is_a_unit_problem_not_outliers():
     # every RPC 2 min: nothing set aside (the time-unit warning speaks instead)
     rows = [rpc_row(i, issue_ns=10**12 * i, stages={"network": 120 * 10**9}) for i in range(5)]
     d = dissect(rpc_frame(rows))
+    t = narrate(d)
     assert d.summary["rpcs"] == 5 and d.summary["implausible_latency"]["rpcs"] == 0
-    assert d.warnings == ["the median RPC latency is 2 min, implausible for an RPC (expected 1 µs to 1 min): "
-                          "check --time-unit"]
+    assert t.warnings == ("the median RPC latency is 2 min, implausible for an RPC (expected 1 µs to 1 min): "
+                          "check --time-unit",)
 
 
 def test_one_plausible_but_huge_rpc_carrying_most_of_the_mean_is_a_warning():
@@ -78,10 +81,11 @@ def test_one_plausible_but_huge_rpc_carrying_most_of_the_mean_is_a_warning():
     rows = [rpc_row(i, issue_ns=2_000_000 * i, stages={"network": 1_000_000}) for i in range(99)]
     rows.append(rpc_row(99, issue_ns=2_000_000 * 99, stages={"server_queue": 50 * 10**9}))
     d = dissect(rpc_frame(rows))
+    t = narrate(d)
     assert d.summary["implausible_latency"]["rpcs"] == 0
     share = 50e9 / (50e9 + 99e6)
     assert abs(d.summary["largest_rpc_share_of_latency"] - share) < 1e-12
-    assert d.warnings == ["one RPC (at <memory>:100) carries 99.8% of the total latency of the 100 RPCs: the mean "
-                          "and the stage shares describe that RPC more than the log; read the percentiles"]
-    assert d.findings[1].startswith("Dominant stage: server_queue takes 99.8% of the mean RPC time (one RPC, at "
+    assert t.warnings == ("one RPC (at <memory>:100) carries 99.8% of the total latency of the 100 RPCs: the mean "
+                          "and the stage shares describe that RPC more than the log; read the percentiles",)
+    assert t.findings[1].startswith("Dominant stage: server_queue takes 99.8% of the mean RPC time (one RPC, at "
                                     "<memory>:100, carries 100% of it)")

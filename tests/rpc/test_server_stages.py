@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 from rpclog_builders import rpc_frame, rpc_row
 
+from ddlscope.report.rpc_findings import narrate
 from ddlscope.rpc import decompose, dissect, stage_summary
 from ddlscope.rpc.schema import stages_of
 
@@ -41,11 +42,12 @@ def test_decompose_adds_the_parts_and_they_sum_to_their_stage():
 
 def test_the_dissection_names_the_sync_wait_in_findings_tables_and_summary():
     d = dissect(rpc_frame(_rows()))
+    t = narrate(d)
     assert d.summary["dominant_stage"] == "server_sync_wait"
     assert d.summary["mean_stage_share"]["server_sync_wait"] == 4_900 / 6_400   # 76.5625 %
     assert d.summary["stage_parts"] == {"server_receive": ["server_thread_wait", "server_read"],
                                         "server_queue": ["server_decode", "server_sync_wait"]}
-    assert d.findings[1].startswith(
+    assert t.findings[1].startswith(
         "Dominant stage: server_sync_wait (the wait at the server for the sync barrier, i.e. the other workers' "
         "pushes of the previous iteration, and for table locks) takes 76.6% of the mean RPC time; second network "
         "(15.6%)")   # 1000 / 6400

@@ -100,30 +100,35 @@ def register(rpc_app: typer.Typer) -> None:
 
         d = dissect(logs, mapping=mapping, input_format=input_format)
         from ddlscope.report.rpc_dissect import write_dissection_report  # matplotlib: after the input is read
+        from ddlscope.report.rpc_findings import narrate
 
+        told = narrate(d)  # the sentences, once: the report, the console and the JSON print these
         check_report_dir(out, "--out", overwrite)  # again: the folder may have changed during the analysis
         clear_previous_report(out)
         index = write_dissection_report(d, out)
-        _print(d, index, fmt)
+        _print(d, told, index, fmt)
 
 
-def _print(d, index: Path, fmt: str) -> None:
-    """The findings, the stage and per-op tables, rejected rows and notes (or the JSON summary)."""
+def _print(d, told, index: Path, fmt: str) -> None:
+    """The findings, the stage and per-op tables, rejected rows and notes (or the JSON summary);
+    ``told``: the :class:`~ddlscope.report.rpc_findings.Narration` of ``d``."""
     import json
 
     import polars as pl
     from rich.markup import escape
 
     from ddlscope.report.console import emit, terminal, to_jsonable
+    from ddlscope.report.rpc_findings import dissection_summary
 
     if fmt == "json":
-        sys.stdout.write(json.dumps(to_jsonable({**d.summary, "report": str(index)}), indent=2) + "\n")
+        sys.stdout.write(json.dumps(to_jsonable({**dissection_summary(d, told), "report": str(index)}), indent=2)
+                         + "\n")
         return
     console = terminal()
     console.print("[bold]RPC latency dissection[/bold]")
-    for warning in d.warnings:
+    for warning in told.warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
-    for i, line in enumerate(d.findings, 1):
+    for i, line in enumerate(told.findings, 1):
         console.print(f"{i}. {escape(line)}")
     overall = d.percentiles.filter(pl.col("grouping") == "all").drop("grouping", "group")
     emit(overall, "table", title="Stages over all RPCs (µs)")
@@ -133,7 +138,7 @@ def _print(d, index: Path, fmt: str) -> None:
     counts = d.rejected_counts()
     if counts.height:
         emit(counts.drop("meaning"), "table", title="Rejected rows (not analysed)")
-    for note in d.notes:
+    for note in told.notes:
         console.print(f"[dim]note: {escape(note)}[/dim]")
     console.print(f"report: {escape(str(index))}")
 
@@ -150,14 +155,12 @@ def _print_streamed(d, summary_path: Path, fmt: str) -> None:
     if fmt == "json":
         sys.stdout.write(json.dumps(to_jsonable({**d.summary, "report": str(summary_path)}), indent=2) + "\n")
         return
+    from ddlscope.report.rpc_findings import streamed_headline
+
     console = terminal()
-    s = d.summary
-    lat = s["latency_us"]
     console.print(f"[bold]RPC latency dissection (streamed: {d.partitions} partition(s), engine {d.engine}, "
                   f"{d.wall_s:.1f} s)[/bold]")
-    console.print(f"{d.rpcs:,} RPCs from {d.workers} worker(s) to {d.servers} server(s) over {d.connections} "
-                  f"connection(s): latency p50 {lat['p50']:.4g} µs, p99 {lat['p99']:.4g} µs, p99.9 "
-                  f"{lat['p99_9']:.4g} µs (exact); dominant stage {s['dominant_stage']}.")
+    console.print(escape(streamed_headline(d)))
     overall = d.percentiles.filter(pl.col("grouping") == "all").drop("grouping", "group")
     emit(overall, "table", title="Stages over all RPCs (µs)")
     by_op = d.percentiles.filter((pl.col("grouping") == "op") & (pl.col("stage") == "latency")).select(

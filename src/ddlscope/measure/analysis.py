@@ -6,6 +6,13 @@ The flow (each step a module of :mod:`ddlscope.measure`)::
     (iterations) -> sweep -> breakdown, idle causes (timeline) -> collective calls (comm)
     -> kernels, temporal shares -> rank skew (skew) -> what-if and model check (baseline)
 
+After the parse, each question is one named analyzer of this module (:func:`iteration_breakdown`,
+:func:`mark_warmup`, :func:`kernel_shares`, :func:`unclassified_kernels`, :func:`temporal_shares`,
+:func:`rank_accounting`, :func:`baseline_predictions`); :func:`analyze` runs them and returns one
+frozen :class:`TraceAnalysis`. What they noticed about the input is kept in numbers
+(:class:`TraceFacts`); the sentences (the notes) are written from it on the report side,
+:func:`ddlscope.report.trace_notes.trace_notes`, once for the console, JSON, HTML and the Python API.
+
 All times in the returned tables are microseconds (``_us``, floats holding whole nanoseconds),
 bytes in ``_bytes``, bandwidths in GB/s (``_gb_s``, 1e9 bytes per second).
 """
@@ -13,9 +20,10 @@ bytes in ``_bytes``, bandwidths in GB/s (``_gb_s``, 1e9 bytes per second).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import polars as pl
@@ -32,8 +40,6 @@ from ddlscope.measure.baseline import (
 from ddlscope.measure.comm import collective_calls, collectives_per_iteration, resolve_collectives
 from ddlscope.measure.flops import FLOP_OPERATORS, op_flops
 from ddlscope.measure.iterations import (
-    LABELLED,
-    SLOW_FIRST,
     WARMUP_FACTOR,
     WHOLE_TRACE,
     assign_iteration,
@@ -66,7 +72,7 @@ c = pl.col
 _NS = 1000.0  # ns per us
 
 
-@dataclass
+@dataclass(frozen=True)
 class TraceAnalysis:
     """Everything ``ddlscope trace`` reports (all frames Polars, times in microseconds).
 
@@ -112,7 +118,10 @@ class TraceAnalysis:
             ``slow_first_iteration``, ``slow_first_ratio``, ...) plus ``excluded`` (rows left out
             of the means) and ``kept`` (warm-up rows kept in, by ``keep_warmup`` or because every row
             is one).
-        notes: what was assumed, inferred or left out, one line each.
+        facts: what the analyzers noticed about the input (:class:`TraceFacts`); the report words
+            it, with the hardware's notes, as the notes (:func:`ddlscope.report.trace_notes.trace_notes`).
+
+    Nothing in it changes after :func:`analyze` returns (a frozen record; the mappings read-only).
     """
 
     ranks: pl.DataFrame
@@ -123,14 +132,14 @@ class TraceAnalysis:
     unclassified: pl.DataFrame
     temporal: pl.DataFrame
     skew: pl.DataFrame
-    skew_summary: dict[str, Any]
+    skew_summary: Mapping[str, Any]
     whatif: pl.DataFrame | None
     whatif_rows: pl.DataFrame | None
     model_check: pl.DataFrame | None
     hardware: TraceHardware | None
     precision: str
-    warmup: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
+    warmup: Mapping[str, Any]
+    facts: TraceFacts
 
     @property
     def steady(self) -> pl.DataFrame:
@@ -180,30 +189,48 @@ def analyze_traces(
                    warmup_factor=warmup_factor)
 
 
-_LEFT_OUT = "left out of the means, the rank skew, the model check and the what-if baseline"
-
-
-def _warmup_notes(warm: dict[str, Any], keep_warmup: bool) -> list[str]:
-    """One line per kind of warm-up iteration found, saying what was done with it."""
-    out: list[str] = []
-    kept = keep_warmup or (warm["kept"] and not warm["excluded"])
-    fate = ("kept in the means (--keep-warmup)" if keep_warmup
-            else "kept in the means: every iteration is a warm-up" if kept
-            else f"{_LEFT_OUT} (--keep-warmup keeps them)")
-    if warm["labelled"]:
-        out.append(f"warm-up: {warm['labelled']} iteration(s) labelled warm-up by their marker (warmup = "
-                   f"'{LABELLED}' in the per-iteration table): {fate}")
-    if warm["slow_first_iteration"] is not None:
-        out.append(f"warm-up: iteration {warm['slow_first_iteration']} took {warm['slow_first_step_ns'] / 1e6:.1f} ms, "
-                   f"{warm['slow_first_ratio']:.1f}x the median of the later iterations "
-                   f"({warm['others_median_ns'] / 1e6:.1f} ms; threshold {warm['factor']:g}x): one-off set-up (cuDNN "
-                   f"autotuning, allocator growth, NCCL initialisation) is the usual cause (warmup = '{SLOW_FIRST}'): "
-                   f"{fate}")
-    return out
-
-
 def _us(ns: pl.Expr) -> pl.Expr:
     return ns / _NS
+
+
+@dataclass(frozen=True)
+class SkippedEvents:
+    """The events of one trace that were not used (:attr:`KinetoTrace.skipped
+    <ddlscope.measure.reader.KinetoTrace.skipped>`).
+
+    Attributes:
+        source: the trace's file.
+        counts: events left out per reason.
+        examples: for the reasons that mean bad data (bad times), the first such event.
+    """
+
+    source: str
+    counts: Mapping[str, int]
+    examples: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class TraceFacts:
+    """What the analyzers noticed about the input, in numbers (the report words them:
+    :func:`ddlscope.report.trace_notes.trace_notes`).
+
+    Attributes:
+        input_notes: what the reader assumed or skipped (files in a folder, each trace's own notes).
+        keep_warmup: warm-up iterations were kept in the means on request (``--keep-warmup``).
+        clipped: the GPU activities clipped to the next start on their stream
+            (:func:`ddlscope.measure.tables.clip_stream_overlaps`: ``rank, device, stream, name,
+            start_ns, end_ns, old_end_ns, removed_ns``).
+        skipped: one :class:`SkippedEvents` per trace.
+        executions: execution traces read (op shapes for the FLOPs).
+        flops_from_execution_trace: the model check took FLOPs from an execution trace for some rank.
+    """
+
+    input_notes: tuple[str, ...]
+    keep_warmup: bool
+    clipped: pl.DataFrame
+    skipped: tuple[SkippedEvents, ...]
+    executions: int
+    flops_from_execution_trace: bool
 
 
 def analyze(
@@ -221,10 +248,16 @@ def analyze(
     warmup_factor: float = WARMUP_FACTOR,
 ) -> TraceAnalysis:
     """:func:`analyze_traces` on traces already read (see there); ``input_notes`` (e.g. the files
-    :func:`~ddlscope.measure.reader.read_traces` skipped in a folder) head the notes."""
+    :func:`~ddlscope.measure.reader.read_traces` skipped in a folder) head the notes.
+
+    Parse once into tables (activities with their iteration and window, the timeline sweep), then
+    the named analyzers of this module, each answering one question from those tables:
+    :func:`iteration_breakdown`, :func:`mark_warmup`, :func:`kernel_shares`,
+    :func:`unclassified_kernels`, :func:`temporal_shares`, :func:`rank_accounting`,
+    :func:`~ddlscope.measure.skew.rank_skew` and :func:`baseline_predictions`.
+    """
     catalog = catalog or builtin_catalog()
     world_size = kineto[0].world_size
-    notes: list[str] = [*input_notes, *(n for t in kineto for n in t.notes)]
     tb = build_tables(kineto, rules)
     g = resolve_collectives(tb.gpu, tb.cpu, rules, world_size)
     its = cpu_iterations(tb.cpu, g, rules)
@@ -238,21 +271,63 @@ def analyze(
     by_cause = idle_by_cause(idle, win)
     calls = collective_calls(g)
     collectives = collectives_per_iteration(calls, bd_ns)
+    h2d = host_device_bytes(g)
 
-    # -- per-iteration breakdown in microseconds ---------------------------------------------------
-    h2d = (
-        g.filter((c("class") == "data_io") & c("iteration").is_not_null())
-        .group_by("rank", "device", "iteration").agg(h2d_bytes=c("bytes").sum().cast(pl.Float64))
+    breakdown, warm = mark_warmup(iteration_breakdown(bd_ns, by_cause, its, h2d), win, its, warmup_factor,
+                                  keep_warmup)
+    skew, skew_summary = rank_skew(breakdown.filter(c("in_means")))
+    precision = dominant_precision(g)
+    first = kineto[0]
+    device_id = g.filter(c("rank") == first.rank)["device"].mode().first()
+    has_a2a = bool(calls.filter(c("collective") == "all_to_all").height)
+    hw = trace_hardware(first.devices, device_id, world_size, has_a2a, catalog, server=server, gpu=gpu)
+    steady_keys = breakdown.filter(c("in_means")).select(_KEYS)
+    whatif_table, whatif_rows, check, from_et = baseline_predictions(
+        g, tb.cpu, its, bd_ns, h2d, calls, steady_keys, executions, hw, precision, scenarios, catalog)
+    return TraceAnalysis(
+        ranks=rank_accounting(kineto, g, its, win, tb.clipped), breakdown=breakdown, collectives=collectives,
+        calls=calls, kernels=kernel_shares(g), unclassified=unclassified_kernels(g), temporal=temporal_shares(g, its),
+        skew=skew, skew_summary=MappingProxyType(skew_summary), whatif=whatif_table, whatif_rows=whatif_rows,
+        model_check=check, hardware=hw, precision=precision, warmup=MappingProxyType(warm),
+        facts=TraceFacts(
+            input_notes=(*input_notes, *(n for t in kineto for n in t.notes)), keep_warmup=keep_warmup,
+            clipped=tb.clipped,
+            skipped=tuple(SkippedEvents(t.source, MappingProxyType(dict(t.skipped)),
+                                        MappingProxyType(dict(t.skipped_examples))) for t in kineto),
+            executions=len(executions), flops_from_execution_trace=from_et),
     )
-    keys = ["rank", "device", "iteration"]
+
+
+_KEYS = ["rank", "device", "iteration"]
+
+
+def host_device_bytes(g: pl.DataFrame) -> pl.DataFrame:
+    """Host<->device copy bytes per (rank, device, iteration): ``h2d_bytes`` (Float64)."""
+    return (
+        g.filter((c("class") == "data_io") & c("iteration").is_not_null())
+        .group_by(*_KEYS).agg(h2d_bytes=c("bytes").sum().cast(pl.Float64))
+    )
+
+
+def iteration_breakdown(bd_ns: pl.DataFrame, by_cause: pl.DataFrame, its: pl.DataFrame,
+                        h2d: pl.DataFrame) -> pl.DataFrame:
+    """Where each window's time goes, in µs: :attr:`TraceAnalysis.breakdown` without the warm-up
+    columns (the exclusive components and idle sum to ``window_us``; see there).
+
+    Args:
+        bd_ns: :func:`~ddlscope.measure.timeline.breakdown_from_segments` (ns).
+        by_cause: :func:`~ddlscope.measure.timeline.idle_by_cause` (ns).
+        its: :func:`~ddlscope.measure.iterations.cpu_iterations` (``cpu_step_ns``).
+        h2d: :func:`host_device_bytes`.
+    """
     bd = (
-        bd_ns.join(by_cause, on=keys, how="left")
+        bd_ns.join(by_cause, on=_KEYS, how="left")
         .join(its.select("rank", "iteration", "cpu_step_ns"), on=["rank", "iteration"], how="left")
-        .join(h2d, on=keys, how="left")
+        .join(h2d, on=_KEYS, how="left")
         .with_columns(c("h2d_bytes").fill_null(0.0))
     )
     out_cols = [
-        *keys,
+        *_KEYS,
         _us(c("window_start_ns")).alias("window_start_us"),
         _us(c("window_ns")).alias("window_us"),
         *(_us(c(f"{k}_ns")).alias(f"{k}_us") for k in COMPUTE_CLASSES),
@@ -269,35 +344,61 @@ def analyze(
         _us(c("cpu_step_ns")).alias("cpu_step_us"),
         c("h2d_bytes").alias("data_io_bytes"),
     ]
-    breakdown = bd.select(out_cols).sort(*keys)
+    return bd.select(out_cols).sort(*_KEYS)
 
-    # -- warm-up iterations: in the table, out of the means ----------------------------------------
+
+def mark_warmup(breakdown: pl.DataFrame, win: pl.DataFrame, its: pl.DataFrame, warmup_factor: float,
+                keep_warmup: bool) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """Which rows are warm-up iterations, and which count in the means.
+
+    Returns:
+        ``(breakdown, info)``: ``breakdown`` plus ``warmup`` as
+        :func:`~ddlscope.measure.iterations.warmup_iterations` flags it; ``in_means`` every row that
+        is not a warm-up, or every row with ``keep_warmup`` or when every row is one; ``info`` that
+        function's info plus ``excluded`` (rows left out of the means) and ``kept`` (warm-up rows kept
+        in).
+    """
     flags, warm = warmup_iterations(win, its, warmup_factor)
     breakdown = breakdown.join(flags, on=["rank", "iteration"], how="left")
     n_warm = breakdown["warmup"].is_not_null().sum()
     keep_all = keep_warmup or n_warm == breakdown.height
     breakdown = breakdown.with_columns(in_means=c("warmup").is_null() | pl.lit(keep_all))
-    warm.update(excluded=int(breakdown.height - breakdown["in_means"].sum()), kept=int(n_warm) if keep_all else 0)
-    steady_keys = breakdown.filter(c("in_means")).select(keys)
+    warm = {**warm, "excluded": int(breakdown.height - breakdown["in_means"].sum()),
+            "kept": int(n_warm) if keep_all else 0}
+    return breakdown, warm
 
-    # -- kernels, unclassified, temporal shares --------------------------------------------------------
-    kernels = (
+
+def kernel_shares(g: pl.DataFrame) -> pl.DataFrame:
+    """:attr:`TraceAnalysis.kernels`: per (rank, class, kind) the kernels, their time (µs) and
+    share of the rank's kernel time, longest first."""
+    return (
         g.group_by("rank", "class", "kind").agg(kernels=pl.len(), time_us=_us(c("dur_ns").sum()))
         .with_columns(share=c("time_us") / c("time_us").sum().over("rank"))
         .sort("rank", "time_us", descending=[False, True])
     )
-    unclassified = (
+
+
+def unclassified_kernels(g: pl.DataFrame) -> pl.DataFrame:
+    """:attr:`TraceAnalysis.unclassified`: per kernel name no rule matched, its kernels, time (µs)
+    and ranks, longest first."""
+    return (
         g.filter(c("class") == "unclassified").group_by("name")
         .agg(kernels=pl.len(), time_us=_us(c("dur_ns").sum()), ranks=c("rank").n_unique())
         .sort("time_us", descending=True)
     )
+
+
+def temporal_shares(g: pl.DataFrame, its: pl.DataFrame) -> pl.DataFrame:
+    """:attr:`TraceAnalysis.temporal`: per rank, idle / compute / non-compute shares of the GPU span
+    of its iterations and the overlapped share of communication, in Holistic Trace Analysis' terms
+    (percent; the work launched in an iteration, :func:`~ddlscope.measure.iterations.gpu_span`)."""
     span = gpu_span(g, its)
     whole_ranks = its.filter(c("iteration_rule") == WHOLE_TRACE)["rank"].implode()
     launched = (c("launch_iteration").is_not_null() | c("rank").is_in(whole_ranks))
     span_acts = g.filter(launched).select("rank", "device", "start_ns", "end_ns",
                                          tclass=timeline_class(c("class"), c("kind")))
     span_bd = breakdown_from_segments(sweep(span_acts, span), span)
-    temporal = span_bd.group_by("rank").agg(
+    return span_bd.group_by("rank").agg(
         window_ns=c("window_ns").sum(), idle_ns=c("idle_ns").sum(),
         compute_ns=pl.sum_horizontal(*(c(f"{k}_ns") for k in COMPUTE_CLASSES)).sum(),
         comm_busy_ns=c("comm_busy_ns").sum(), comm_overlapped_ns=c("comm_overlapped_ns").sum(),
@@ -310,7 +411,12 @@ def analyze(
         span_us=_us(c("window_ns")),
     ).sort("rank")
 
-    # -- ranks ------------------------------------------------------------------------------------------
+
+def rank_accounting(kineto: list[KinetoTrace], g: pl.DataFrame, its: pl.DataFrame, win: pl.DataFrame,
+                    clipped: pl.DataFrame) -> pl.DataFrame:
+    """:attr:`TraceAnalysis.ranks`: per rank, where its events went (iterations found and how,
+    activities and GPU time outside every window, before the first and after the last, clipped
+    activities, events used and skipped; see there)."""
     outside = g.filter(c("iteration").is_null()).group_by("rank").agg(
         activities_outside_windows=pl.len(), busy_outside_windows_us=_us(c("dur_ns").sum()))
     # GPU time before the first and after the last window of each (rank, device): not in the breakdown,
@@ -334,14 +440,14 @@ def analyze(
         "events_used": t.events.height, "events_skipped": sum(t.skipped.values()),
     } for t in kineto], schema={"rank": pl.Int64, "source": pl.String, "world_size": pl.Int64, "gpu": pl.String,
                                  "events_used": pl.Int64, "events_skipped": pl.Int64})
-    ranks = (
+    return (
         meta.join(its.group_by("rank").agg(iterations=pl.len(), marker=c("marker").first(),
                                            iteration_rule=c("iteration_rule").first(),
                                            segments_left_out=c("segments_left_out").first()), on="rank", how="left")
         .join(g.group_by("rank").agg(gpu_activities=pl.len()), on="rank", how="left")
         .join(outside, on="rank", how="left").join(edges, on="rank", how="left")
-        .join(tb.clipped.group_by("rank").agg(activities_clipped=pl.len().cast(pl.Int64),
-                                              clipped_us=_us(c("removed_ns").sum())), on="rank", how="left")
+        .join(clipped.group_by("rank").agg(activities_clipped=pl.len().cast(pl.Int64),
+                                           clipped_us=_us(c("removed_ns").sum())), on="rank", how="left")
         .with_columns(c("activities_outside_windows").fill_null(0), c("busy_outside_windows_us").fill_null(0.0),
                       c("activities_clipped").fill_null(0), c("clipped_us").fill_null(0.0),
                       *(c(k).fill_null(0) for k in ("activities_after_last_iteration",
@@ -349,121 +455,57 @@ def analyze(
                       *(c(k).fill_null(0.0) for k in ("gpu_time_after_last_iteration_us",
                                                       "gpu_time_before_first_iteration_us")))
     )
-    for rule, marker, n in ranks.group_by("iteration_rule", "marker", maintain_order=True).agg(pl.len()).iter_rows():
-        notes.append(f"iterations of {n} rank(s): {rule}" + (f" ({marker})" if marker != rule else "")
-                     + (" - one window from the first to the last GPU activity" if rule == WHOLE_TRACE else ""))
-    for r, left, rule in ranks.filter(c("segments_left_out") > 0).select(
-            "rank", "segments_left_out", "iteration_rule").iter_rows():
-        notes.append(f"rank {r}: {left} marker segment(s) make no whole iteration ({rule}): left out of the "
-                     "iterations (at the trace's start for markers that end an iteration, at its end for markers "
-                     "that start one; their GPU work is noted as before the first or after the last iteration)")
-    notes.extend(_warmup_notes(warm, keep_warmup))
-    for side, where in (("after_last", "after the last iteration's end"),
-                        ("before_first", "before the first iteration's start")):
-        n_out = int(ranks[f"activities_{side}_iteration"].sum())
-        if n_out:
-            per = "" if ranks.height == 1 else " (" + ", ".join(
-                f"rank {r}: {n}" for r, n in ranks.filter(c(f"activities_{side}_iteration") > 0)
-                .select("rank", f"activities_{side}_iteration").iter_rows()) + ")"
-            why = (" (work launched in the last iteration still running when it ended, or work after the "
-                   "iterations the trace marks)" if side == "after_last" else "")
-            notes.append(f"{n_out} GPU activities{per} run {where}: "
-                         f"{ranks[f'gpu_time_{side}_iteration_us'].sum() / 1e3:.3f} ms of GPU time there is not in "
-                         f"the breakdown{why}")
-    if tb.clipped.height:
-        cl = tb.clipped
-        per = "" if ranks.height == 1 else " (" + ", ".join(
-            f"rank {r}: {n}" for r, n in cl.group_by("rank").len().sort("rank").iter_rows()) + ")"
-        top = cl.sort("removed_ns", descending=True).row(0, named=True)
-        name = top["name"] if len(top["name"]) <= 60 else top["name"][:57] + "..."
-        notes.append(f"{cl.height} GPU activities{per} ran past the start of the next activity of their stream, "
-                     "which cannot be (a stream runs its work in order): each end clipped to that start, "
-                     f"{cl['removed_ns'].sum() / 1e6:.3f} ms removed (longest: {name!r} on device {top['device']} "
-                     f"stream {top['stream']}, {(top['old_end_ns'] - top['start_ns']) / 1e3:g} us -> "
-                     f"{(top['end_ns'] - top['start_ns']) / 1e3:g} us)")
-    skipped: dict[str, int] = {}
-    for t in kineto:
-        for k, v in t.skipped.items():
-            if k not in t.skipped_examples:  # bad data: one note per file below
-                skipped[k] = skipped.get(k, 0) + v
-    if skipped:
-        notes.append("events not used (all ranks): " + ", ".join(f"{v} {k}" for k, v in sorted(skipped.items()))
-                     + " - flow (s/f), metadata (M), instant (i) and counter (C) events carry no GPU time")
-    for t in kineto:
-        for reason, example in t.skipped_examples.items():
-            notes.append(f"{t.source}: {t.skipped[reason]} {reason} left out, its time is missing from the "
-                         f"breakdown (first: {example})")
-    if executions:
-        notes.append(f"{len(executions)} execution trace(s) read: they give op shapes (FLOPs) for ranks whose "
-                     "profiler trace has none")
-    if unclassified.height:
-        notes.append(f"{unclassified.height} kernel name(s) matched no rule: counted as 'unclassified' "
-                     f"({unclassified['time_us'].sum() / 1e3:.3f} ms); add rules with --rules")
-    approx = calls.filter(c("bw_approx"))
-    if approx.height:
-        n_a2a = calls.filter(c("collective") == "all_to_all").height
-        notes.append(f"{approx.height} of {n_a2a} all-to-all calls have no complete split sizes in the trace "
-                     "('In split size' / 'Out split size' missing, truncated or not matching the group): their bus "
-                     "bandwidth assumes even splits and is approximate (bw_approx)")
-    unknown = calls.filter(c("size_bytes").is_null()).height
-    if unknown:
-        notes.append(f"{unknown} of {calls.height} collective calls have no message size in the trace (no "
-                     "'In msg nelems' args and no recorded shapes): their bandwidth is unknown")
 
-    # -- rank skew ------------------------------------------------------------------------------------
-    skew, skew_summary = rank_skew(breakdown.filter(c("in_means")))
 
-    # -- hardware, what-if, model check ------------------------------------------------------------------
-    precision = dominant_precision(g)
-    first = kineto[0]
-    device_id = g.filter(c("rank") == first.rank)["device"].mode().first()
-    has_a2a = bool(calls.filter(c("collective") == "all_to_all").height)
-    hw = trace_hardware(first.devices, device_id, world_size, has_a2a, catalog, server=server, gpu=gpu)
-    notes.extend(hw.notes)
-    notes.append(f"compute precision: {precision} (most compute-bound kernel time; from kernel names)")
-    whatif_table = whatif_rows = check = None
+def baseline_predictions(
+    g: pl.DataFrame, cpu: pl.DataFrame, its: pl.DataFrame, bd_ns: pl.DataFrame, h2d: pl.DataFrame,
+    calls: pl.DataFrame, steady_keys: pl.DataFrame, executions: list[ExecutionTrace], hw: TraceHardware,
+    precision: str, scenarios: Sequence[Scenario] | None, catalog: Catalog,
+) -> tuple[pl.DataFrame | None, pl.DataFrame | None, pl.DataFrame | None, bool]:
+    """What the model predicts from the measured baseline (the rows in the means): the what-if
+    table and rows (:func:`~ddlscope.measure.baseline.whatif_from_trace`, None without scenarios)
+    and the model check (:func:`~ddlscope.measure.baseline.model_check`), all None when the GPU is
+    unknown; and whether the check took FLOPs from an execution trace."""
+    if hw.system is None:
+        return None, None, None, False
     demand = comm_demand(calls)
-    if hw.system is not None:
-        measured = (
-            bd_ns.join(steady_keys, on=keys, how="semi").join(demand, on=keys, how="left")
-            .join(h2d, on=keys, how="left")
-            .select(
-                *keys,
-                window_s=c("window_ns") / 1e9, idle_s=c("idle_ns") / 1e9,
-                compute_bound_s=c("compute_bound_ns") / 1e9, memory_bound_s=c("memory_bound_ns") / 1e9,
-                unclassified_s=c("unclassified_ns") / 1e9, device_copy_s=c("device_copy_ns") / 1e9,
-                data_io_s=c("data_io_ns") / 1e9, comm_busy_s=c("comm_busy_ns") / 1e9,
-                data_io_busy_s=c("busy_data_io_ns") / 1e9,
-                comm_overlap_fraction=pl.when(c("comm_busy_ns") > 0)
-                .then(c("comm_overlapped_ns") / c("comm_busy_ns")).otherwise(0.0),
-                compute_bound_busy_s=c("busy_compute_bound_ns") / 1e9,
-                memory_busy_s=(c("busy_memory_bound_ns") + c("busy_device_copy_ns")) / 1e9,
-                h2d_bytes=c("h2d_bytes").fill_null(0.0),
-                dense_bytes=c("dense_bytes").fill_null(0.0), messages=c("messages").fill_null(0),
-                sparse_bytes=c("sparse_bytes").fill_null(0.0), unknown_calls=c("unknown_calls").fill_null(0),
-                unknown_messages=c("unknown_messages").fill_null(0), comm_calls=c("comm_calls").fill_null(0),
-                sized_time_s=c("sized_time_s").fill_null(0.0), calls_time_s=c("calls_time_s").fill_null(0.0),
-            )
+    measured = (
+        bd_ns.join(steady_keys, on=_KEYS, how="semi").join(demand, on=_KEYS, how="left")
+        .join(h2d, on=_KEYS, how="left")
+        .select(
+            *_KEYS,
+            window_s=c("window_ns") / 1e9, idle_s=c("idle_ns") / 1e9,
+            compute_bound_s=c("compute_bound_ns") / 1e9, memory_bound_s=c("memory_bound_ns") / 1e9,
+            unclassified_s=c("unclassified_ns") / 1e9, device_copy_s=c("device_copy_ns") / 1e9,
+            data_io_s=c("data_io_ns") / 1e9, comm_busy_s=c("comm_busy_ns") / 1e9,
+            data_io_busy_s=c("busy_data_io_ns") / 1e9,
+            comm_overlap_fraction=pl.when(c("comm_busy_ns") > 0)
+            .then(c("comm_overlapped_ns") / c("comm_busy_ns")).otherwise(0.0),
+            compute_bound_busy_s=c("busy_compute_bound_ns") / 1e9,
+            memory_busy_s=(c("busy_memory_bound_ns") + c("busy_device_copy_ns")) / 1e9,
+            h2d_bytes=c("h2d_bytes").fill_null(0.0),
+            dense_bytes=c("dense_bytes").fill_null(0.0), messages=c("messages").fill_null(0),
+            sparse_bytes=c("sparse_bytes").fill_null(0.0), unknown_calls=c("unknown_calls").fill_null(0),
+            unknown_messages=c("unknown_messages").fill_null(0), comm_calls=c("comm_calls").fill_null(0),
+            sized_time_s=c("sized_time_s").fill_null(0.0), calls_time_s=c("calls_time_s").fill_null(0.0),
         )
-        if scenarios:
-            whatif_rows = whatif_from_trace(measured, hw, precision, scenarios, catalog)
-            whatif_table = whatif_summary(whatif_rows, scenarios)
-        steady_its = its.join(steady_keys.select("rank", "iteration").unique(), on=["rank", "iteration"], how="semi")
-        check = model_check(_model_inputs(g, tb.cpu, steady_its, measured, executions, notes), hw, precision)
-    return TraceAnalysis(
-        ranks=ranks, breakdown=breakdown, collectives=collectives, calls=calls, kernels=kernels,
-        unclassified=unclassified, temporal=temporal, skew=skew, skew_summary=skew_summary,
-        whatif=whatif_table, whatif_rows=whatif_rows, model_check=check, hardware=hw, precision=precision,
-        warmup=warm, notes=notes,
     )
+    whatif_table = whatif_rows = None
+    if scenarios:
+        whatif_rows = whatif_from_trace(measured, hw, precision, scenarios, catalog)
+        whatif_table = whatif_summary(whatif_rows, scenarios)
+    steady_its = its.join(steady_keys.select("rank", "iteration").unique(), on=["rank", "iteration"], how="semi")
+    inputs, from_et = _model_inputs(g, cpu, steady_its, measured, executions)
+    return whatif_table, whatif_rows, model_check(inputs, hw, precision), from_et
 
 
 def _model_inputs(
     g: pl.DataFrame, cpu: pl.DataFrame, its: pl.DataFrame, measured: pl.DataFrame,
-    executions: list[ExecutionTrace], notes: list[str],
-) -> pl.DataFrame:
+    executions: list[ExecutionTrace],
+) -> tuple[pl.DataFrame, bool]:
     """Per rank, means per iteration, the inputs of :func:`ddlscope.measure.baseline.model_check`
-    (``its`` and ``measured``: the iterations in the means)."""
+    (``its`` and ``measured``: the iterations in the means), and whether some rank's FLOPs come
+    from an execution trace (its Kineto trace has no op shapes)."""
     counted = op_flops(cpu.filter(c("name").is_in(FLOP_OPERATORS)))
     counted = counted.filter(c("flops").is_not_null())
     # FLOPs per CPU iteration (operators whose start lies in the iteration span)
@@ -517,6 +559,4 @@ def _model_inputs(
         flops_source=pl.when(use_et).then(pl.lit("the execution trace's op shapes (all compute-bound kernels)"))
         .otherwise(pl.format("{} mm/addmm/bmm/attention ops", (c("_ops") / c("_n")).round(0).cast(pl.Int64))),
     )
-    if executions and per_rank.select(use_et.any()).item():
-        notes.append("model check: FLOPs from the execution trace(s) where the Kineto trace has no op shapes")
-    return per_rank
+    return per_rank, bool(executions and per_rank.select(use_et.any()).item())

@@ -265,12 +265,14 @@ def write_trace_report(a: TraceAnalysis, out_dir: str | Path, sections, summary:
         if fig is not None:
             rep.add_figure(name, fig, caption)
     for name, frame, ttl, caption in sections:
-        rep.add_table(name, frame, ttl + (f" - {caption}" if caption else ""))
+        rep.add_table(name, frame, ttl + (f" ({caption})" if caption else ""))  # " - " read as a minus
     for name, frame in (("breakdown_full", a.breakdown), ("collective_calls", a.calls), ("kernels", a.kernels)):
         rep.add_table(name, frame, f"{name.replace('_', ' ')} (all columns, microseconds)")
     notes = summary.get("notes", [])
     rep.add_key_values({k: v for k, v in summary.items() if k != "notes" and not isinstance(v, dict | list)},
                        "Summary")
+    if notes:
+        rep.add_heading("Notes: what was assumed, inferred or left out")
     for n in notes:
         rep.add_text(n)
     rep.set_summary(summary)

@@ -13,6 +13,7 @@ import polars as pl
 
 from ddlscope.measure.analysis import TraceAnalysis
 from ddlscope.measure.timeline import IDLE_CAUSES
+from ddlscope.report.trace_notes import trace_notes
 
 c = pl.col
 
@@ -173,5 +174,5 @@ def summary(a: TraceAnalysis) -> dict[str, Any]:
                           f"non-communication time than the median rank, mostly {sk['slow_component']} "
                           f"(+{sk['slow_component_excess_us'] / 1e3:.3f} ms)")
         s["step_spread"] = sk["step_spread"]
-    s["notes"] = a.notes
+    s["notes"] = trace_notes(a)
     return s

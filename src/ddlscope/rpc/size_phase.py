@@ -76,7 +76,7 @@ def size_fits(frame: pl.DataFrame, pairs: tuple[tuple[str, str], ...] = SIZE_FIT
         (``1 / slope`` in GB/s = bytes/ns for byte regressors with a positive slope, else null) and
         ``r2``. Null where the regressor does not vary within the op. The fit is whatever least
         squares gives: with few RPCs or few distinct sizes the intercept can be negative
-        (:func:`~ddlscope.rpc.dissect.findings` quotes only fits with enough of both).
+        (:func:`~ddlscope.rpc.analyzers.network_fits` quotes only fits with enough of both).
     """
     rows = []
     for op, g in frame.group_by("op", maintain_order=True):

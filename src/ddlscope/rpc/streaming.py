@@ -53,9 +53,10 @@ import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -526,7 +527,7 @@ def _run_ray(fn: Callable, plan: StreamPlan, ctx: Any, progress: _Progress, name
 
 # --- merging ----------------------------------------------------------------------------------
 
-@dataclass
+@dataclass(frozen=True)
 class StreamedDissection:
     """What :func:`dissect_streaming` found: the tables of :class:`~ddlscope.rpc.dissect.Dissection`
     that merge exactly over partitions (same columns and rows as the in-memory ones).
@@ -539,7 +540,8 @@ class StreamedDissection:
         rejected: rejected rows (``log_file``, ``log_line``, ``reason``, ``detail``), implausible last.
         rpcs: RPCs analysed; workers, servers, connections: distinct counts.
         files, notes: inputs and notes; implausible: as the Dissection's.
-        summary: JSON-ready headline numbers (:func:`streamed_summary`).
+        stages: the stages analysed.
+        summary: JSON-ready headline numbers (:func:`streamed_summary`; a new dict on each call).
         partitions, engine, wall_s: how it ran.
     """
 
@@ -551,13 +553,18 @@ class StreamedDissection:
     workers: int
     servers: int
     connections: int
-    files: list[str]
-    notes: list[str]
-    implausible: dict[str, Any]
+    files: tuple[str, ...]
+    notes: tuple[str, ...]
+    implausible: Mapping[str, Any]
     partitions: int
     engine: str
     wall_s: float = 0.0
-    summary: dict[str, Any] = field(default_factory=dict)
+    stages: tuple[str, ...] = ()
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """:func:`streamed_summary` of this dissection."""
+        return streamed_summary(self, self.stages)
 
     def rejected_counts(self) -> pl.DataFrame:
         """Rejected rows per reason (:func:`~ddlscope.rpc.validate.rejected_counts`)."""
@@ -756,9 +763,8 @@ def dissect_streaming(
         percentiles=percentiles, stage_summary=summary_from_percentiles(percentiles, stages),
         concurrency_fit=fit, rejected=rej, rpcs=kept, workers=steps.get_column("worker_id").n_unique(),
         servers=sum(c["servers"] for c in checks), connections=sum(c["connections"] for c in checks),
-        files=[f.path for f in plan.files], notes=notes, implausible=implausible,
-        partitions=len(plan.partitions), engine=engine, wall_s=time.perf_counter() - t0)
-    d.summary = streamed_summary(d, stages)
+        files=tuple(f.path for f in plan.files), notes=tuple(notes), implausible=MappingProxyType(implausible),
+        partitions=len(plan.partitions), engine=engine, wall_s=time.perf_counter() - t0, stages=tuple(stages))
     return d
 
 
@@ -787,14 +793,14 @@ def streamed_summary(d: StreamedDissection, stages: Sequence[str]) -> dict[str, 
     means = overall.filter(pl.col("stage") != "latency").select("stage", "mean_us").sort("mean_us", descending=True)
     shares = {st: (m / lat["mean_us"] if lat["mean_us"] else None) for st, m in means.iter_rows()}
     return {
-        "files": d.files, "rpcs": d.rpcs, "rejected_rows": d.rejected.height,
+        "files": list(d.files), "rpcs": d.rpcs, "rejected_rows": d.rejected.height,
         "rejected_by_reason": {r["reason"]: r["rows"] for r in d.rejected_counts().iter_rows(named=True)},
         "workers": d.workers, "servers": d.servers, "connections": d.connections,
         "latency_us": {k: lat[f"{k}_us"] for k in ("mean", "p50", "p90", "p99", "p99_9")},
         "mean_stage_share": shares, "dominant_stage": means.row(0)[0] if lat["max_us"] else None,
         "stages": list(stages),
         "implausible_latency": {"rpcs": 0, "bound_us": MAX_PLAUSIBLE_LATENCY_US, **d.implausible},
-        "notes": d.notes,
+        "notes": list(d.notes),
         "streaming": {"engine": d.engine, "partitions": d.partitions, "wall_s": d.wall_s, "percentiles": "exact",
                       "concurrency_measures": list(STREAM_MEASURES)},
     }
