@@ -47,8 +47,8 @@ def load_config(model: str, seq_len: int) -> DecoderConfig:
         if size not in shapes:
             raise ValueError(f"model: unknown MPT size {size!r}; expected one of {', '.join(shapes)}")
         return shapes[size]
-    raise ValueError(f"model: expected a Hugging Face config.json path, {', '.join(BUILTIN_CONFIGS)} or mpt-<size>, "
-                     f"got {model!r}")
+    raise ValueError(f"model: expected a Hugging Face config.json path or mpt-<size> (or a built-in config: "
+                     f"{', '.join(BUILTIN_CONFIGS)}), got {model!r}")
 
 
 def register(app: typer.Typer) -> None:
