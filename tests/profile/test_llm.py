@@ -5,6 +5,7 @@ import pytest
 from pydantic import ValidationError
 
 from ddlscope.profile.llm import (
+    MIXTRAL_8X7B,
     DecoderConfig,
     activation_bytes,
     decoder_op_table,
@@ -96,3 +97,51 @@ def test_analytic_flops_equal_the_meta_device_trace_of_gpt2():
     assert cfg.tied_embeddings and cfg.norm_bias and not cfg.gated_mlp
     w, _ = decoder_workload(cfg.model_copy(update={"causal_skip": False}), 2)
     assert w.compute_bound_flops == traced.totals["compute_bound_flops"] == 193_973_059_584
+
+
+def test_mixtral_parameters_by_hand():
+    """Mixtral-8x7B (its Hugging Face config): 46.7 B parameters, 12.9 B active per token (Mistral AI,
+    "Mixtral of experts", 2023), computed here from the shapes."""
+    cfg = DecoderConfig.from_hf(MIXTRAL_8X7B, seq_len=4096)
+    assert (cfg.layers, cfg.hidden, cfg.heads, cfg.kv, cfg.ffn, cfg.vocab) == (32, 4096, 32, 8, 14336, 32000)
+    assert cfg.gated_mlp and not cfg.tied_embeddings and (cfg.num_experts, cfg.experts_per_token) == (8, 2)
+    h, d, f = 4096, 128, 14336
+    attn = h * (h + 2 * 8 * d) + h * h      # q + k, v of 8 heads + output: 41,943,040
+    expert = 3 * h * f                      # gate, up, down: 176,160,768
+    router, norms = h * 8, 2 * h
+    emb = 2 * 32000 * h                     # untied embedding and LM head
+    total = 32 * (attn + 8 * expert + router + norms) + emb + h
+    active = 32 * (attn + 2 * expert + router + norms) + emb + h
+    assert (total, active) == (46_702_792_704, 12_879_925_248)
+    assert cfg.num_params == total and cfg.active_params == active
+    assert cfg.expert_params == 32 * 8 * expert
+    assert round(total / 1e9, 1) == 46.7 and round(active / 1e9, 1) == 12.9
+    # a dense config: active = all, no experts
+    dense = DecoderConfig.from_hf(LLAMA2_7B)
+    assert (dense.num_experts, dense.active_params, dense.expert_params) == (1, dense.num_params, 0.0)
+    with pytest.raises(ValidationError, match="experts_per_token: expected <= num_experts = 2"):
+        DecoderConfig(layers=1, hidden=64, heads=8, vocab=10, seq_len=8, num_experts=2, experts_per_token=3)
+
+
+def test_moe_flops_and_memory_by_hand():
+    # 2 layers, hidden 64, 4 SwiGLU experts of 96, top-2; micro-batch 3 x 32 tokens
+    cfg = DecoderConfig(layers=2, hidden=64, heads=4, ffn_hidden=96, gated_mlp=True, vocab=100, seq_len=32,
+                        causal_skip=False, num_experts=4, experts_per_token=2)
+    T = 3 * 32
+    w, ops = decoder_workload(cfg, 3)
+    gemm = ops.filter(pl.col("op") == "aten.mm")["flops"].sum()
+    # 6 T (L (4 h^2 + k 3 h f + h E) + V h): attention projections, the k routed experts, the router, LM head
+    assert gemm == 6 * T * (2 * (4 * 64**2 + 2 * 3 * 64 * 96 + 64 * 4) + 100 * 64)
+    # the experts' GEMMs read the weights of all 4 experts: forward up-projection bytes 2 (T k h + E h f + T k f)
+    up = ops.filter((pl.col("module") == "layers.0.experts.mlp_up") & (pl.col("phase") == "forward"))
+    assert up["total_bytes"].to_list() == [2 * (T * 2 * 64 + 4 * 64 * 96 + T * 2 * 96)]
+    # permutation: 2 x (read + write) T k h 16-bit elements forward, twice that backward, per layer
+    perm = ops.filter(pl.col("op").str.starts_with("moe.permute"))["total_bytes"].sum()
+    assert perm == 2 * 3 * (2 * 2 * T * 2 * 64 * 2)
+    # MFU counts the active parameters; the workload carries the experts for EP
+    assert flops_per_token_mfu(cfg) == 6 * cfg.active_params + 12 * 2 * 64 * 32
+    assert (w.num_experts, w.experts_per_token, w.expert_params) == (4, 2, 2 * 4 * 3 * 64 * 96)
+    # activations: the MLP's 19 s b h kept for each of the k copies, 34 + 19 (k - 1) per layer
+    assert activation_bytes(cfg, 3) == 2 * (34 + 19) * 32 * 3 * 64 + 4 * 32 * 3 * 100 * 2
+    dense, _ = decoder_workload(cfg.model_copy(update={"num_experts": 1, "experts_per_token": 1}), 3)
+    assert dense.num_experts is None and dense.expert_params is None

@@ -128,10 +128,10 @@ ServersOpt = Annotated[int | None, typer.Option("--servers", help="servers (defa
 ParallelOpt = Annotated[
     str | None,
     typer.Option("--parallel", help="fsdp/3d settings as key=value,...: sharding (zero1|zero2|zero3|hybrid or "
-                 "FULL_SHARD...), tp, pp, cp, virtual_stages, microbatches; e.g. -a 3d -w 32 --parallel tp=4,pp=2,"
+                 "FULL_SHARD...), tp, pp, cp, ep, virtual_stages, microbatches; e.g. -a 3d -w 32 --parallel tp=4,pp=2,"
                  "microbatches=16"),
 ]
-PARALLEL_KEYS: tuple[str, ...] = ("sharding", "tp", "pp", "cp", "virtual_stages", "microbatches")
+PARALLEL_KEYS: tuple[str, ...] = ("sharding", "tp", "pp", "cp", "ep", "virtual_stages", "microbatches")
 OverlapOpt = Annotated[
     str, typer.Option("--overlap", help="communication/computation overlap: scheduled (gradient buckets behind "
                       "the backward, the last one exposed, plus the wait for the slowest rank), none, full, or a "

@@ -50,7 +50,8 @@ PrecisionOpt = Annotated[
 ModelOpt = Annotated[
     str | None,
     typer.Option("--model", "-m", help="take the workload from `ddlscope profile` of a zoo model or "
-                 "package.module:factory (instead of --workload-file)"),
+                 "package.module:factory, or from a decoder LLM's shape (a Hugging Face config.json, mixtral-8x7b, "
+                 "mpt-<size>; bf16, sequence --seq-len, default 2048) (instead of --workload-file)"),
 ]
 SeqLenOpt = Annotated[int | None, typer.Option("--seq-len", help="with --model: sequence length")]
 ImageSizeOpt = Annotated[int | None, typer.Option("--image-size", help="with --model: image side in pixels")]
@@ -71,6 +72,14 @@ def _workload_and_ops(workload_file: Path | None, batch_size: int | None, precis
     if model is not None:
         if workload_file is not None:
             raise ValueError("--model, --workload-file: give one of them")
+        if _is_decoder_config(model):
+            from ddlscope.cli.plan import load_config
+            from ddlscope.profile.llm import decoder_workload
+
+            if image_size is not None or optimizer is not None:
+                raise ValueError("--image-size, --optimizer: not for a decoder LLM config (Adam, sequences)")
+            cfg = load_config(model, seq_len or 2048)
+            return decoder_workload(cfg, batch_size or 1, precision=precision or "bf16")
         from ddlscope.profile import profile_model
 
         r = profile_model(model, batch_size=batch_size, seq_len=seq_len, image_size=image_size,
@@ -89,6 +98,14 @@ def _workload_and_ops(workload_file: Path | None, batch_size: int | None, precis
             f"({w.peak_memory_bytes / 1e9:.3g} GB at batch size {w.batch_size}) is unknown at -b {batch_size}; "
             f"use --model NAME -b {batch_size} to re-profile it at that size", emoji=False)
     return scaled, None
+
+
+def _is_decoder_config(model: str) -> bool:
+    """``--model`` names a decoder LLM shape (:func:`ddlscope.cli.plan.load_config`): a ``.json``
+    file, a built-in config name or ``mpt-<size>``; anything else is profiled."""
+    from ddlscope.profile.llm import BUILTIN_CONFIGS
+
+    return model.endswith(".json") or model.lower() in BUILTIN_CONFIGS or model.lower().startswith("mpt-")
 
 
 def _warn_memory(out: pl.DataFrame) -> None:

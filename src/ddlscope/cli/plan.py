@@ -11,7 +11,7 @@ import typer
 
 from ddlscope.cli.common import CatalogFiles, FormatOpt, GpuOpt, NicOpt, SystemName, user_catalog, user_errors
 from ddlscope.model.plan import search
-from ddlscope.profile.llm import DecoderConfig, mpt_configs
+from ddlscope.profile.llm import BUILTIN_CONFIGS, DecoderConfig, mpt_configs
 from ddlscope.report.console import emit
 from ddlscope.shared_data import find_shared_data
 
@@ -21,8 +21,9 @@ PLAN_COLUMNS = ("architecture", "sharding", "tp", "cp", "pp", "virtual_stages", 
 
 
 def load_config(model: str, seq_len: int) -> DecoderConfig:
-    """``model``: a Hugging Face ``config.json`` path, or ``mpt-<size>`` (``125m`` ... ``70b``) from
-    the shared data's llm-foundry shapes.
+    """``model``: a Hugging Face ``config.json`` path, a built-in config name
+    (:data:`ddlscope.profile.llm.BUILTIN_CONFIGS`: ``mixtral-8x7b``), or ``mpt-<size>`` (``125m``
+    ... ``70b``) from the shared data's llm-foundry shapes.
 
     Raises:
         ValueError: an unknown name, a config the decoder reader cannot use, no shared data.
@@ -35,6 +36,8 @@ def load_config(model: str, seq_len: int) -> DecoderConfig:
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}: not valid JSON ({exc})") from None
         return DecoderConfig.from_hf(config, seq_len=seq_len, name=path.stem)
+    if model.lower() in BUILTIN_CONFIGS:
+        return DecoderConfig.from_hf(BUILTIN_CONFIGS[model.lower()], seq_len=seq_len, name=model.lower())
     if model.lower().startswith("mpt-"):
         data = find_shared_data()
         if data is None:
@@ -44,7 +47,8 @@ def load_config(model: str, seq_len: int) -> DecoderConfig:
         if size not in shapes:
             raise ValueError(f"model: unknown MPT size {size!r}; expected one of {', '.join(shapes)}")
         return shapes[size]
-    raise ValueError(f"model: expected a Hugging Face config.json path or mpt-<size>, got {model!r}")
+    raise ValueError(f"model: expected a Hugging Face config.json path or mpt-<size> (or a built-in config: "
+                     f"{', '.join(BUILTIN_CONFIGS)}), got {model!r}")
 
 
 def register(app: typer.Typer) -> None:
@@ -53,7 +57,8 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @user_errors
     def plan(
-        model: Annotated[str, typer.Argument(help="a Hugging Face config.json, or mpt-125m ... mpt-70b")],
+        model: Annotated[str, typer.Argument(help="a Hugging Face config.json, mixtral-8x7b, or mpt-125m ... "
+                                                  "mpt-70b")],
         gpus: Annotated[int, typer.Option("--gpus", "-n", help="GPUs of the job (whole servers)")] = 8,
         global_batch: Annotated[int, typer.Option("--global-batch", help="sequences per optimizer step")] = 1024,
         seq_len: Annotated[int, typer.Option("--seq-len", help="tokens per sequence")] = 2048,
@@ -67,7 +72,8 @@ def register(app: typer.Typer) -> None:
         """Search every valid plan of a decoder LLM on N GPUs and print the best.
 
         Plans: fsdp with each sharding (zero1, zero2, zero3, hybrid) and 3d (tensor x context x pipeline x
-        data parallel, 1F1B or interleaved), each micro-batch (1-16) and activation recomputation (none,
+        data parallel, 1F1B or interleaved; expert parallel over the data-parallel GPUs for a mixture of
+        experts), each micro-batch (1-16) and activation recomputation (none,
         selective, full), all evaluated by the step-time model in one pass. Ranked by tokens/s among the
         plans that fit the GPU's memory; `loses_by` names the component that costs each worse plan the
         most time per sequence against the best one.
@@ -78,9 +84,13 @@ def register(app: typer.Typer) -> None:
         sysm = cat.system(system or "dgx-a100", gpu=gpu, nic=nic)
         ranked, t = search(cfg, gpus, sysm, global_batch, catalog=cat)
         fit = int(ranked["fits_gpu_memory"].fill_null(True).sum())
-        shown = ranked.head(top).select(PLAN_COLUMNS).with_columns(
+        cols = PLAN_COLUMNS if not cfg.moe else (*PLAN_COLUMNS[:5], "ep", *PLAN_COLUMNS[5:])
+        shown = ranked.head(top).select(cols).with_columns(
             pl.col("architecture").cast(pl.String), pl.col("sharding").cast(pl.String))
-        emit(shown, fmt, title=f"best plans: {cfg.name} ({cfg.num_params / 1e9:.1f} B parameters), {gpus} x "
+        size = f"{cfg.num_params / 1e9:.1f} B parameters" + (
+            f", {cfg.active_params / 1e9:.1f} B active, {cfg.num_experts} experts, top-{cfg.experts_per_token}"
+            if cfg.moe else "")
+        emit(shown, fmt, title=f"best plans: {cfg.name} ({size}), {gpus} x "
              f"{sysm.gpu.name} on {sysm.name}, global batch {global_batch} x {seq_len} tokens",
              extra={"plans": int(t["plans"]), "plans_fitting_gpu_memory": fit,
                     "search_s": round(t["build_s"] + t["evaluate_s"], 3),

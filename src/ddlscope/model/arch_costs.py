@@ -60,7 +60,7 @@ def context(**exprs: pl.Expr) -> dict[str, pl.Expr]:
     architecture columns (:data:`ddlscope.model.jobs.ARCHITECTURE_OPTION_COLUMNS`: ``sharding``,
     ``num_params``, and ``precision``)."""
     cols = ("sharding", "num_params", "tp", "pp", "cp", "virtual_stages", "microbatches", "num_layers",
-            "layer_activation_bytes", "layer_kv_bytes")
+            "layer_activation_bytes", "layer_kv_bytes", "ep", "experts_per_token", "expert_params")
     return {**{k: c(k) for k in cols}, "precision": c("precision"), **exprs}
 
 

@@ -105,6 +105,9 @@ ARCHITECTURE_OPTION_COLUMNS: dict[str, tuple[pl.DataType, str]] = {
                                "(b s h x element size; what TP all-reduces and PP sends; null: unknown)"),
     "layer_kv_bytes": (pl.Float64, "bytes of one layer's keys and values for one micro-batch (what CP passes "
                        "round its ring; null: 2 x layer_activation_bytes)"),
+    "ep": (pl.Int64, "3d: expert-parallel GPUs, of the data-parallel group (null: 1)"),
+    "experts_per_token": (pl.Int64, "mixture of experts: top-k experts per token (null: dense)"),
+    "expert_params": (pl.Float64, "mixture of experts: parameters in the experts, all layers (null: dense)"),
 }
 """Columns only some architectures read (``fsdp``), outside :data:`JOB_SCHEMA` so that the tables of
 the other architectures are unchanged: :func:`job_row` writes them where set, :func:`jobs_frame`
@@ -210,7 +213,8 @@ def job_row(
 
     Raises:
         ValueError: the job does not fit its placement (more GPUs per server than the server has;
-            see :meth:`Architecture.servers_on`), a bad overlap, or a scale outside (0, 1].
+            see :meth:`Architecture.servers_on`), a bad overlap, a scale outside (0, 1], or ``ep`` > 1
+            on a workload without experts or not dividing its ``num_experts``.
     """
     if not 0.0 < memory_bound_scale <= 1.0:
         raise ValueError(f"memory_bound_scale: expected a factor in (0, 1], got {memory_bound_scale}")
@@ -220,10 +224,19 @@ def job_row(
         options["sharding"] = architecture.sharding or "zero3"
     if workload.num_params is not None:
         options["num_params"] = workload.num_params
+    if architecture.ep > 1:
+        if not workload.num_experts or workload.num_experts < 2:
+            raise ValueError(f"ep: expert parallelism splits a mixture of experts; workload {workload.name!r} has "
+                             f"no experts (num_experts {workload.num_experts}); expected ep=1")
+        if workload.num_experts % architecture.ep:
+            raise ValueError(f"ep: expected a divisor of the workload's num_experts = {workload.num_experts}, "
+                             f"got ep={architecture.ep}")
     if architecture.kind == "3d":
         options.update(tp=architecture.tp, pp=architecture.pp, virtual_stages=architecture.virtual_stages,
                        microbatches=architecture.microbatches, cp=architecture.cp)
-    for key in ("num_layers", "layer_activation_bytes", "layer_kv_bytes"):
+        if architecture.ep > 1:
+            options["ep"] = architecture.ep
+    for key in ("num_layers", "layer_activation_bytes", "layer_kv_bytes", "experts_per_token", "expert_params"):
         if getattr(workload, key) is not None:
             options[key] = getattr(workload, key)
     return {

@@ -10,7 +10,8 @@ The plan space (:class:`PlanSpace`), for a global batch of ``B`` sequences:
 - ``3d`` with ``tp`` a divisor of the server's GPUs and of the heads, ``cp`` (context parallel)
   dividing the sequence, ``pp`` a divisor of the layers with ``tp cp pp`` dividing ``N``, ``v``
   virtual stages dividing ``L / pp`` (``v > 1`` needs ``pp >= 2`` and ``M`` a multiple of ``pp``),
-  ``M = B / (b dp)`` micro-batches (a whole number);
+  ``M = B / (b dp)`` micro-batches (a whole number); for a mixture of experts each ``ep`` (expert
+  parallel) dividing both ``dp`` and the experts, 1 included (a dense model: ``ep = 1`` only);
 - each with activation recomputation ``none``, ``selective`` or ``full``.
 
 Every plan's workload is :func:`ddlscope.profile.llm.decoder_workload` at its (micro-batch,
@@ -46,7 +47,8 @@ c = pl.col
 class PlanSpace:
     """The choices a plan search enumerates (module docstring). Defaults: micro-batches 1-16
     (powers of two), all three recomputations, ``v`` in 1, 2, 4, ``cp`` in 1, 2, 4, every
-    sharding, both architectures."""
+    sharding, both architectures; ``tps``, ``pps``, ``eps`` ``None``: every valid value (``eps``
+    given: only its values that are valid, 1 always allowed)."""
 
     micro_batches: tuple[int, ...] = (1, 2, 4, 8, 16)
     recomputes: tuple[Recompute, ...] = ("none", "selective", "full")
@@ -56,6 +58,7 @@ class PlanSpace:
     architectures: tuple[str, ...] = ("fsdp", "3d")
     tps: tuple[int, ...] | None = field(default=None)
     pps: tuple[int, ...] | None = field(default=None)
+    eps: tuple[int, ...] | None = field(default=None)
 
 
 def _divisors(n: int) -> list[int]:
@@ -64,7 +67,7 @@ def _divisors(n: int) -> list[int]:
 
 def placements(cfg: DecoderConfig, gpus: int, server_gpus: int, global_batch: int,
                space: PlanSpace = PlanSpace()) -> pl.DataFrame:
-    """The valid placements (columns ``architecture``, ``sharding``, ``tp``, ``cp``, ``pp``,
+    """The valid placements (columns ``architecture``, ``sharding``, ``tp``, ``cp``, ``pp``, ``ep``,
     ``virtual_stages``, ``micro_batch``, ``microbatches``), without the recomputation (module
     docstring's rules).
 
@@ -79,7 +82,7 @@ def placements(cfg: DecoderConfig, gpus: int, server_gpus: int, global_batch: in
     rows = []
     for b in space.micro_batches:
         if "fsdp" in space.architectures and gpus >= 2 and global_batch % (b * gpus) == 0:
-            rows += [{"architecture": "fsdp", "sharding": s, "tp": 1, "cp": 1, "pp": 1, "virtual_stages": 1,
+            rows += [{"architecture": "fsdp", "sharding": s, "tp": 1, "cp": 1, "pp": 1, "ep": 1, "virtual_stages": 1,
                       "micro_batch": b, "microbatches": global_batch // (b * gpus)} for s in space.shardings
                      if s != "hybrid" or gpus > server_gpus]
         if "3d" not in space.architectures:
@@ -98,13 +101,15 @@ def placements(cfg: DecoderConfig, gpus: int, server_gpus: int, global_batch: in
                     if global_batch % (b * dp):
                         continue
                     M = global_batch // (b * dp)
+                    eps = [e for e in _divisors(dp) if cfg.num_experts % e == 0
+                           and (space.eps is None or e in space.eps or e == 1)] if cfg.moe else [1]
                     for v in space.virtual_stages:
                         if (cfg.layers // pp) % v or (v > 1 and (pp < 2 or M % pp)):
                             continue
-                        rows.append({"architecture": "3d", "sharding": None, "tp": tp, "cp": cp, "pp": pp,
-                                     "virtual_stages": v, "micro_batch": b, "microbatches": M})
+                        rows += [{"architecture": "3d", "sharding": None, "tp": tp, "cp": cp, "pp": pp, "ep": e,
+                                  "virtual_stages": v, "micro_batch": b, "microbatches": M} for e in eps]
     schema = {"architecture": pl.String, "sharding": pl.String, "tp": pl.Int64, "cp": pl.Int64, "pp": pl.Int64,
-              "virtual_stages": pl.Int64, "micro_batch": pl.Int64, "microbatches": pl.Int64}
+              "ep": pl.Int64, "virtual_stages": pl.Int64, "micro_batch": pl.Int64, "microbatches": pl.Int64}
     return pl.DataFrame(rows, schema=schema)
 
 
@@ -130,10 +135,12 @@ def plan_jobs(cfg: DecoderConfig, gpus: int, system: System, global_batch: int, 
             ops[w.name] = table
             wl_rows.append({**workload_columns(w), "num_params": w.num_params, "num_layers": w.num_layers,
                             "layer_activation_bytes": w.layer_activation_bytes, "layer_kv_bytes": w.layer_kv_bytes,
+                            "experts_per_token": w.experts_per_token, "expert_params": w.expert_params,
                             "micro_batch": b, "recompute": rc})
     wl_schema = {k: JOB_SCHEMA[k][0] for k in workload_columns(w)}
     wl_schema.update(num_params=pl.Float64, num_layers=pl.Int64, layer_activation_bytes=pl.Float64,
-                     layer_kv_bytes=pl.Float64, micro_batch=pl.Int64, recompute=pl.String)
+                     layer_kv_bytes=pl.Float64, experts_per_token=pl.Int64, expert_params=pl.Float64,
+                     micro_batch=pl.Int64, recompute=pl.String)
     workloads = pl.DataFrame(wl_rows, schema=wl_schema)
     servers = max(1, gpus // system.gpus_per_server)
     sys_cols = system_columns(system)

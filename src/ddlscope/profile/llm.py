@@ -24,6 +24,16 @@ Per micro-batch of ``b`` sequences, ``T = b s`` tokens, per layer (FLOPs = 2 per
 - once per micro-batch: the embedding look-up ``T h x 2``, a final layer norm, the LM head GEMM
   ``2 T h V`` (backward 2x) and the cross-entropy on FP32 logits, ``3 T V x 4`` bytes forward and
   as much backward.
+- mixture of experts (``num_experts`` ``E`` > 1, top-``k`` routing, every layer's MLP an MoE
+  block, as Mixtral): the router GEMM ``2 T h E``; each projection of the ``E`` experts (size
+  ``f``, gated as configured) runs on the ``T k`` routed token copies, ``2 T k h f`` FLOPs per
+  projection, its weights read for all ``E`` experts (``E h f x 2`` bytes, priced as one grouped
+  GEMM); the activation on ``T k`` tokens; the token permutation before the experts and the
+  weighted un-permutation after, ``2 x 2 T k h x 2`` bytes (read and write) forward, twice that
+  backward. Parameters count all ``E`` experts and the router (``h E``); FLOPs per token count the
+  ``k`` active experts (:attr:`DecoderConfig.active_params`). Load balance is assumed perfect
+  (capacity factor 1, no dropped tokens). Our reconstruction (Fedus et al., "Switch Transformers",
+  JMLR 2022; Jiang et al., "Mixtral of Experts", 2024).
 - activation recomputation: ``full`` runs every layer's forward again in the backward (its FLOPs
   and bytes, the "4 instead of 3" of llm-foundry's HFU); ``selective`` recomputes only the
   attention core (Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
@@ -39,7 +49,8 @@ unsharded Adam state of :func:`ddlscope.model.sharded.unsharded_state_bytes` plu
 Korthikanti et al. 2022, eq. 2: ``s b h (34 + 5 a s / h)`` bytes per layer (``34 s b h`` with flash
 attention, which keeps no scores), ``2 s b h`` per layer with full recomputation plus one layer's
 full activations, ``34 s b h`` with selective; plus the logits ``4 T V x 2`` (FP32 logits and
-their gradient).
+their gradient). A mixture of experts keeps the MLP's ``19 s b h`` (Korthikanti's MLP share of the
+34) for each of the ``k`` copies of a token: ``34 + 19 (k - 1)`` (our reconstruction).
 """
 
 from __future__ import annotations
@@ -59,6 +70,22 @@ Recompute = Literal["none", "selective", "full"]
 ACT_BYTES = 2.0
 """Bytes of a 16-bit activation element."""
 
+MIXTRAL_8X7B: dict[str, Any] = {
+    "_name_or_path": "mistralai/Mixtral-8x7B-v0.1", "architectures": ["MixtralForCausalLM"],
+    "model_type": "mixtral", "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336,
+    "max_position_embeddings": 32768, "num_attention_heads": 32, "num_experts_per_tok": 2,
+    "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 8, "rms_norm_eps": 1e-05,
+    "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02, "sliding_window": None, "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16", "vocab_size": 32000,
+}
+"""The Hugging Face ``config.json`` of Mixtral-8x7B (``mistralai/Mixtral-8x7B-v0.1``; the keys the
+shape reads and their published values): 32 layers, hidden 4096, 32 heads, 8 key/value heads, 8
+SwiGLU experts of 14336, top-2, vocabulary 32000, untied embeddings. ``DecoderConfig.from_hf``
+gives 46,702,792,704 parameters, 12,879,925,248 active per token (Mistral AI, "Mixtral of
+experts", 2023: 46.7B total, 12.9B per token)."""
+BUILTIN_CONFIGS: dict[str, dict[str, Any]] = {"mixtral-8x7b": MIXTRAL_8X7B}
+"""Hugging Face configs known by name (``ddlscope plan mixtral-8x7b``)."""
+
 
 class DecoderConfig(BaseModel):
     """The shape of a decoder-only transformer (no weights).
@@ -70,11 +97,14 @@ class DecoderConfig(BaseModel):
     ``flash_attention``; ``causal_skip`` (flash attention skips the blocks the causal mask
     hides, halving the attention work, as FlashAttention-2 does; false: the kernel does the full
     ``s x s`` work); ``norm_bias`` (layer norms with a bias: GPT-2, GPT-NeoX; Llama's RMSNorm
-    and MPT's ``no_bias`` norms have a weight only).
+    and MPT's ``no_bias`` norms have a weight only); ``num_experts`` (mixture of experts: every
+    layer's MLP is ``num_experts`` experts of ``ffn_hidden``, plus a router of ``hidden x
+    num_experts``; 1 = dense) and ``experts_per_token`` (top-k routing, ``1 <= k <=
+    num_experts``; 1 for a dense model).
 
     Raises:
-        pydantic.ValidationError: a count < 1, heads not dividing hidden or kv_heads not dividing
-            heads, naming the field.
+        pydantic.ValidationError: a count < 1, heads not dividing hidden, kv_heads not dividing
+            heads or experts_per_token above num_experts, naming the field.
     """
 
     model_config = SPEC_CONFIG
@@ -92,6 +122,8 @@ class DecoderConfig(BaseModel):
     flash_attention: bool = True
     causal_skip: bool = True
     norm_bias: bool = False
+    num_experts: int = Field(1, ge=1)
+    experts_per_token: int = Field(1, ge=1)
 
     @model_validator(mode="after")
     def _shapes(self) -> DecoderConfig:
@@ -99,7 +131,15 @@ class DecoderConfig(BaseModel):
             raise ValueError(f"heads: expected a divisor of hidden = {self.hidden}, got {self.heads}")
         if self.kv_heads is not None and self.heads % self.kv_heads:
             raise ValueError(f"kv_heads: expected a divisor of heads = {self.heads}, got {self.kv_heads}")
+        if self.experts_per_token > self.num_experts:
+            raise ValueError(f"experts_per_token: expected <= num_experts = {self.num_experts}, got "
+                             f"{self.experts_per_token}")
         return self
+
+    @property
+    def moe(self) -> bool:
+        """A mixture of experts (``num_experts`` > 1)."""
+        return self.num_experts > 1
 
     @property
     def ffn(self) -> int:
@@ -111,19 +151,39 @@ class DecoderConfig(BaseModel):
         """Key/value heads ``a_kv``."""
         return self.kv_heads or self.heads
 
-    @property
-    def num_params(self) -> float:
-        """Parameters: per layer ``h (h + 2 a_kv d) + h^2`` attention, ``(2 or 3) h f`` MLP, two
-        norms of ``h`` (``2 h`` with ``norm_bias``); ``V h`` embedding (twice untied), the final
-        norm. Biases of the projections are left out (MPT and Llama have none). Llama-2-7B's
-        config gives 6,738,415,616 and Llama-2-70B's 68,976,648,192, their published counts."""
+    def _params(self, experts: int) -> float:
         h, d = self.hidden, self.hidden // self.heads
         attn = h * (h + 2 * self.kv * d) + h * h
-        mlp = (3 if self.gated_mlp else 2) * h * self.ffn
+        mlp = experts * (3 if self.gated_mlp else 2) * h * self.ffn
+        router = h * self.num_experts if self.moe else 0
         norm = (2 if self.norm_bias else 1) * h
-        per_layer = attn + mlp + 2 * norm
+        per_layer = attn + mlp + router + 2 * norm
         emb = self.vocab * h * (1 if self.tied_embeddings else 2)
         return float(self.layers * per_layer + emb + norm)
+
+    @property
+    def num_params(self) -> float:
+        """Parameters: per layer ``h (h + 2 a_kv d) + h^2`` attention, ``(2 or 3) h f`` MLP (times
+        ``E`` experts, plus the router's ``h E``, in a mixture of experts), two norms of ``h``
+        (``2 h`` with ``norm_bias``); ``V h`` embedding (twice untied), the final norm. Biases of
+        the projections are left out (MPT, Llama and Mixtral have none). Llama-2-7B's config gives
+        6,738,415,616 and Llama-2-70B's 68,976,648,192, their published counts; Mixtral-8x7B's
+        46,702,792,704 ("46.7B", Mistral AI)."""
+        return self._params(self.num_experts)
+
+    @property
+    def active_params(self) -> float:
+        """Parameters a token passes through: :attr:`num_params` with the ``k`` routed experts only
+        (the router counted); the dense count for a dense model. Mixtral-8x7B: 12,879,925,248
+        ("12.9B active", Mistral AI)."""
+        return self._params(self.experts_per_token) if self.moe else self.num_params
+
+    @property
+    def expert_params(self) -> float:
+        """Parameters in the experts of all layers (``L E (2 or 3) h f``; 0 for a dense model):
+        what expert parallelism splits (:mod:`ddlscope.model.pipeline`)."""
+        return float(self.layers * self.num_experts * (3 if self.gated_mlp else 2) * self.hidden * self.ffn) \
+            if self.moe else 0.0
 
     @classmethod
     def from_hf(cls, config: dict[str, Any], *, seq_len: int | None = None, name: str | None = None) -> DecoderConfig:
@@ -131,7 +191,8 @@ class DecoderConfig(BaseModel):
         ``hidden_size``, ``num_attention_heads``, ``num_key_value_heads``, ``intermediate_size``,
         gated), GPT-NeoX (same keys, ``hidden_act`` gelu: not gated), GPT-2 (``n_layer``,
         ``n_embd``, ``n_head``, ``n_inner``) and MPT (``n_layers``, ``d_model``, ``n_heads``,
-        ``expansion_ratio``, ``max_seq_len``).
+        ``expansion_ratio``, ``max_seq_len``); Mixtral adds ``num_local_experts`` and
+        ``num_experts_per_tok`` (:data:`MIXTRAL_8X7B`).
 
         Raises:
             ValueError: a key the shape needs is missing (naming the keys looked for).
@@ -159,6 +220,8 @@ class DecoderConfig(BaseModel):
             kv_heads=config.get("num_key_value_heads") or attn_cfg.get("kv_n_heads"),
             ffn_hidden=int(ffn) if ffn else None,
             gated_mlp=act in ("silu", "swiglu", "swish") and "intermediate_size" in config,
+            num_experts=int(config.get("num_local_experts") or 1),
+            experts_per_token=int(config.get("num_experts_per_tok") or 1) if config.get("num_local_experts") else 1,
             vocab=int(get("vocab_size")),
             seq_len=int(seq_len or get("max_position_embeddings", "n_positions", "max_seq_len")),
             tied_embeddings=bool(config.get("tie_word_embeddings", config.get("model_type") in ("gpt2", "mpt"))),
@@ -201,9 +264,10 @@ def _ops(cfg: DecoderConfig, batch: int, recompute: Recompute, dtype: str) -> li
     e = ACT_BYTES
     rows: list[dict[str, Any]] = []
 
-    def gemm(phase: str, op: str, module: str, m: int, n: int, k: int) -> None:
+    def gemm(phase: str, op: str, module: str, m: int, n: int, k: int, weights: int = 1) -> None:
+        total = e * (m * k + k * n + m * n) if weights == 1 else e * (m * k + weights * k * n + m * n)
         rows.append({"phase": phase, "op": op, "module": module, "dtype": dtype, "flops": 2.0 * m * n * k,
-                     "total_bytes": e * (m * k + k * n + m * n), "class_by_type": "compute_bound"})
+                     "total_bytes": total, "class_by_type": "compute_bound"})
 
     def mem(phase: str, op: str, module: str, nbytes: float) -> None:
         rows.append({"phase": phase, "op": op, "module": module, "dtype": dtype, "flops": 0.0,
@@ -217,7 +281,11 @@ def _ops(cfg: DecoderConfig, batch: int, recompute: Recompute, dtype: str) -> li
     proj = [("qkv", h, qkv), ("attn_out", h, h)] + (
         [("mlp_gate", h, f), ("mlp_up", h, f), ("mlp_down", f, h)] if cfg.gated_mlp
         else [("mlp_up", h, f), ("mlp_down", f, h)])
-    act_bytes = e * (3 if cfg.gated_mlp else 2) * T * f
+    E, top = cfg.num_experts, cfg.experts_per_token
+    Tk = T * top  # routed token copies (T for a dense model)
+    mlp = {"mlp_gate", "mlp_up", "mlp_down"}
+    act_bytes = e * (3 if cfg.gated_mlp else 2) * Tk * f
+    permute = e * 2 * Tk * h * 2  # MoE: permute + un-permute, each reads and writes T k h elements
 
     def layer_forward(phase: str, i: int, core_only: bool = False) -> None:
         mod = f"layers.{i}"
@@ -228,8 +296,17 @@ def _ops(cfg: DecoderConfig, batch: int, recompute: Recompute, dtype: str) -> li
             mem(phase, "aten._softmax", f"{mod}.attn", scores)
         if core_only:
             return
-        for name, k, n in proj:
-            gemm(phase, "aten.mm", f"{mod}.{name}", T, n, k)
+        if not cfg.moe:
+            for name, k, n in proj:
+                gemm(phase, "aten.mm", f"{mod}.{name}", T, n, k)
+        else:
+            for name, k, n in proj:
+                if name in mlp:
+                    gemm(phase, "aten.mm", f"{mod}.experts.{name}", Tk, n, k, weights=E)
+                else:
+                    gemm(phase, "aten.mm", f"{mod}.{name}", T, n, k)
+            gemm(phase, "aten.mm", f"{mod}.router", T, E, h)
+            mem(phase, "moe.permute", f"{mod}.experts", permute)
         mem(phase, "aten.native_layer_norm", f"{mod}.norm_1", e * 2 * T * h)
         mem(phase, "aten.native_layer_norm", f"{mod}.norm_2", e * 2 * T * h)
         mem(phase, "aten.add", f"{mod}.residual", e * 3 * T * h * 2)
@@ -256,9 +333,21 @@ def _ops(cfg: DecoderConfig, batch: int, recompute: Recompute, dtype: str) -> li
                      "total_bytes": 2 * attn_bytes, "class_by_type": "compute_bound"})
         if not cfg.flash_attention:
             mem("backward", "aten._softmax_backward_data", f"{mod}.attn", scores)
-        for name, k, n in proj:
-            gemm("backward", "aten.mm", f"{mod}.{name}", T, k, n)  # input gradient
-            gemm("backward", "aten.mm", f"{mod}.{name}", k, n, T)  # weight gradient
+        if not cfg.moe:
+            for name, k, n in proj:
+                gemm("backward", "aten.mm", f"{mod}.{name}", T, k, n)  # input gradient
+                gemm("backward", "aten.mm", f"{mod}.{name}", k, n, T)  # weight gradient
+        else:
+            for name, k, n in proj:
+                if name in mlp:
+                    gemm("backward", "aten.mm", f"{mod}.experts.{name}", Tk, k, n, weights=E)
+                    gemm("backward", "aten.mm", f"{mod}.experts.{name}", k, n, Tk, weights=E)
+                else:
+                    gemm("backward", "aten.mm", f"{mod}.{name}", T, k, n)
+                    gemm("backward", "aten.mm", f"{mod}.{name}", k, n, T)
+            gemm("backward", "aten.mm", f"{mod}.router", T, h, E)
+            gemm("backward", "aten.mm", f"{mod}.router", h, E, T)
+            mem("backward", "moe.permute_backward", f"{mod}.experts", 2 * permute)
         mem("backward", "aten.native_layer_norm_backward", f"{mod}.norm_1", 2 * e * 2 * T * h)
         mem("backward", "aten.native_layer_norm_backward", f"{mod}.norm_2", 2 * e * 2 * T * h)
         mem("backward", "aten.add", f"{mod}.residual", 2 * e * 3 * T * h * 2)
@@ -294,19 +383,21 @@ def activation_bytes(cfg: DecoderConfig, micro_batch: int, recompute: Recompute 
     """Activation memory of one micro-batch on one GPU (bytes; Korthikanti et al. 2022, eq. 2, no
     tensor parallelism; module docstring)."""
     s, b, h, a, L = cfg.seq_len, micro_batch, cfg.hidden, cfg.heads, cfg.layers
-    per_layer = s * b * h * (34 + (0 if cfg.flash_attention else 5 * a * s / h))
+    base = 34.0 if not cfg.moe else 34.0 + 19.0 * (cfg.experts_per_token - 1)
+    per_layer = s * b * h * (base + (0 if cfg.flash_attention else 5 * a * s / h))
     logits = 4.0 * s * b * cfg.vocab * 2
     if recompute == "full":
         return L * 2.0 * s * b * h + per_layer + logits
     if recompute == "selective":
-        return L * 34.0 * s * b * h + logits
+        return L * base * s * b * h + logits
     return L * per_layer + logits
 
 
 def flops_per_token_mfu(cfg: DecoderConfig, num_params: float | None = None) -> float:
     """Model FLOPs per token as llm-foundry's MFU counts them: ``6 N + 12 L h s`` (no causal
-    discount, no recomputation; ``N`` = ``num_params`` or :attr:`DecoderConfig.num_params`)."""
-    n = cfg.num_params if num_params is None else num_params
+    discount, no recomputation; ``N`` = ``num_params`` or :attr:`DecoderConfig.active_params`, the
+    parameters a token passes through: all of them for a dense model)."""
+    n = cfg.active_params if num_params is None else num_params
     return 6.0 * n + 12.0 * cfg.layers * cfg.hidden * cfg.seq_len
 
 
@@ -319,7 +410,8 @@ def decoder_workload(cfg: DecoderConfig, micro_batch: int, *, precision: str = "
     PyTorch FSDP's ``MixedPrecision`` with ``reduce_dtype=float32``, llm-foundry's ``DEFAULT``; 2:
     ``PURE`` bf16). ``num_gradient_tensors`` = ``L + 1``: one FSDP unit per block plus the root
     (embedding, final norm), as llm-foundry wraps an MPT. ``batch_size`` = ``micro_batch``
-    sequences.
+    sequences. A mixture of experts also sets ``num_experts``, ``experts_per_token`` and
+    ``expert_params`` (what ``3d``'s expert parallelism reads).
 
     Returns:
         ``(workload, ops)``; ``workload.name`` = ``name`` or ``"<cfg.name>/mb<b>/<recompute>"``
@@ -345,6 +437,8 @@ def decoder_workload(cfg: DecoderConfig, micro_batch: int, *, precision: str = "
         num_layers=cfg.layers,
         layer_activation_bytes=ACT_BYTES * micro_batch * cfg.seq_len * cfg.hidden,
         layer_kv_bytes=ACT_BYTES * 2 * micro_batch * cfg.seq_len * cfg.kv * (cfg.hidden // cfg.heads),
+        **({"num_experts": cfg.num_experts, "experts_per_token": cfg.experts_per_token,
+            "expert_params": cfg.expert_params} if cfg.moe else {}),
         peak_memory_bytes=unsharded_state_bytes(n, grads, precision) + activation_bytes(cfg, micro_batch, recompute),
         source=f"ddlscope.profile.llm analytic decoder ({cfg.layers} layers, hidden {cfg.hidden}, seq {cfg.seq_len})",
     )

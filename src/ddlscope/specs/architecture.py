@@ -56,6 +56,10 @@ class Architecture(BaseModel):
       split, keys/values passed round a ring), virtual stages per GPU (the interleaved schedule,
       ``microbatches`` a multiple of ``pp``), micro-batches per step; ``tp x cp x pp`` divides the
       GPUs and ``dp = num_gpus / (tp x cp x pp)``.
+    - ``ep``: ``3d`` only (1 elsewhere): expert-parallel GPUs, taken from the data-parallel group
+      (``ep`` divides ``dp``); each mixture-of-experts layer's experts split over them. The
+      workload's experts must divide by ``ep`` too (checked where both meet,
+      :func:`ddlscope.model.jobs.job_row`).
 
     Derived: ``num_gpus = num_workers * gpus_per_worker`` (data-parallel replicas).
 
@@ -79,6 +83,7 @@ class Architecture(BaseModel):
     virtual_stages: int = Field(strict=True, default=1, ge=1, description="3d: virtual stages (interleaved)")
     microbatches: int = Field(strict=True, default=1, ge=1, description="3d: micro-batches per step")
     cp: int = Field(strict=True, default=1, ge=1, description="3d: context-parallel GPUs (sequence split)")
+    ep: int = Field(strict=True, default=1, ge=1, description="3d: expert-parallel GPUs (of the dp group)")
 
     @field_validator("sharding", mode="before")
     @classmethod
@@ -122,12 +127,18 @@ class Architecture(BaseModel):
             raise ValueError(f"sharding: only fsdp shards its state, got sharding={self.sharding!r} for {k}")
         mp = {"tp": self.tp, "pp": self.pp, "cp": self.cp, "virtual_stages": self.virtual_stages,
               "microbatches": self.microbatches}
+        if self.ep != 1:
+            mp["ep"] = self.ep
         if not t.model_parallel and any(v != 1 for v in mp.values()):
-            raise ValueError(f"tp/pp/cp/virtual_stages/microbatches: only 3d is model-parallel, got {mp} for {k}")
+            raise ValueError(f"tp/pp/cp/ep/virtual_stages/microbatches: only 3d is model-parallel, got {mp} for {k}")
         if t.model_parallel:
             if n % (self.tp * self.pp * self.cp):
                 what = "tp x pp" if self.cp == 1 else "tp x cp x pp"
                 raise ValueError(f"tp/pp: {k} expects {what} = {self.tp * self.pp * self.cp} to divide the {n} GPUs")
+            dp = n // (self.tp * self.pp * self.cp)
+            if dp % self.ep:
+                raise ValueError(f"ep: the expert-parallel GPUs are taken from the data-parallel group; expected ep "
+                                 f"to divide dp = {dp} ({n} GPUs / (tp x cp x pp)), got ep={self.ep}")
             if self.virtual_stages > 1 and (self.pp < 2 or self.microbatches % self.pp):
                 raise ValueError(f"virtual_stages: the interleaved schedule expects pp >= 2 and microbatches a "
                                  f"multiple of pp, got pp={self.pp}, microbatches={self.microbatches}")

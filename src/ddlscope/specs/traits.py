@@ -25,7 +25,7 @@ kind                   servers  links         collectives per step (``S`` dense 
 ``allreduce_cluster``  >= 2     intra, net    hierarchical all-reduce (intra RS/AG, inter ring)
 ``pearl``              >= 1     intra, net    dense all-reduce; embeddings two all-to-alls
 ``fsdp``               >= 1     intra, net    sharded: all-gather params, reduce-scatter grads
-``3d``                 >= 1     intra, net    TP all-reduces, PP sends, DP all-reduce (Megatron)
+``3d``                 >= 1     intra, net    TP all-reduces, PP sends, EP all-to-alls, DP all-reduce
 =====================  =======  ============  =====================================================
 
 ``intra`` is NVLink where the server has it, else PCIe.
@@ -65,8 +65,8 @@ class ArchitectureTraits:
     - ``cost``: the name of an extra cost function in :data:`ddlscope.model.arch_costs.COSTS`
       (bytes and messages per link, memory, overlap), ``None`` for the flag-priced kinds.
     - ``sharded``: the kind reads a ``sharding`` (``fsdp``).
-    - ``model_parallel``: the kind reads ``tp``, ``pp``, ``virtual_stages`` and ``microbatches``
-      (``3d``).
+    - ``model_parallel``: the kind reads ``tp``, ``pp``, ``cp``, ``ep``, ``virtual_stages`` and
+      ``microbatches`` (``3d``).
     - ``port_target``: a what-if may port a job to the kind (``3d``: no, its plan is the job's).
 
     Descriptive (docs, ``ddlscope`` help): ``placement``, ``links`` (link classes used),
@@ -170,13 +170,15 @@ TRAITS: dict[str, ArchitectureTraits] = {t.kind: t for t in (
         cost="fsdp", sharded=True,
     ),
     ArchitectureTraits(
-        kind="3d", placement="tp x pp x dp GPUs: tensor parallel within a server, pipeline stages, data-parallel "
-                            "replicas",
+        kind="3d", placement="tp x cp x pp x dp GPUs: tensor parallel within a server, context parallel, pipeline "
+                            "stages, data-parallel replicas (ep of them splitting the experts)",
         one_worker=False, min_gpus=2, max_gpus=None, parameter_servers=False, single_server=False, min_servers=1,
         even_split=True, links=("intra", "network"),
         collectives="per micro-batch and layer 4 TP all-reduces of the activations (intra-server); PP sends of the "
-                    "activations and their gradients between stages; per step the DP all-reduce of each GPU's "
-                    "gradient shard (ddlscope.model.pipeline)",
+                    "activations and their gradients between stages; with experts (ep > 1) 4 all-to-alls of the "
+                    "routed tokens per MoE layer (intra-server while the EP group fits a server); per step the DP "
+                    "all-reduce of each GPU's gradient shard, the experts' over dp/ep replicas "
+                    "(ddlscope.model.pipeline)",
         port="not a port target (a plan, ddlscope.model.pipeline; tp, pp and micro-batches are the job's)",
         cost="3d", model_parallel=True, port_target=False,
     ),

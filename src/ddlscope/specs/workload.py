@@ -81,6 +81,11 @@ class Workload(BaseModel):
       bytes of one layer's output activation for the batch (what tensor parallelism all-reduces and
       a pipeline stage sends; :mod:`ddlscope.model.pipeline`); ``layer_kv_bytes``: one layer's keys
       and values for the batch (what context parallelism passes round its ring).
+    - ``num_experts``, ``experts_per_token``, ``expert_params``: optional, a mixture of experts
+      (every transformer layer an MoE block): experts per layer (> 1), top-k routing (``1 <= k <=
+      num_experts``) and the parameters in the experts of all layers (``<= num_params``); what
+      ``3d``'s expert parallelism (``ep``) splits and exchanges (:mod:`ddlscope.model.pipeline`).
+      ``None``: a dense model.
 
     Raises:
         pydantic.ValidationError: a negative, infinite or NaN quantity, a batch that is not a
@@ -108,6 +113,9 @@ class Workload(BaseModel):
     num_layers: int | None = Field(None, ge=1, strict=True)
     layer_activation_bytes: float | None = Field(None, ge=0)
     layer_kv_bytes: float | None = Field(None, ge=0)
+    num_experts: int | None = Field(None, ge=1, strict=True)
+    experts_per_token: int | None = Field(None, ge=1, strict=True)
+    expert_params: float | None = Field(None, ge=0)
     source: str = Field("", description="where the numbers come from (profile command, file)")
 
     def at(self, *, batch_size: int | None = None, precision: str | None = None) -> Workload:
@@ -148,6 +156,17 @@ class Workload(BaseModel):
                 f"({self.sparse_bytes_per_step:g}), got {self.embedding_table_bytes:g}; a step cannot "
                 "touch more embedding bytes than the tables hold"
             )
+        moe = (self.num_experts, self.experts_per_token, self.expert_params)
+        if any(x is not None for x in moe) and any(x is None for x in moe):
+            raise ValueError("num_experts, experts_per_token, expert_params: a mixture of experts gives all three, "
+                             f"got {moe}")
+        if self.num_experts is not None and self.experts_per_token > self.num_experts:  # type: ignore[operator]
+            raise ValueError(f"experts_per_token: expected <= num_experts = {self.num_experts}, got "
+                             f"{self.experts_per_token}")
+        if (self.expert_params is not None and self.num_params is not None
+                and self.expert_params > self.num_params):
+            raise ValueError(f"expert_params: expected <= num_params = {self.num_params:g}, got "
+                             f"{self.expert_params:g}")
         return self
 
 
