@@ -96,6 +96,12 @@ def test_mixed_precision_scales_memory_bytes_once(toy_catalog):
     assert mp["compute_bound_s"].to_list() == pytest.approx([4e12 / 40e12, 4e12 / 40e12])
     assert mp["memory_bound_s"].to_list() == pytest.approx([50e9 / 1000e9, 100e9 / 1000e9])
     assert mp["speedup"][1] == pytest.approx(1.0)
+    # only the FP32 job is changed: the one already in mixed precision is not counted as applied
+    assert mp["scenario_applied"].to_list() == [True, False]
+    w_bf16 = w32.model_copy(update={"precision": "bf16"})
+    bf = whatif(jobs_frame([job_row(w_bf16, Architecture(kind="1w1g"), system, job_id=0)]),
+                [BUILTIN_SCENARIOS["mixed-precision"]], toy_catalog)
+    assert bf.filter(pl.col("scenario") == "mixed-precision")["scenario_applied"].to_list() == [False]
 
 
 def test_builtin_scenarios_resolve_and_files_load(tmp_path):

@@ -237,6 +237,15 @@ def apply_scenario(
         new["num_servers"] = pl.when(single).then(c("num_servers")).otherwise(pl.max_horizontal(m, c("num_servers")))
         applies = applies & (~single | (p <= c("_G_new")))
     if scenario.precision:
+        # a scenario that only changes the precision applies where it changes it: a 16-bit target
+        # leaves the jobs already in mixed precision
+        only_precision = not (hw or scenario.architecture or scenario.memory_bound_scale != 1.0
+                              or scenario.overlap is not None)
+        if only_precision:
+            sixteen = ["fp16", "bf16"]
+            unchanged = (c("precision").is_in(sixteen) if scenario.precision in sixteen
+                         else c("precision") == scenario.precision)
+            applies = applies & ~unchanged
         new["precision"] = pl.lit(scenario.precision).cast(JOB_SCHEMA["precision"][0])
         factor = (pl.when(c("precision").is_in(["fp16", "bf16"]))
                   .then(precision_bytes_factor("fp16", scenario.precision))

@@ -50,7 +50,10 @@ class Scenario(BaseModel):
     - ``gpu``, ``nic``, ``nvlink`` (``"none"`` removes NVLink), ``pcie``: swap one part.
     - ``nics_per_server``: NICs per server.
     - ``precision``: new arithmetic precision; memory-bound bytes scale by bytes per element
-      (:func:`~ddlscope.specs.workload.precision_bytes_factor`).
+      (:func:`~ddlscope.specs.workload.precision_bytes_factor`). A scenario that changes only the
+      precision applies only to jobs it changes: not to a job already at that precision, and a
+      16-bit target (``fp16``/``bf16``, mixed precision) not to a job already in 16-bit mixed
+      precision.
     - ``memory_bound_scale``: factor on memory-bound bytes (op fusion), in (0, 1].
     - ``overlap``: overlap policy (``none``, ``full``) or fraction.
     - ``upgrade_only``: apply the GPU and link swaps only to jobs for which they are upgrades (a
