@@ -149,7 +149,8 @@ PROFILED_ABOVE = {"resnet18", "resnet50", "bert_base", "gpt2", "dlrm", "gcn_redd
 
 
 LAMBDA_MODELS = {"ssd300", "bert_base_squad", "bert_large_squad", "gnmt", "ncf_dle", "tacotron2", "waveglow",
-                 "transformer_xl_base", "transformer_xl_large"}
+                 "transformer_xl_base", "transformer_xl_large", "transformer_xl_base_softmax",
+                 "transformer_xl_large_softmax"}
 
 
 def test_zoo_names():

@@ -77,6 +77,24 @@ def test_transformer_xl_parameter_counts():
     assert _params("transformer_xl_large") == 18 * layer + tables + projs + 267_735 + 3 * 1024 + 3 + 2 * 1024
 
 
+def test_transformer_xl_full_softmax_as_lambda_runs_it():
+    """Without ``--adaptive`` (Lambda's runs): no tail clusters, so 3 x d + 3 parameters fewer than the
+    adaptive base, and the softmax head is one (T B) x 512 @ 512 x 267,735 product over every token."""
+    layer = 512 * 1536 + 2 * 512**2 + 512 * 2048 + 2048 + 2048 * 512 + 512 + 4 * 512
+    assert _params("transformer_xl_base_softmax") == 267_735 * 512 + 16 * layer + 267_735 + 2 * 512
+    # large with one 1024-wide input table (div_val 1), no projections, tied softmax
+    layer = 1024 * 3072 + 2 * 1024**2 + 1024 * 4096 + 4096 + 4096 * 1024 + 1024 + 4 * 1024
+    assert _params("transformer_xl_large_softmax") == 267_735 * 1024 + 18 * layer + 267_735 + 2 * 1024
+    b, t = 2, 16
+    r = profile_model("transformer_xl_base_softmax", batch_size=b, seq_len=t)
+    head = r.ops.filter((pl.col("phase") == "forward") & (pl.col("op") == "aten.addmm")
+                        & (pl.col("shape") == f"{b * t}x267735"))
+    assert head["flops"].to_list() == [2 * b * t * 512 * 267_735]
+    # the log-softmax reads and writes the (T B) x 267,735 FP32 logits
+    lsm = r.ops.filter((pl.col("phase") == "forward") & (pl.col("op") == "aten._log_softmax"))
+    assert lsm["total_bytes"].to_list() == [2 * 4 * b * t * 267_735]
+
+
 def test_transformer_xl_tail_fractions():
     # Zipf exponent 1 over 267,735 words: P(rank <= r) = H(r) / H(V), H(n) = ln n + 0.5772
     import math

@@ -34,6 +34,7 @@ bert_base_squad    BERT-base + SQuAD span head (NVIDIA DLE run_squad)      batch
 bert_large_squad   BERT-large + SQuAD span head                            batch 8, sequence 384
 gnmt               GNMT v2 (NVIDIA DLE), 160.7 M                           batch 128, 50 + 50 tokens
 transformer_xl_*   Transformer-XL base / large on WikiText-103 (DLE)       base 8 x 192, large 2 x 256
+                   (*_softmax: a full softmax, as Lambda runs train.py)
 ncf_dle            NeuMF on MovieLens 20M (NVIDIA DLE), 31.8 M             batch 1,048,576
 tacotron2          Tacotron 2 (NVIDIA DLE), 28.2 M                         batch 48, 566 mel frames
 waveglow           WaveGlow (NVIDIA DLE, WN 512 channels), 268.3 M         batch 8, 8,000 samples
@@ -305,6 +306,21 @@ ZOO: dict[str, ZooEntry] = {e.name: e for e in (
         "(18 layers, d_model 1024, 16 heads of 64, d_inner 4096, div_val 4, dropout 0.2); tgt_len = mem_len = 256 "
         "and batch 2 as Lambda's fp32 16 GB runs (DeepLearningExamples trains with 384); 285,170,506 parameters",
         _lazy("transformer_xl", "transformer_xl_large"), batch_size=2, seq_len=256,
+        size_meaning="batch_size streams of seq_len target tokens (plus seq_len cached tokens per layer)"),
+    ZooEntry(
+        "transformer_xl_base_softmax", "nlp",
+        "Transformer-XL base with a full softmax over the 267,735 words (train.py without --adaptive)",
+        "as transformer_xl_base, but built as DeepLearningExamples' train.py builds it from flags without "
+        "--adaptive (cutoffs = [], div_val 1, tied): the way Lambda's benchmark (lambdal/deeplearning-benchmark "
+        "pytorch/scripts/config_v1) runs it",
+        _lazy("transformer_xl", "transformer_xl_base_softmax"), batch_size=8, seq_len=192,
+        size_meaning="batch_size streams of seq_len target tokens (plus seq_len cached tokens per layer)"),
+    ZooEntry(
+        "transformer_xl_large_softmax", "nlp",
+        "Transformer-XL large with a full softmax and one input table (train.py without --adaptive, --div_val)",
+        "as transformer_xl_large, but div_val 1 and a full tied softmax, as Lambda's benchmark runs "
+        "DeepLearningExamples' train.py (lambdal/deeplearning-benchmark pytorch/scripts/config_v1)",
+        _lazy("transformer_xl", "transformer_xl_large_softmax"), batch_size=2, seq_len=256,
         size_meaning="batch_size streams of seq_len target tokens (plus seq_len cached tokens per layer)"),
     ZooEntry(
         "ncf_dle", "recsys", "NeuMF on MovieLens 20M as NVIDIA DeepLearningExamples trains it",

@@ -174,6 +174,8 @@ class TransformerXL(nn.Module):
         head_w = torch.cat([weights[0], self.cluster_weight], 0)
         head_b = torch.cat([biases[0], self.cluster_bias], 0)
         head_logprob = F.log_softmax(self._logit(hidden, head_w, head_b, projs[0]), dim=1)
+        if not self.cutoffs:  # no clusters: one softmax over the whole vocabulary
+            return -head_logprob.gather(1, target.unsqueeze(1)).squeeze(1)
         nll = -head_logprob.gather(1, target.clamp(max=self.cutoffs[0] - 1).unsqueeze(1)).squeeze(1)
         for i, frac in enumerate(self.fractions, start=1):
             k = max(1, round(frac * n))
@@ -212,6 +214,16 @@ XL_LARGE = {"n_layer": 18, "d_model": 1024, "n_head": 16, "d_head": 64, "d_inner
             "dropatt": 0.2, "div_val": 4}
 """The large model (the reference implementation's hyper-parameters, kimiyoung/transformer-xl
 ``run_wt103_large.sh``: div_val 4, tgt_len = mem_len = 384; Lambda ran 256)."""
+XL_BASE_SOFTMAX = {**XL_BASE, "cutoffs": ()}
+"""The base model as ``train.py`` builds it from command-line flags without ``--adaptive`` (its
+default: ``cutoffs = []`` unless ``args.adaptive``; ``--div_val`` defaults to 1, ``--not_tied``
+unset): one softmax over all 267,735 words, tied to the input table. Lambda's benchmark
+(lambdal/deeplearning-benchmark ``pytorch/scripts/config_v1/config_pytorch_*.sh``) runs it so:
+``--n_layer 16 --d_model 512 --n_head 8 --d_head 64 --d_inner 2048``, no ``--adaptive``."""
+XL_LARGE_SOFTMAX = {**XL_LARGE, "div_val": 1, "cutoffs": ()}
+"""The large model as Lambda runs it (same scripts: ``--n_layer 18 --d_model 1024 --n_head 16
+--d_head 64 --d_inner 4096 --dropout 0.2 --dropatt 0.2``, no ``--adaptive``, no ``--div_val``):
+a full tied softmax, one 1024-wide input table."""
 XL_PAPER_BASE = {"n_layer": 16, "d_model": 410, "n_head": 10, "d_head": 41, "d_inner": 2100, "dropout": 0.1,
                  "dropatt": 0.0, "div_val": 1}
 """The paper's base model (kimiyoung/transformer-xl ``run_wt103_base.sh``; 151 M parameters in
@@ -235,3 +247,17 @@ def transformer_xl_base(batch_size: int = 8, seq_len: int = 192) -> tuple[nn.Mod
 def transformer_xl_large(batch_size: int = 2, seq_len: int = 256) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """Transformer-XL large on WikiText-103 (see :data:`XL_LARGE`); as :func:`transformer_xl_base`."""
     return _xl(XL_LARGE, batch_size, seq_len, None)
+
+
+def transformer_xl_base_softmax(batch_size: int = 8, seq_len: int = 192
+                                ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """The base model with a full softmax (:data:`XL_BASE_SOFTMAX`, Lambda's runs); as
+    :func:`transformer_xl_base`."""
+    return _xl(XL_BASE_SOFTMAX, batch_size, seq_len, None)
+
+
+def transformer_xl_large_softmax(batch_size: int = 2, seq_len: int = 256
+                                 ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """The large model with a full softmax and one input table (:data:`XL_LARGE_SOFTMAX`, Lambda's
+    runs); as :func:`transformer_xl_base`."""
+    return _xl(XL_LARGE_SOFTMAX, batch_size, seq_len, None)
