@@ -10,8 +10,10 @@ skipped). The measured 1-GPU throughput is the compute anchor: a replica's compu
 ``t1 = batch / throughput(1)`` (the ``bs`` files give the server's batch, ``num_gpu`` times the
 per-GPU one), so only communication is tested. The job is PyTorch DDP
 (``allreduce_local``, n GPUs): FP32 gradients of the model's published parameter count
-(:data:`PARAMETERS`, 4 bytes each; AMP keeps FP32 gradients) in DDP buckets, on NVLink for SXM
-systems and on PCIe otherwise (:func:`links_of`). Predicted efficiency = ``t1 / step_s(n)``.
+(:data:`PARAMETERS`, 4 bytes each; AMP keeps FP32 gradients) in DDP buckets, on PCIe for every
+system: Lambda's scripts set ``NCCL_P2P_DISABLE=1``, so NCCL does not use NVLink (:func:`links_of`;
+the rows are still reported by whether the server has NVLink). Predicted efficiency =
+``t1 / step_s(n)``.
 
 Two models on the same rows:
 
@@ -58,17 +60,13 @@ LEFT_OUT = {"ncf": "implausible multi-GPU rows (SOURCES.md)", "ssd": "no paramet
 
 
 def links_of(name: str) -> tuple[str, str]:
-    """(nvlink, pcie) catalog links of a Lambda system name: SXM parts on NVLink, the rest on PCIe."""
-    if "V100" in name:
-        return "nvlink2", "pcie3-x16"  # Lambda Cloud V100 instances: SXM2 with NVLink
-    if "SXM4" in name:
-        return "nvlink3", "pcie4-x16"
-    if "SXM5" in name:
-        return "nvlink4", "pcie5-x16"
-    if "Gen5" in name:
-        return "none", "pcie5-x16"
-    if "Quadro RTX 8000" in name:
+    """(nvlink, pcie) catalog links of a Lambda system name: NVLink never, as every Lambda benchmark runs
+    with ``NCCL_P2P_DISABLE=1`` (``pytorch/scripts/benchmark_pytorch.sh``): NCCL exchanges through host
+    memory over PCIe, NVLink included in what the setting turns off."""
+    if "V100" in name or "Quadro RTX 8000" in name:
         return "none", "pcie3-x16"
+    if "SXM5" in name or "Gen5" in name:
+        return "none", "pcie5-x16"
     return "none", "pcie4-x16"
 
 
@@ -140,8 +138,8 @@ def main() -> None:
         raise SystemExit("shared data folder not found: pass --data")
     rows, skipped = load_rows(data)
     rows = rows.with_columns(measured=pl.col("thr") / (pl.col("num_gpu") * pl.col("thr1")),
-                             link=pl.col("name_gpu").map_elements(
-                                 lambda s: "nvlink" if links_of(s)[0] != "none" else "pcie", return_dtype=pl.String))
+                             link=pl.when(pl.col("name_gpu").str.contains("SXM|V100"))
+                             .then(pl.lit("nvlink server (P2P off)")).otherwise(pl.lit("pcie server")))
     print(f"rows: {rows.height} matched n-GPU rows (n = 2, 4, 8); skipped: {skipped}")
     pl.Config.set_tbl_rows(200)
     pl.Config.set_tbl_width_chars(200)

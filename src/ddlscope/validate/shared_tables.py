@@ -31,9 +31,12 @@ Conversion (:func:`lambda_measurements`), each choice with its reason:
   ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1``; NVIDIA, "Accelerating AI Training with NVIDIA TF32 Tensor
   Cores", 2021, and the NGC PyTorch release notes). On older GPUs the catalog's ``tf32`` peak is the
   FP32 one, so the same label is right there too.
-- **Links** for multi-GPU rows (the data-parallel all-reduce): SXM systems on NVLink (V100 NVLink 2,
-  A100 NVLink 3, H100 NVLink 4), the others over PCIe (3.0 for V100 and Quadro RTX, 4.0 for Ampere
-  and Ada, 5.0 for "PCIe Gen5" and SXM5 H100 systems), on the :data:`~ddlscope.validate.measurements.DEFAULT_SERVER`
+- **Links** for multi-GPU rows (the data-parallel all-reduce): every Lambda benchmark runs with
+  ``export NCCL_P2P_DISABLE=1`` (lambdal/deeplearning-benchmark ``pytorch/scripts/benchmark_pytorch.sh``,
+  each ``benchmark_pytorch_*`` function), which turns off NCCL's P2P transport, NVLink included: the
+  GPUs exchange through host memory (NCCL's SHM transport), so every system's all-reduce is priced on
+  PCIe (``nvlink = none``: 3.0 for V100 and Quadro RTX, 4.0 for Ampere and Ada, 5.0 for "PCIe Gen5" and
+  SXM5 H100 systems), on the :data:`~ddlscope.validate.measurements.DEFAULT_SERVER`
   layout. The multi-GPU rows are about communication (issue "communication fidelity"); the compute
   validation reads the one-GPU rows.
 - **Models**: :data:`LAMBDA_MODELS` maps each benchmark to a zoo model, its throughput unit, input
@@ -105,15 +108,12 @@ def _gpu_name(name_gpu: str) -> str:
 
 
 def _links(gpu: str) -> tuple[str, str]:
-    """(pcie, nvlink) link names for a Lambda system name (module docstring, "Links")."""
+    """(pcie, nvlink) link names for a Lambda system name (module docstring, "Links": NVLink unused,
+    ``NCCL_P2P_DISABLE=1``)."""
     g = gpu.upper()
     if "H100" in g:
-        return "pcie5-x16", ("nvlink4" if "SXM" in g else "none")
-    if "V100" in g:
-        return "pcie3-x16", ("nvlink2" if "PCIE" not in g else "none")
-    if "A100" in g:
-        return "pcie4-x16", ("nvlink3" if "SXM" in g else "none")
-    if "RTX 8000" in g or ("RTX 6000" in g and "ADA" not in g):
+        return "pcie5-x16", "none"
+    if "V100" in g or "RTX 8000" in g or ("RTX 6000" in g and "ADA" not in g):
         return "pcie3-x16", "none"
     return "pcie4-x16", "none"
 
