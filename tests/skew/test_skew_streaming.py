@@ -117,3 +117,27 @@ def test_errors_name_the_file(tmp_path: Path) -> None:
         analyze_skew_streaming(path, "a", chunk_rows=0)
     with pytest.raises(FileNotFoundError):
         analyze_skew_streaming(tmp_path / "nope", "a")
+
+
+def test_cli_streaming_equals_in_memory(tmp_path: Path) -> None:
+    """``rpc skew --streaming`` prints the same JSON figures and CSV ranks as without it."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from ddlscope.cli.main import app
+
+    runner = CliRunner()
+    src = str(SHARED / "criteo_sample.txt")
+    for fmt in ("json", "csv"):
+        args = ["rpc", "skew", src, "--column", "C3", "--window", "17", "--format", fmt]
+        mem = runner.invoke(app, args)
+        streamed = runner.invoke(app, [*args, "--streaming", "--chunk-rows", "33", "--no-progress"])
+        assert mem.exit_code == 0 and streamed.exit_code == 0, streamed.output
+        out = streamed.stdout
+        if fmt == "json":
+            assert json.loads(out) == json.loads(mem.stdout)
+        else:
+            assert out == mem.stdout
+    bad = runner.invoke(app, ["rpc", "skew", src, "--streaming"])
+    assert bad.exit_code != 0 and "give --column NAME" in bad.output
