@@ -85,6 +85,12 @@ def _join_beside(frame: pl.DataFrame, table: pl.DataFrame, left_on: list[str], r
     return frame.hstack(added.get_columns())
 
 
+def _keep(frame: pl.DataFrame, mask: pl.Expr) -> pl.DataFrame:
+    """``frame.filter(mask)``, the frame itself (no copy) when every row passes."""
+    rows = frame.select(mask.alias("_keep")).get_column("_keep")
+    return frame if rows.all() and rows.null_count() == 0 else frame.filter(rows)
+
+
 def assemble_jobs(
     population: pl.DataFrame,
     library: WorkloadLibrary,
@@ -129,11 +135,11 @@ def assemble_jobs(
                        ("model_source", pl.String), ("trace_model", pl.String), ("gpu_time_s", pl.Float64)):
         if col not in pop.columns:
             pop = pop.with_columns(pl.lit(None, dtype).alias(col))
-    cand = pop.filter(c("attributed")).rename({"gpu": "_gpu_in", "server_gpus": "_server_gpus_in",
+    cand = _keep(pop, c("attributed")).rename({"gpu": "_gpu_in", "server_gpus": "_server_gpus_in",
                                                "server": "_server_in", "num_servers": "_servers_in"})
     # workloads, once per distinct (model, batch, precision); feature-attributed jobs carry their own
     by_features = c("model_source") == "features"
-    profiled = cand.filter(~by_features.fill_null(False))
+    profiled = _keep(cand, ~by_features.fill_null(False))
     good_keys, failed = [], []
     for model, batch in profiled.select("model", "batch_size").unique().iter_rows():
         try:

@@ -122,6 +122,7 @@ def characterize_streaming(
                 folder = out / f"scenario={name}"
                 folder.mkdir(exist_ok=True)
                 block.write_parquet(folder / f"part-{chunks:06d}.parquet")
+                del block  # not held while the next scenario's block is computed
             chunks += 1
             kept += chunk.height
         if on_chunk is not None:
