@@ -182,8 +182,9 @@ def assemble_jobs(
     if why.height:
         new_reason = new_reason.scatter(why.get_column("job_id"), why.get_column("_new_reason"))
     pop = pop.with_columns(reason=pl.coalesce(c("reason"), new_reason)).with_columns(attributed=c("reason").is_null())
-    # the jobs still attributed, in their order (as a semi join on job_id); no copy when all are
-    keep_rows = jobs.get_column("job_id").is_in(pop.get_column("job_id").filter(pop.get_column("attributed")))
+    # the jobs still attributed, in their order (as a semi join on job_id, which is the row's position
+    # in pop: a gather, no hash set of the ids); no copy when all are
+    keep_rows = pop.get_column("attributed").gather(jobs.get_column("job_id")).fill_null(False)
     ok = jobs if keep_rows.all() else jobs.filter(keep_rows)
     del jobs, why, keep_rows
     ok = ok.with_columns(num_servers=c("_servers_out"), overlap_fraction=pl.lit(overlap_fraction(overlap)),
