@@ -106,6 +106,52 @@ def _warn_if_table_read_as_text(source: Path, kind: str, resolved: str) -> None:
         err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
 
 
+def _skew_streamed(source: Path, column: str | None, kind: str, vocabulary: Path | None, events: str, window: int,
+                   hot_fraction: float, support: int | None, chunk_rows: int, show_progress: bool):
+    """``rpc skew --streaming``: :func:`ddlscope.skew.streaming.analyze_skew_streaming` with a
+    progress line per pass on stderr; the same :class:`~ddlscope.skew.frequency.SkewAnalysis`."""
+    from ddlscope.cli.common import err_console
+    from ddlscope.skew.streaming import analyze_skew_streaming
+
+    if column is None or kind not in ("auto", "column"):
+        raise ValueError("--streaming reads one key column of CSV/TSV/Parquet files (give --column NAME); text, "
+                         "RPC logs and update-count tables are ordered over the whole input: run without "
+                         "--streaming")
+    if vocabulary is not None:
+        raise ValueError(f"{vocabulary}: a vocabulary names integer keys; a column stream has none")
+    bar = None
+    if show_progress:
+        from rich.console import Console
+        from rich.progress import Progress, TextColumn, TimeElapsedColumn
+
+        bar = Progress(TextColumn("{task.description}"), TextColumn("{task.fields[rows]} rows"),
+                       TextColumn("{task.fields[rate]} rows/s"), TimeElapsedColumn(), console=Console(stderr=True))
+        bar.start()
+    tasks: dict[str, tuple[int, int, float]] = {}
+
+    def on_batch(name: str, rows: int) -> None:
+        if bar is None:
+            return
+        import time
+
+        if name not in tasks:
+            tasks[name] = (bar.add_task(name, rows="0", rate="-"), 0, time.perf_counter())
+        task, done, t0 = tasks[name]
+        done += rows
+        tasks[name] = (task, done, t0)
+        bar.update(task, rows=f"{done:,}", rate=f"{done / max(time.perf_counter() - t0, 1e-9):,.0f}")
+
+    try:
+        s = analyze_skew_streaming(source, column, events=events, window=window, hot_fraction=hot_fraction,
+                                   support=support, chunk_rows=chunk_rows, on_batch=on_batch)
+    finally:
+        if bar is not None:
+            bar.stop()
+    err_console.print(f"streamed: {s.rows:,} rows of {len(s.files)} file(s) in {s.batches} batch(es), two passes, "
+                      f"{s.wall_s:.1f} s (exact: equal to the in-memory analysis)")
+    return s.analysis
+
+
 def register(rpc_app: typer.Typer) -> None:
     """Add ``skew`` and ``offload`` to the ``rpc`` group."""
 
@@ -126,6 +172,13 @@ def register(rpc_app: typer.Typer) -> None:
                                                                       "rows (default: distinct keys seen)")] = None,
         top: Annotated[int, typer.Option("--top", help="most frequent keys to print")] = 15,
         vocabulary: VocabularyOpt = None,
+        streaming: Annotated[bool, typer.Option(
+            "--streaming", help="never hold the whole column: read it in batches in two passes, exact "
+            "(a --column of CSV/TSV/Parquet files or a folder of them; see docs/streaming.md)")] = False,
+        chunk_rows: Annotated[int, typer.Option(
+            "--chunk-rows", help="with --streaming: input rows per batch")] = 1_000_000,
+        progress: Annotated[bool, typer.Option(
+            "--progress/--no-progress", help="with --streaming: rows read per pass and rate on stderr")] = True,
         report: ReportOpt = None,
         overwrite: OverwriteOpt = False,
         fmt: FormatOpt = "table",
@@ -144,19 +197,26 @@ def register(rpc_app: typer.Typer) -> None:
             raise ValueError(f"--support: expected >= 1 ranks, got {support}")
         if top < 0:
             raise ValueError(f"--top: expected >= 0, got {top}")
+        if chunk_rows < 1:
+            raise ValueError(f"--chunk-rows: expected >= 1, got {chunk_rows}")
         import polars as pl
 
         from ddlscope.cli.common import err_console
         from ddlscope.report.console import emit
-        from ddlscope.skew.frequency import analyze_skew
-        from ddlscope.skew.streams import load_stream, resolve_kind, with_vocabulary
 
-        resolved = resolve_kind(source, kind, column)
-        _warn_if_table_read_as_text(source, kind, resolved)
-        stream = load_stream(source, resolved, column)
-        if vocabulary is not None:
-            stream = with_vocabulary(stream, vocabulary)
-        a = analyze_skew(stream, events=events, window=window, hot_fraction=hot_fraction, support=support)
+        if streaming:
+            a = _skew_streamed(source, column, kind, vocabulary, events, window, hot_fraction, support, chunk_rows,
+                               progress and fmt == "table")
+        else:
+            from ddlscope.skew.frequency import analyze_skew
+            from ddlscope.skew.streams import load_stream, resolve_kind, with_vocabulary
+
+            resolved = resolve_kind(source, kind, column)
+            _warn_if_table_read_as_text(source, kind, resolved)
+            stream = load_stream(source, resolved, column)
+            if vocabulary is not None:
+                stream = with_vocabulary(stream, vocabulary)
+            a = analyze_skew(stream, events=events, window=window, hot_fraction=hot_fraction, support=support)
         summary = a.summary()
         if fmt == "table":
             fits = pl.DataFrame({

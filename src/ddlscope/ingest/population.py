@@ -361,8 +361,8 @@ def duration_counts(population: pl.DataFrame) -> tuple[int, int]:
     no run time: Gavel, or PAI jobs without instance or task times). Their ``gpu_time_s`` is null
     too, unless the trace gives it itself; how an aggregate weighs them is the aggregate's choice
     (``ddlscope characterize`` estimates it from the job's steps where the trace gives them)."""
-    missing = population.filter(pl.col("duration_s").is_null())
-    return missing.height, int(missing["attributed"].sum() or 0)
+    missing = population.get_column("duration_s").is_null()  # a mask, not a filtered copy of the table
+    return int(missing.sum()), int((missing & population.get_column("attributed")).sum() or 0)
 
 
 def empty_population() -> pl.DataFrame:

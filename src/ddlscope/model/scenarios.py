@@ -307,7 +307,10 @@ def whatif_blocks(
     base = breakdown_lazy(pricing.price(base_jobs) if pricing else base_jobs, costed=in_jobs).collect()
     base_step = base["step_s"]
     base = base.with_columns(speedup=pl.lit(1.0))
-    yield base.select(keep) if keep else base
+    out = base.select(keep) if keep else base
+    del base, base_jobs  # not held while the scenarios are computed (only base_step is needed)
+    yield out
+    del out
     # apply_scenario keeps the jobs' row order, so each scenario's rows align with the baseline's
     # by position: the speedup is a plain division, no grouping by job_id
     for s in scenarios:

@@ -71,6 +71,26 @@ def _placement_table(jobs: pl.DataFrame) -> pl.DataFrame:
                         orient="row")
 
 
+def _join_beside(frame: pl.DataFrame, table: pl.DataFrame, left_on: list[str], right_on: list[str] | None = None
+                 ) -> pl.DataFrame:
+    """``frame.join(table, how="left", nulls_equal=True)`` in ``frame``'s row order, without
+    copying ``frame``'s columns: only its key columns go through the join, and the table's other
+    columns are put beside them (``table`` has one row per key, as the once-per-distinct tables
+    here). A plain join where a column name is in both (the join's suffix decides its name)."""
+    right_on = right_on or left_on
+    if set(table.columns).difference(right_on) & set(frame.columns):
+        return frame.join(table, left_on=left_on, right_on=right_on, how="left", nulls_equal=True)
+    added = frame.select(left_on).join(table, left_on=left_on, right_on=right_on, how="left", nulls_equal=True,
+                                       maintain_order="left").drop(left_on)
+    return frame.hstack(added.get_columns())
+
+
+def _keep(frame: pl.DataFrame, mask: pl.Expr) -> pl.DataFrame:
+    """``frame.filter(mask)``, the frame itself (no copy) when every row passes."""
+    rows = frame.select(mask.alias("_keep")).get_column("_keep")
+    return frame if rows.all() and rows.null_count() == 0 else frame.filter(rows)
+
+
 def assemble_jobs(
     population: pl.DataFrame,
     library: WorkloadLibrary,
@@ -115,11 +135,11 @@ def assemble_jobs(
                        ("model_source", pl.String), ("trace_model", pl.String), ("gpu_time_s", pl.Float64)):
         if col not in pop.columns:
             pop = pop.with_columns(pl.lit(None, dtype).alias(col))
-    cand = pop.filter(c("attributed")).rename({"gpu": "_gpu_in", "server_gpus": "_server_gpus_in",
+    cand = _keep(pop, c("attributed")).rename({"gpu": "_gpu_in", "server_gpus": "_server_gpus_in",
                                                "server": "_server_in", "num_servers": "_servers_in"})
     # workloads, once per distinct (model, batch, precision); feature-attributed jobs carry their own
     by_features = c("model_source") == "features"
-    profiled = cand.filter(~by_features.fill_null(False))
+    profiled = _keep(cand, ~by_features.fill_null(False))
     good_keys, failed = [], []
     for model, batch in profiled.select("model", "batch_size").unique().iter_rows():
         try:
@@ -128,9 +148,9 @@ def assemble_jobs(
         except ValueError as exc:  # ProfileError is a ValueError
             failed.append({"model": model, "batch_size": batch, "_why": f"{CANNOT_PROFILE}: {exc}".splitlines()[0]})
     table = library.table(good_keys).drop("precision_key").rename({"batch_size": "_batch_actual"})
-    profiled = profiled.drop([k for k in WORKLOAD_COLUMNS if k in profiled.columns and k != "batch_size"]).join(
-        table, left_on=["model", "batch_size"], right_on=["model", "batch_key"], how="left", nulls_equal=True,
-    ).with_columns(batch_size=c("_batch_actual")).drop("_batch_actual")
+    profiled = _join_beside(profiled.drop([k for k in WORKLOAD_COLUMNS if k in profiled.columns and k != "batch_size"]),
+                            table, ["model", "batch_size"], ["model", "batch_key"],
+                            ).with_columns(batch_size=c("_batch_actual")).drop("_batch_actual")
     featured = cand.filter(by_features.fill_null(False)).with_columns(
         *(pl.lit(None, JOB_SCHEMA[k][0]).alias(k) for k in WORKLOAD_COLUMNS if k not in cand.columns))
     jobs = pl.concat([profiled, featured], how="diagonal_relaxed").with_columns(
@@ -139,14 +159,15 @@ def assemble_jobs(
         *(c(k).fill_null(0) for k in ("memory_bound_flops", "input_bytes", "dense_param_bytes",
                                       "num_gradient_tensors", "sparse_bytes_per_step", "embedding_table_bytes")),
     )
+    del cand, profiled, featured  # the wide intermediate copies: peak memory is a few copies of the Jobs table
     # systems, once per distinct (gpu, GPUs per machine, server)
     keys = ["_gpu_in", "_server_gpus_in", "_server_in"]
     systems = _system_table(jobs.select(keys).unique(), catalog, default_server, server_for or {},
                             link_transports)
-    jobs = jobs.join(systems, on=keys, how="left", nulls_equal=True)
+    jobs = _join_beside(jobs, systems, keys)
     # placements, once per distinct placement
     place_keys = ["architecture", "num_workers", "gpus_per_worker", "num_ps", "_servers_in", "server_gpus"]
-    jobs = jobs.join(_placement_table(jobs), on=place_keys, how="left", nulls_equal=True)
+    jobs = _join_beside(jobs, _placement_table(jobs), place_keys)
     # the reasons found here
     why = jobs.select("job_id", "model", "batch_size", "_place_reason")
     if failed:
@@ -155,9 +176,17 @@ def assemble_jobs(
     else:
         why = why.with_columns(_why=pl.lit(None, pl.String))
     why = why.select("job_id", pl.coalesce("_why", "_place_reason").alias("_new_reason"))
-    pop = pop.join(why, on="job_id", how="left").with_columns(
-        reason=pl.coalesce("reason", "_new_reason")).with_columns(attributed=c("reason").is_null()).drop("_new_reason")
-    ok = jobs.join(pop.filter(c("attributed")).select("job_id"), on="job_id", how="semi")
+    # job_id is the row's position in pop: the new reasons are scattered there (no copy of pop's columns)
+    new_reason = pl.Series("_new_reason", [None], pl.String).extend_constant(None, pop.height - 1) \
+        if pop.height else pl.Series("_new_reason", [], pl.String)
+    if why.height:
+        new_reason = new_reason.scatter(why.get_column("job_id"), why.get_column("_new_reason"))
+    pop = pop.with_columns(reason=pl.coalesce(c("reason"), new_reason)).with_columns(attributed=c("reason").is_null())
+    # the jobs still attributed, in their order (as a semi join on job_id, which is the row's position
+    # in pop: a gather, no hash set of the ids); no copy when all are
+    keep_rows = pop.get_column("attributed").gather(jobs.get_column("job_id")).fill_null(False)
+    ok = jobs if keep_rows.all() else jobs.filter(keep_rows)
+    del jobs, why, keep_rows
     ok = ok.with_columns(num_servers=c("_servers_out"), overlap_fraction=pl.lit(overlap_fraction(overlap)),
                          memory_bound_scale=pl.lit(1.0),
                          workload=pl.format("{} b{}", pl.coalesce("model", "trace_model", pl.lit("features")),

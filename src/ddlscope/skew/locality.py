@@ -95,6 +95,12 @@ def reuse_distances(keys: np.ndarray) -> np.ndarray:
     return out
 
 
+def default_cache_sizes(top: int) -> np.ndarray:
+    """The cache sizes (keys) of :func:`reuse_distance_profile` by default: the powers of two
+    ``1, 2, 4, ...`` up to the first at least ``top`` (the largest reuse distance + 1)."""
+    return 2 ** np.arange(0, int(np.ceil(np.log2(max(top, 1)))) + 1)
+
+
 def reuse_distance_profile(distances: np.ndarray, cache_sizes: np.ndarray | None = None) -> pl.DataFrame:
     """The LRU hit ratio for cache sizes (in keys) from reuse distances.
 
@@ -110,8 +116,7 @@ def reuse_distance_profile(distances: np.ndarray, cache_sizes: np.ndarray | None
     m = d.size
     warm = np.sort(d[d >= 0])
     if cache_sizes is None:
-        top = int(warm[-1]) + 1 if warm.size else 1
-        cache_sizes = 2 ** np.arange(0, int(np.ceil(np.log2(max(top, 1)))) + 1)
+        cache_sizes = default_cache_sizes(int(warm[-1]) + 1 if warm.size else 1)
     sizes = np.asarray(cache_sizes, dtype=np.int64)
     hits = np.searchsorted(warm, sizes, side="left")  # distances < size
     return pl.DataFrame({
