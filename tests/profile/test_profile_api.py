@@ -172,6 +172,10 @@ def test_apex_o2_runs_the_model_in_16_bit_and_steps_fp32_masters():
     assert copies.height == 4  # weight and bias: gradient in, master back
     assert int(copies["read_bytes"].sum()) == n * 2 + n * 4 and int(copies["write_bytes"].sum()) == n * 4 + n * 2
     assert o2.totals["optimizer_state_bytes"] == n * 4 + 2 * n * 4
+    # a sparse embedding table keeps its FP32 master too: DLRM's O2 state holds 4 bytes per table element
+    fp32 = profile_model("dlrm", batch_size=4)
+    dlrm = profile_model("dlrm", batch_size=4, precision="fp16", amp="o2")
+    assert dlrm.totals["optimizer_state_bytes"] >= fp32.totals["embedding_table_bytes"]
     # fp32/tf32 have no AMP mode: amp is ignored
     assert profile_model(good, precision="fp32", amp="o2").settings["amp"] == "none"
 

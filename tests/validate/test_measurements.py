@@ -160,6 +160,14 @@ def test_ratio_pairs_by_hand():
     assert p["ratio_error"].to_list() == pytest.approx([0.0, 1.0, 1.0])
     with pytest.raises(ValueError, match="between: expected one of gpu, batch, precision"):
         ratio_pairs(rows, "server")
+    # rows that also differ in a run setting (attention, sequence length, AMP mode) are not a GPU pair
+    other = rows.with_columns(attention=pl.Series(["fused", "math", "fused"]), seq_len=pl.Series([128, 128, 384]),
+                              amp=pl.Series(["autocast"] * 3))
+    assert ratio_pairs(other, "gpu").height == 0
+    # between precisions the AMP mode may differ (an FP32 row has none), the rest must not
+    prec = rows.head(2).with_columns(gpu=pl.lit("A"), precision=pl.Series(["fp32", "fp16"]),
+                                     amp=pl.Series(["autocast", "o2"]), attention=pl.lit("math"))
+    assert ratio_pairs(prec, "precision").select("a", "b").rows() == [("fp16", "fp32")]
 
 
 def test_dle_tables_as_measurements(shared_data):
@@ -263,3 +271,18 @@ def test_lambda_bert_rows_run_as_deeplearningexamples_does(shared_data):
     assert set(rows.filter(pl.col("precision") == "fp16")["amp"]) == {"o2"}
     assert set(rows.filter(pl.col("precision") != "fp16")["amp"]) == {"autocast"}
     assert set(rows["seq_len"]) == {384}
+
+
+def test_a_size_the_model_does_not_take_rejects_that_row_only(tmp_path):
+    """The profiler's refusal (a sequence length for an image model, a sequence longer than BERT's 512
+    positions) is a rejected row with its file:line, reason profile_failed; the other rows are predicted."""
+    path = _write(tmp_path, "model,gpu,gpus,batch_per_gpu,precision,step_time_s,seq_len,image_size\n"
+                            "resnet18,V100,1,2,fp32,0.05,64,\n"
+                            "resnet18,V100,1,2,fp32,0.05,,64\n"
+                            "bert_base_squad,V100,1,2,fp32,0.05,100000,\n")
+    res = validate_measurements(read_measurements(path))
+    assert res.rows["line"].to_list() == [3]
+    bad = res.rejected.filter(pl.col("reason") == "profile_failed").sort("line")
+    assert bad["line"].to_list() == [2, 4]
+    assert bad["detail"][0].startswith(f"{path}:2: seq_len: model 'resnet18' has no sequence length")
+    assert bad["detail"][1].startswith(f"{path}:4: ") and "512 positions" in bad["detail"][1]

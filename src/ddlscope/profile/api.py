@@ -576,6 +576,8 @@ def _trace_step(name: str, module: torch.nn.Module, batch: Any, precision: str, 
         p = named_d[table]
         touched = table_rows * (p.shape[-1] if p.dim() > 1 else 1)
         state_bytes += state_w * p.numel() * p.element_size()
+        if o2:  # apex O2 keeps an FP32 master of every parameter, the tables' too
+            state_bytes += 4 * p.numel()
         _append(rec, "optimizer", f"ddlscope.sparse_{optimizer}_update", table.rpartition(".")[0], table, p,
                 touched * flops_per,
                 touched * p.element_size() * read_w, touched * p.element_size() * write_w)

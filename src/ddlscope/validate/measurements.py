@@ -143,12 +143,15 @@ _ATTENTIONS = ("fused", "math")  # the profiler's ATTENTIONS (ddlscope.profile.a
 _AMP_MODES = ("autocast", "o2")  # the profiler's AMP_MODES, likewise
 _INT_COLUMNS = ("gpus", "batch_per_gpu", "servers", "seq_len", "image_size")
 _FLOAT_COLUMNS = ("throughput", "step_time_s", "units_per_sample", "measured_sync_s")
+_SAME_RUN = ("optimizer", "seq_len", "image_size", "attention", "conv_layout", "input_data")
 RATIO_KINDS: dict[str, tuple[str, ...]] = {
-    "gpu": ("model", "precision", "gpus", "servers", "source"),
-    "batch": ("model", "precision", "gpu", "gpus", "servers", "source"),
-    "precision": ("model", "gpu", "gpus", "servers", "source"),
+    "gpu": ("model", "precision", "amp", "gpus", "servers", "source", *_SAME_RUN),
+    "batch": ("model", "precision", "amp", "gpu", "gpus", "servers", "source", *_SAME_RUN),
+    "precision": ("model", "gpu", "gpus", "servers", "source", *_SAME_RUN),
 }
-"""For each ratio kind, the columns two rows must share to form a pair (module docstring)."""
+"""For each ratio kind, the columns two rows must share to form a pair (module docstring): the model,
+scale and run settings (optimizer, sizes, attention, layout, input), and the AMP mode except between
+precisions (an FP32 row has none)."""
 
 
 class MeasurementError(ValueError):
@@ -703,7 +706,7 @@ def ratio_pairs(rows: pl.DataFrame, between: str) -> pl.DataFrame:
     """
     if between not in RATIO_KINDS:
         raise ValueError(f"between: expected one of {', '.join(RATIO_KINDS)}, got {between!r}")
-    key = list(RATIO_KINDS[between])
+    key = [k for k in RATIO_KINDS[between] if k in rows.columns]  # a hand-made frame may lack the run settings
     col = "batch_per_gpu" if between == "batch" else between
     t = rows.select(
         *key, pl.col(col).cast(pl.String).alias("value"), "line",
@@ -789,6 +792,38 @@ def _fit_mask(rows: pl.DataFrame, fit_on: str | None) -> pl.Series:
     return mask
 
 
+def _reject_unprofilable(table: MeasurementTable, progress: Callable[[str], None] | None = None
+                         ) -> MeasurementTable:
+    """``table`` with the rows whose (model, sizes, ...) the profiler refuses (a size the model does
+    not take, a sequence longer than its positions) moved to the rejected rows, reason
+    ``profile_failed``, detail ``file:line: the profiler's message``; the profiles that succeed are
+    cached for :func:`measurement_jobs`."""
+    from ddlscope.profile import ProfileError
+
+    rows = table.rows
+    if rows.height == 0:
+        return table
+    failed: dict[tuple, str] = {}
+    for k in rows.select(_PROFILE_KEYS).unique(maintain_order=True).iter_rows():
+        if progress is not None:
+            progress(f"profiling {k[0]} ({k[1]}, {k[2]})")
+        try:
+            _profile_points(*k)
+        except (ProfileError, ValueError) as exc:
+            failed[k] = str(exc).split("\n")[0]
+    if not failed:
+        return table
+    keys = pl.DataFrame([dict(zip(_PROFILE_KEYS, k, strict=True)) | {"_why": why} for k, why in failed.items()],
+                        schema_overrides={"seq_len": pl.Int64, "image_size": pl.Int64})
+    marked = rows.join(keys, on=list(_PROFILE_KEYS), how="left", nulls_equal=True)
+    bad = marked.filter(pl.col("_why").is_not_null())
+    more = bad.select("line", "source", reason=pl.lit("profile_failed"),
+                      detail=pl.format("{}:{}: {}", pl.lit(table.path), pl.col("line"), pl.col("_why")))
+    return MeasurementTable(rows=marked.filter(pl.col("_why").is_null()).drop("_why"),
+                            rejected=pl.concat([table.rejected, more], how="diagonal_relaxed").sort("line"),
+                            path=table.path)
+
+
 def validate_measurements(
     table: MeasurementTable,
     *,
@@ -815,6 +850,7 @@ def validate_measurements(
         ValueError: a ``fit_on`` that is not a condition over the columns, an unknown cross-validation
             column, or a table with no usable row.
     """
+    table = _reject_unprofilable(table, progress)
     rows = table.rows
     if rows.height == 0:
         first = table.rejected.head(3).select(pl.format("{} ({})", "detail", "reason")).to_series().to_list()
