@@ -78,8 +78,11 @@ def _workload_and_ops(workload_file: Path | None, batch_size: int | None, precis
 
             if image_size is not None or optimizer is not None:
                 raise ValueError("--image-size, --optimizer: not for a decoder LLM config (Adam, sequences)")
-            cfg = load_config(model, seq_len or 2048)
-            return decoder_workload(cfg, batch_size or 1, precision=precision or "bf16")
+            for flag, v in (("--seq-len", seq_len), ("--batch-size", batch_size)):
+                if v is not None and v < 1:
+                    raise ValueError(f"{flag}: expected a positive integer, got {v}")
+            cfg = load_config(model, 2048 if seq_len is None else seq_len)
+            return decoder_workload(cfg, 1 if batch_size is None else batch_size, precision=precision or "bf16")
         from ddlscope.profile import profile_model
 
         r = profile_model(model, batch_size=batch_size, seq_len=seq_len, image_size=image_size,

@@ -59,9 +59,9 @@ def register(app: typer.Typer) -> None:
     def plan(
         model: Annotated[str, typer.Argument(help="a Hugging Face config.json, mixtral-8x7b, or mpt-125m ... "
                                                   "mpt-70b")],
-        gpus: Annotated[int, typer.Option("--gpus", "-n", help="GPUs of the job (whole servers)")] = 8,
-        global_batch: Annotated[int, typer.Option("--global-batch", help="sequences per optimizer step")] = 1024,
-        seq_len: Annotated[int, typer.Option("--seq-len", help="tokens per sequence")] = 2048,
+        gpus: Annotated[int, typer.Option("--gpus", "-n", min=1, help="GPUs of the job (whole servers)")] = 8,
+        global_batch: Annotated[int, typer.Option("--global-batch", min=1, help="sequences per optimizer step")] = 1024,
+        seq_len: Annotated[int, typer.Option("--seq-len", min=1, help="tokens per sequence")] = 2048,
         system: SystemName = None,
         gpu: GpuOpt = None,
         nic: NicOpt = None,

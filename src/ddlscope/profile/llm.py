@@ -223,7 +223,7 @@ class DecoderConfig(BaseModel):
             num_experts=int(config.get("num_local_experts") or 1),
             experts_per_token=int(config.get("num_experts_per_tok") or 1) if config.get("num_local_experts") else 1,
             vocab=int(get("vocab_size")),
-            seq_len=int(seq_len or get("max_position_embeddings", "n_positions", "max_seq_len")),
+            seq_len=int(get("max_position_embeddings", "n_positions", "max_seq_len") if seq_len is None else seq_len),
             tied_embeddings=bool(config.get("tie_word_embeddings", config.get("model_type") in ("gpt2", "mpt"))),
             norm_bias=config.get("model_type") in ("gpt2", "gpt_neox"),
             flash_attention=str(attn_cfg.get("attn_impl", "flash")) in ("flash", "triton")
