@@ -113,13 +113,17 @@ def _is_decoder_config(model: str) -> bool:
 
 def _warn_memory(out: pl.DataFrame) -> None:
     """A warning on stderr for every row whose replica does not fit the GPU's memory."""
+    from ddlscope.model.arch_costs import costed_kinds
+
+    sharded = set(costed_kinds())  # fsdp, 3d: the per-GPU need is the sharded state, not the whole replica
     unfit = out.filter(pl.col("fits_gpu_memory") == False)  # noqa: E712 (null = unknown stays quiet)
     for r in unfit.iter_rows(named=True):
         where = f" under {r['scenario']}" if r.get("scenario") not in (None, "baseline") else ""
+        need = ("its GPUs' share of the model state and activations (as this placement splits them)"
+                if str(r.get("architecture")) in sharded else f"a replica's {r['peak_memory_bytes'] / 1e9:.1f} GB")
         err_console.print(
-            f"[yellow]warning:[/yellow] a replica needs {r['peak_memory_bytes'] / 1e9:.1f} GB{where}, the "
-            f"{r['gpu']} has {r['gpu_memory_bytes'] / 1e9:.0f} GB: this placement does not fit in GPU memory "
-            "(the times assume it did)")
+            f"[yellow]warning:[/yellow] {need}{where} exceeds the {r['gpu']}'s {r['gpu_memory_bytes'] / 1e9:.0f} GB: "
+            "this placement does not fit in GPU memory (the times assume it did)")
 
 
 def _component_table(row: dict) -> pl.DataFrame:
