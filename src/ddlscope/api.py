@@ -435,7 +435,8 @@ def rpc_dissect(
         report_dir: also write the HTML report there.
 
     Raises:
-        ValueError: no RPC left after the checks (the rejection counts), bad options, the reader's
+        ValueError: no RPC left after the checks (the rejection counts), bad options (file-input
+            options given with a table, a ``logs`` that is neither paths nor a table), the reader's
             errors (missing columns, unreadable files, naming the file).
     """
     from ddlscope.report.rpc_findings import dissection_summary, narrate
@@ -447,9 +448,17 @@ def rpc_dissect(
 
         check_report_dir(Path(report_dir), "report_dir", False)
     if isinstance(logs, pl.DataFrame):
+        if column_map or time_unit != "ns" or input_format != "auto":
+            raise ValueError("column_map, time_unit, input_format: for file input only; an in-memory table "
+                             "is already in the RPC schema (ddlscope.rpc.schema), times in ns")
         d = dissect(logs)
     else:
+        if logs is None or not isinstance(logs, str | Path | Sequence) or isinstance(logs, bytes):
+            raise ValueError(f"logs: expected a path, a list of paths or a polars DataFrame, got "
+                             f"{type(logs).__name__}")
         items = [logs] if isinstance(logs, str | Path) else list(logs)
+        if not items:
+            raise ValueError("logs: expected at least one RPC log file, got an empty list")
         mapping = ColumnMapping.from_pairs([f"{k}={v}" for k, v in (column_map or {}).items()], (),
                                            time_unit=time_unit)
         d = dissect(items, mapping=mapping, input_format=input_format)
