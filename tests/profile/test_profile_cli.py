@@ -93,3 +93,12 @@ def test_a_size_the_model_cannot_run_at_is_one_line_naming_the_sizes():
     assert res.exit_code == 2 and "Traceback" not in res.output
     assert ("profile resnet18 at --batch-size 1, --image-size 7: the model cannot run at this size "
             "(PyTorch: Expected more than 1 value per channel when training") in res.output.replace("\n", "")
+
+
+def test_profile_header_names_the_amp_mode_and_attention():
+    args = ["profile", "bert_base_squad", "--batch-size", "2", "--seq-len", "32", "--top", "2"]
+    out = _ok([*args, "--precision", "fp16", "--amp", "o2", "--attention", "math"])
+    assert "bert_base_squad | batch size 2, seq len 32 | fp16 (apex O2), sgd, attention math |" in out
+    result = runner.invoke(app, [*args, "--amp", "o2"])  # fp32: no AMP mode to apply
+    assert result.exit_code == 0
+    assert "note: --amp o2 applies to --precision fp16/bf16 only; ignored at fp32" in result.output

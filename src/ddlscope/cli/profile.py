@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import polars as pl
 import typer
 
-from ddlscope.cli.common import CatalogFiles, FormatOpt, check_output_file, user_catalog, user_errors
+from ddlscope.cli.common import CatalogFiles, FormatOpt, check_output_file, err_console, user_catalog, user_errors
 from ddlscope.report.console import FORMATS, emit, expected_one_of
 
 ModelArg = Annotated[
@@ -130,6 +130,8 @@ def register(app: typer.Typer) -> None:
             return
         from ddlscope.profile import profile_model
 
+        if amp != "autocast" and precision not in ("fp16", "bf16"):
+            err_console.print(f"note: --amp {amp} applies to --precision fp16/bf16 only; ignored at {precision}")
         result = profile_model(
             model, batch_size=batch_size, seq_len=seq_len, image_size=image_size, precision=precision,
             optimizer=optimizer, gpu=gpu, attention=attention, amp=amp,
@@ -148,7 +150,10 @@ def register(app: typer.Typer) -> None:
                               if k in s)
             shown = summary.head(top) if top > 0 else summary
             emit(shown.select(*[c for c in summary.columns if c not in TABLE_COLUMNS], *TABLE_COLUMNS), "table",
-                 title=f"{result.model} | {sizes} | {precision}, {optimizer} | roofline on {s['gpu']}",
+                 title=f"{result.model} | {sizes} | {precision}"
+                       + (" (apex O2)" if s.get("amp") == "o2" else "")
+                       + f", {optimizer}" + (", attention math" if s.get("attention") == "math" else "")
+                       + f" | roofline on {s['gpu']}",
                  caption=f"{'top ' + str(top) + ' of ' + str(summary.height) if 0 < top < summary.height else 'all'}"
                  f" groups by ideal time; share = part of the step's roofline time",
                  extra=_totals_lines(result.totals))
