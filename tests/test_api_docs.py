@@ -61,3 +61,22 @@ def test_example_notebook_executes(shared_data, tmp_path, monkeypatch):
     assert not [o for o in outputs if o.get("output_type") == "error"]
     text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
     assert "1,181 jobs read, 650 evaluated" in text
+
+
+def test_api_rejects_bad_names_and_inputs_in_one_line(shared_data):
+    """Where the CLI says one line, the API raises one error: an unknown server for a trace that
+    would not need it, no logs, file-input options with a table."""
+    import polars as pl
+
+    import ddlscope
+    from ddlscope.specs.catalog import CatalogError
+
+    trace = shared_data / "hta_traces" / "trace_filter" / "sampled_rank-0.json.gz"
+    with pytest.raises(CatalogError, match="unknown server 'nosuch'"):
+        ddlscope.trace(trace, system="nosuch")
+    with pytest.raises(ValueError, match="logs: expected a path, a list of paths or a polars DataFrame, got NoneType"):
+        ddlscope.rpc_dissect(None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="logs: expected at least one RPC log file"):
+        ddlscope.rpc_dissect([])
+    with pytest.raises(ValueError, match="for file input only"):
+        ddlscope.rpc_dissect(pl.DataFrame({"rpc_id": [1]}), time_unit="us")

@@ -368,6 +368,11 @@ def trace(
     from ddlscope.specs.catalog import builtin_catalog
 
     cat = catalog or builtin_catalog()
+    # names checked up front, as the CLI does, even where the trace alone would not need them
+    if system is not None:
+        cat.server(system)
+    if gpu is not None:
+        cat.gpu(gpu)
     if report_dir is not None:
         from ddlscope.report.outdir import check_report_dir
 
