@@ -78,11 +78,16 @@ def _published(data: Path, fmt: str) -> None:
 
 def _measurement_rows(res) -> pl.DataFrame:
     """The columns of a measurement validation's rows that users read (csv/json)."""
-    return res.rows.select(
+    rows = res.rows
+    if "amp" in rows.columns:  # an AMP mode only where the row runs 16-bit mixed precision
+        rows = rows.with_columns(amp=pl.when(pl.col("precision").cast(pl.String).is_in(["fp16", "bf16"]))
+                                 .then(pl.col("amp")).otherwise(pl.lit("none")))
+    return rows.select(
         *[c for c in ("source", "line", "testbed", "model", "gpu", "gpu_given", "gpus", "servers", "batch_per_gpu",
-                      "precision", "role", "fold", "measured_kind", "measured", "predicted", "error", "step_s",
+                      "precision", "amp", "optimizer", "seq_len", "image_size", "attention", "conv_layout",
+                      "input_data", "role", "fold", "measured_kind", "measured", "predicted", "error", "step_s",
                       "measured_step_s", "compute_bound_s", "memory_bound_s", "host_s", "data_io_s", "exposed_comm_s",
-                      "measured_sync_s", "compute_efficiency_source") if c in res.rows.columns]
+                      "measured_sync_s", "compute_efficiency_source") if c in rows.columns]
     ).with_columns(pl.col("precision").cast(pl.String))
 
 
