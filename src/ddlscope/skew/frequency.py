@@ -251,6 +251,29 @@ def _pct(q: float) -> str:
     return f"{q * 100:g}pct"
 
 
+def count_fits(counts: np.ndarray, support: int | None = None) -> tuple:
+    """The fits of a key-count vector, shared by the in-memory and the streamed skew analysis.
+
+    Args:
+        counts: int, shape ``(keys,)``: events per key id.
+        support: the Zipf fit's support (:func:`fit_zipf_ranks`).
+
+    Returns:
+        ``(seen, zipf, power_law, lognormal, comparison)``: keys with at least one event, the Zipf
+        rank fit, and the discrete power-law tail fit with its log-normal comparison (Clauset et al.,
+        SIAM Review 2009), the last three ``None`` where the tail has too few keys or distinct counts.
+    """
+    seen = int((counts > 0).sum())
+    zipf = fit_zipf_ranks(counts, support=support)
+    power_law = lognormal = comparison = None
+    try:
+        power_law = fit_discrete_power_law(counts)
+        lognormal, comparison = compare_power_law_lognormal(counts, power_law)
+    except ValueError:
+        pass  # too few keys or distinct counts for the tail fit; reported as absent
+    return seen, zipf, power_law, lognormal, comparison
+
+
 def analyze_skew(
     stream: KeyStream,
     events: str = "updates",
@@ -276,14 +299,7 @@ def analyze_skew(
         raise ValueError(f"hot_fraction: expected (0, 1], got {hot_fraction}")
     ev = select_events(stream, events)
     counts = key_counts(ev, stream.num_keys)
-    seen = int((counts > 0).sum())
-    zipf = fit_zipf_ranks(counts, support=support)
-    power_law = lognormal = comparison = None
-    try:
-        power_law = fit_discrete_power_law(counts)
-        lognormal, comparison = compare_power_law_lognormal(counts, power_law)
-    except ValueError:
-        pass  # too few keys or distinct counts for the tail fit; reported as absent
+    seen, zipf, power_law, lognormal, comparison = count_fits(counts, support)
     keys = ev["key"].to_numpy()
     dist = reuse_distances(keys)
     rtime = reuse_times(keys)

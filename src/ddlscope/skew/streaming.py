@@ -57,12 +57,12 @@ import numpy as np
 import polars as pl
 
 from ddlscope.rpc.streaming import value_bins
-from ddlscope.skew.fit import compare_power_law_lognormal, fit_discrete_power_law, fit_zipf_ranks
 from ddlscope.skew.frequency import (
     COVERAGE_FRACTIONS,
     DEFAULT_HOT_FRACTION,
     DEFAULT_WINDOW_EVENTS,
     SkewAnalysis,
+    count_fits,
     coverage,
     hot_set_churn,
     rank_frequency,
@@ -320,14 +320,7 @@ def _run(files: list[ColumnFile], column: str, source: str, spill: Path, events:
     n = keys.table.height
     counts = counts[:n]
     # --- the figures of the counts, by the in-memory functions
-    seen = int((counts > 0).sum())
-    zipf = fit_zipf_ranks(counts, support=support)
-    power_law = lognormal = comparison = None
-    try:
-        power_law = fit_discrete_power_law(counts)
-        lognormal, comparison = compare_power_law_lognormal(counts, power_law)
-    except ValueError:
-        pass  # too few keys or distinct counts for the tail fit; reported as absent
+    seen, zipf, power_law, lognormal, comparison = count_fits(counts, support)
     n_warm = int(dist_hist.sum())
     # --- pass 2: exact reuse-time median, hot-set churn
     hot_keys = max(1, math.ceil(hot_fraction * seen - 1e-9))
