@@ -393,6 +393,8 @@ def profile_model(
         if value is not None and (not isinstance(value, int) or value <= 0):
             raise ValueError(f"{what}: expected a positive integer, got {value!r}")
     gpu_spec = gpu if isinstance(gpu, GPUSpec) else (catalog or builtin_catalog()).gpu(gpu or DEFAULT_GPU)
+    mixed = precision in ("fp16", "bf16")  # an AMP mode applies to 16-bit mixed precision only
+    o2 = mixed and amp == "o2"
 
     name, factory, entry = _resolve(model)
     sizes: dict[str, int] = {}
@@ -411,8 +413,7 @@ def profile_model(
         if isinstance(sub, torch.nn.Embedding | torch.nn.EmbeddingBag) and sub.sparse:
             sub.sparse = False
     try:
-        trace = _trace_step(name, module, batch, precision, optimizer, attention, embedding_gradients,
-                            o2=amp == "o2" and precision in ("fp16", "bf16"))
+        trace = _trace_step(name, module, batch, precision, optimizer, attention, embedding_gradients, o2=o2)
     except _ModelInputError as exc:  # the model's own check of its input (BatchNorm of one value...)
         at = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in sizes.items()) or "its default sizes"
         raise ProfileError(f"profile {name} at {at}: the model cannot run at this size (PyTorch: {exc})") from None
@@ -443,12 +444,12 @@ def profile_model(
         peak_memory_bytes=float(totals["peak_memory_bytes"]),
         source=f"ddlscope profile {name} (batch {b}"
         + "".join(f", {k} {v}" for k, v in sizes.items() if k != "batch_size")
-        + f", {precision}{' (apex O2)' if amp == 'o2' and precision in ('fp16', 'bf16') else ''}, {optimizer}, "
+        + f", {precision}{' (apex O2)' if o2 else ''}, {optimizer}, "
         f"attention {attention}; torch {torch.__version__})",
     )
     settings = {"batch_size": b, **{k: v for k, v in sizes.items() if k != "batch_size"}, "precision": precision,
                 "optimizer": optimizer, "attention": attention, "embedding_gradients": embedding_gradients,
-                "amp": amp if precision in ("fp16", "bf16") else "none",
+                "amp": amp if mixed else "none",
                 "gpu": gpu_spec.name}
     return ProfileResult(model=name, ops=ops, params=params, totals=totals, workload=workload, settings=settings)
 

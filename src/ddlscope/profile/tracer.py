@@ -538,6 +538,23 @@ def fused_dropout(input: torch.Tensor, p: float = 0.5, training: bool = True, in
     return F.dropout(input, p, training, inplace)
 
 
+def _match_kv_heads(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                    enable_gqa: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(key, value)`` with their heads (dimension -3) repeated to the query's under grouped-query
+    attention (Ainslie et al., EMNLP 2023; SDPA's ``enable_gqa``); unchanged where they match or have
+    no head dimension.
+
+    Raises:
+        RuntimeError: head counts that ``enable_gqa`` cannot reconcile.
+    """
+    if key.dim() < 3 or key.size(-3) == query.size(-3):
+        return key, value
+    if not enable_gqa or query.size(-3) % key.size(-3):
+        raise RuntimeError(f"scaled_dot_product_attention: {query.size(-3)} query heads vs {key.size(-3)} key heads")
+    rep = query.size(-3) // key.size(-3)
+    return key.repeat_interleave(rep, dim=-3), value.repeat_interleave(rep, dim=-3)
+
+
 def fused_attention(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None = None,
     dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False,
@@ -558,11 +575,7 @@ def fused_attention(
     squeeze = query.dim() == 3
     if squeeze:
         query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
-    if key.size(1) != query.size(1):
-        if not enable_gqa or query.size(1) % key.size(1):
-            raise RuntimeError(f"scaled_dot_product_attention: {query.size(1)} query heads vs {key.size(1)} key heads")
-        rep = query.size(1) // key.size(1)
-        key, value = key.repeat_interleave(rep, dim=1), value.repeat_interleave(rep, dim=1)
+    key, value = _match_kv_heads(query, key, value, enable_gqa)
     bias = None
     if attn_mask is not None:
         if attn_mask.dtype == torch.bool:
@@ -598,11 +611,7 @@ def eager_attention(
     Raises:
         RuntimeError: query and key head counts that ``enable_gqa`` cannot reconcile.
     """
-    if key.dim() >= 3 and key.size(-3) != query.size(-3):
-        if not enable_gqa or query.size(-3) % key.size(-3):
-            raise RuntimeError(f"scaled_dot_product_attention: {query.size(-3)} query heads vs {key.size(-3)} key heads")
-        rep = query.size(-3) // key.size(-3)
-        key, value = key.repeat_interleave(rep, dim=-3), value.repeat_interleave(rep, dim=-3)
+    key, value = _match_kv_heads(query, key, value, enable_gqa)
     factor = scale if scale is not None else query.size(-1) ** -0.5
     scores = torch.matmul(query, key.transpose(-2, -1)) * factor
     if is_causal:

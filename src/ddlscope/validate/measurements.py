@@ -513,7 +513,7 @@ def measurement_jobs(rows: pl.DataFrame, catalog: Catalog | None = None,
     keys = rows.select(_PROFILE_KEYS).unique(maintain_order=True)
     prof_rows = []
     for k in keys.iter_rows():
-        if progress is not None:
+        if progress is not None and k not in _PROFILE_CACHE:  # said once, where the profile is traced
             progress(f"profiling {k[0]} ({k[1]}, {k[2]})")
         prof_rows.append({**dict(zip(_PROFILE_KEYS, k, strict=True)), **_profile_points(*k)["scalars"]})
     prof = pl.DataFrame(prof_rows, schema_overrides={"seq_len": pl.Int64, "image_size": pl.Int64})
@@ -805,7 +805,7 @@ def _reject_unprofilable(table: MeasurementTable, progress: Callable[[str], None
         return table
     failed: dict[tuple, str] = {}
     for k in rows.select(_PROFILE_KEYS).unique(maintain_order=True).iter_rows():
-        if progress is not None:
+        if progress is not None and k not in _PROFILE_CACHE:
             progress(f"profiling {k[0]} ({k[1]}, {k[2]})")
         try:
             _profile_points(*k)
