@@ -483,7 +483,16 @@ def ops_at(model: str, precision: str, optimizer: str, seq_len: int | None, imag
     """The op table of one training step at ``batch``: the batch-2 and batch-4 op tables interpolated
     op by op (``flops`` and ``total_bytes`` are affine in the batch for every op of a fixed graph:
     activations scale, weights and the optimizer do not), or a profile at ``batch`` itself where the
-    two graphs differ (a model whose op list depends on the batch)."""
+    two graphs differ (a model whose op list depends on the batch).
+
+    The arguments are a measurement row's :data:`_PROFILE_KEYS` (``attention``: ``fused``/``math``;
+    ``amp``: ``autocast``/``o2``, as :func:`ddlscope.profile.profile_model` takes them) and its batch.
+    Returns the op table (:data:`ddlscope.profile.api.OP_COLUMNS`; ``flops`` and ``total_bytes`` as
+    Float64).
+
+    Raises:
+        ddlscope.profile.ProfileError, ValueError: the profiler refuses the model at these settings.
+    """
     pts = _profile_points(model, precision, optimizer, seq_len, image_size, attention, amp)
     if not pts["aligned"]:
         key = (model, precision, optimizer, seq_len, image_size, attention, amp, batch)
