@@ -6,7 +6,13 @@ Goal (issue 16): median |error| of MFU / tokens per second per GPU <= 10 %.
 Protocol. Every row of ``mpt_training_throughput.csv`` (139: MPT 125M-70B, sequence 512-65,536,
 8-128 GPUs, FSDP ``FULL_SHARD``) becomes one ``fsdp`` job (sharding ``zero3``, the row's GPU count
 on 8-GPU servers): the workload is the analytic decoder of :mod:`ddlscope.profile.llm` for the MPT
-shape (``mpt_model_shapes.csv``) at the row's sequence length and micro-batch, activation
+shape (``mpt_model_shapes.csv``) at the row's sequence length and micro-batch, run as llm-foundry
+ran it when the README's A100 tables were made: FlashAttention v1 (``flash_attention_version=1``:
+the tables predate the README's "update tables with torch 2.0" note, the submit script's image is
+``mosaicml/pytorch:1.13.1``, and llm-foundry's ``flash_attn_fn`` of that time asks for
+``flash-attn==1.0.3.post0``; its ``gpu`` extra became FlashAttention-2 later, ``gpu-flash2``
+"kept for backwards compatibility"), the tokens unpadded around the kernel and the fused
+cross-entropy (:func:`~ddlscope.profile.llm.mpt_configs`), activation
 recomputation ``full`` where the row has activation checkpointing, gradients reduced in FP32
 (``MP Mode`` DEFAULT, llm-foundry's ``amp_bf16``) or bf16 (``PURE``). System: ``dgx-a100`` (8 x
 A100 SXM4 on NVLink 3) with the row's GPU (80 or 40 GB) and 8 x 200 Gb/s RoCE NICs (the README's
@@ -48,6 +54,10 @@ A100_BF16_PEAK = 312e12
 GPUS = {"a100_80gb": "A100-SXM4-80GB", "a100_40gb": "A100-SXM4-40GB"}
 
 
+FLASH_ATTENTION_VERSION = 1
+"""The flash-attn release of the A100 tables' runs (module docstring)."""
+
+
 def build(data: Path, causal_skip: bool) -> tuple[pl.DataFrame, dict[str, pl.DataFrame], pl.DataFrame]:
     """The Jobs table (one ``fsdp`` job per measurement, module docstring), the op tables by
     workload name, and the measurement rows."""
@@ -57,7 +67,8 @@ def build(data: Path, causal_skip: bool) -> tuple[pl.DataFrame, dict[str, pl.Dat
     jobs, ops, meta = [], {}, []
     for i, r in enumerate(rows.iter_rows(named=True)):
         seq, mb, p = r["SeqLen (T)"], r["MicroBatchSize"], r["# GPUs"]
-        cfg = mpt_configs(folder / "mpt_model_shapes.csv", seq_len=seq, causal_skip=causal_skip)[r["Model"]]
+        cfg = mpt_configs(folder / "mpt_model_shapes.csv", seq_len=seq, causal_skip=causal_skip,
+                          flash_attention_version=FLASH_ATTENTION_VERSION)[r["Model"]]
         recompute = "full" if r["Activation Checkpointing"] else "none"
         grad_bytes = 2.0 if r["MP Mode"] == "PURE" else 4.0
         w, table = decoder_workload(cfg, mb, recompute=recompute, grad_bytes_per_param=grad_bytes,
@@ -91,7 +102,7 @@ def evaluate(jobs: pl.DataFrame, ops: dict[str, pl.DataFrame], rows: pl.DataFram
 
 
 def predict(data: Path) -> pl.DataFrame:
-    """One row per measurement at the catalog defaults (FlashAttention-2's causal skip)."""
+    """One row per measurement at the catalog defaults (the causal skip both flash-attn releases make)."""
     return evaluate(*build(data, causal_skip=True))
 
 

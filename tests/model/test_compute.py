@@ -53,6 +53,31 @@ def test_each_op_is_priced_by_its_roofline_with_fills_and_launches():
     assert out["samples_per_s"] == pytest.approx(64 / 0.273552)
 
 
+def test_fused_attention_kernels_are_priced_at_their_own_efficiency():
+    """FlashAttention-2 / SDPA kernels at ``attention_eff``, FlashAttention v1 at ``attention_v1_eff``
+    (half of v2 where not given), a GEMM at ``tensor_gemm_eff``: the same FLOPs, three times."""
+    ops = pl.DataFrame({
+        "phase": ["forward"] * 4, "dtype": ["float16"] * 4, "flops": [1e12] * 4, "total_bytes": [1e6] * 4,
+        "op": ["aten.mm", "ddlscope.flash_attention", "aten._scaled_dot_product_flash_attention",
+               "ddlscope.flash_attention_v1"],
+        "class_by_type": ["compute_bound"] * 4,
+    })
+    eff = EFF.model_copy(update={"attention_eff": 0.4})
+    each = [predict_single_gpu([SingleGpuCase(ops[i:i + 1], _gpu(), "fp16", 1)], eff)["compute_bound_s"][0]
+            for i in range(4)]
+    # 1e12 / (100e12 x eff) + 10 us fill + 5 us launch
+    assert each == pytest.approx([0.02 + 15e-6, 0.025 + 15e-6, 0.025 + 15e-6, 0.05 + 15e-6])
+    given = eff.model_copy(update={"attention_v1_eff": 0.25})
+    v1 = predict_single_gpu([SingleGpuCase(ops[3:4], _gpu(), "fp16", 1)], given)["compute_bound_s"][0]
+    assert v1 == pytest.approx(0.04 + 15e-6)
+    # without attention_eff the fused kernels are priced as a GEMM (the generations with no measurement)
+    plain = [predict_single_gpu([SingleGpuCase(ops[i:i + 1], _gpu(), "fp16", 1)], EFF)["compute_bound_s"][0]
+             for i in (1, 3)]
+    assert plain == pytest.approx([0.02 + 15e-6, 0.04 + 15e-6])
+    line = predict_single_gpu([SingleGpuCase(ops, _gpu(), "fp16", 1)], given)["compute_efficiency_source"][0]
+    assert "attention 0.4 (v1 0.25)" in line
+
+
 def test_nchw_tensor_core_convolutions_pay_layout_transposes():
     nhwc = predict_single_gpu([SingleGpuCase(_ops(), _gpu(), "fp16", 1, conv_layout="nhwc")], EFF).row(0, named=True)
     nchw = predict_single_gpu([SingleGpuCase(_ops(), _gpu(), "fp16", 1)], EFF).row(0, named=True)

@@ -69,6 +69,50 @@ def test_flops_by_hand():
         decoder_op_table(cfg, 1, precision="fp32")
 
 
+def test_flash_v1_unpadding_and_the_two_losses_by_hand():
+    cfg = DecoderConfig(layers=2, hidden=64, heads=4, kv_heads=2, vocab=100, seq_len=32)
+    T, h, kv_d = 3 * 32, 64, 2 * 16  # micro-batch 3; key/value width a_kv d = 32
+    base = decoder_op_table(cfg, 3)
+    v1 = decoder_op_table(cfg.model_copy(update={"flash_attention_version": 1}), 3)
+    # the same FLOPs under another kernel name (priced at the v1 efficiency, model/compute.py)
+    assert set(v1.filter(pl.col("op").str.contains("flash"))["op"]) == {
+        "ddlscope.flash_attention_v1", "ddlscope.flash_attention_v1_backward"}
+    assert v1["flops"].sum() == base["flops"].sum() and v1["total_bytes"].sum() == base["total_bytes"].sum()
+    # unpadding: forward gathers q, k, v (read + write: 2 x (T h + 2 T a_kv d) elements) and pads the
+    # output (3 T h); backward scatters (3 x (T h + 2 T a_kv d)) and gathers (2 T h); 2 bytes each, per layer
+    unpad = decoder_op_table(cfg.model_copy(update={"unpad_tokens": True}), 3)
+    extra = unpad.filter(pl.col("op").str.starts_with("flash_attn."))
+    qkv = T * h + 2 * T * kv_d
+    assert extra.group_by("op").agg(pl.col("total_bytes").sum()).sort("op").rows() == [
+        ("flash_attn.pad_input", 2 * 2 * 3 * T * h), ("flash_attn.pad_input_backward", 2 * 2 * 2 * T * h),
+        ("flash_attn.unpad_input", 2 * 2 * 2 * qkv), ("flash_attn.unpad_input_backward", 2 * 2 * 3 * qkv)]
+    # full recomputation gathers again in the recomputed forward
+    again = decoder_op_table(cfg.model_copy(update={"unpad_tokens": True}), 3, recompute="full")
+    assert again.filter(pl.col("op") == "flash_attn.unpad_input")["total_bytes"].sum() == 2 * 2 * 2 * 2 * qkv
+    # PyTorch's cross-entropy under autocast: cast to FP32 (2 + 4 bytes per logit), log_softmax
+    # 3 x 4 each way, nll_loss backward's 4-byte gradient, the cast back (4 + 2): 34 bytes per logit
+    def loss_bytes(ops: pl.DataFrame) -> float:
+        return ops.filter(pl.col("module") == "loss")["total_bytes"].sum()
+    assert loss_bytes(base) == (6 + 12 + 4 + 12 + 6) * T * 100
+    # the fused kernel: reads the 16-bit logits twice forward, reads them and writes the gradient backward
+    fused = decoder_op_table(cfg.model_copy(update={"fused_cross_entropy": True}), 3)
+    assert loss_bytes(fused) == (4 + 4) * T * 100
+    assert activation_bytes(cfg.model_copy(update={"fused_cross_entropy": True}), 3) == \
+        activation_bytes(cfg, 3) - 2 * T * 100 * 2  # 16-bit logits and gradient instead of FP32
+    with pytest.raises(ValidationError, match="flash_attention_version"):
+        DecoderConfig(layers=1, hidden=64, heads=4, vocab=10, seq_len=8, flash_attention_version=3)
+
+
+def test_mpt_configs_run_as_llm_foundry_trains_them():
+    data = find_shared_data()
+    if data is None:
+        pytest.skip("no shared data")
+    shapes = data / "llm_foundry_mpt" / "mpt_model_shapes.csv"
+    cfg = mpt_configs(shapes)["7b"]
+    assert cfg.unpad_tokens and cfg.fused_cross_entropy and cfg.flash_attention_version == 2 and cfg.causal_skip
+    assert mpt_configs(shapes, flash_attention_version=1)["7b"].flash_attention_version == 1
+
+
 def test_workload_and_memory():
     cfg = DecoderConfig(layers=2, hidden=64, heads=4, vocab=100, seq_len=32)
     w, ops = decoder_workload(cfg, 3, grad_bytes_per_param=4.0)

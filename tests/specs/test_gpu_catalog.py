@@ -75,7 +75,15 @@ def test_every_generation_has_compute_efficiencies_each_with_a_source():
     cat = builtin_catalog()
     for gen in (*GENERATIONS, "default"):
         eff = cat.compute_efficiency[gen]
-        assert set(eff.source) == set(FITTABLE), gen  # a source for every value, inherited or own
+        assert set(FITTABLE) <= set(eff.source) <= {*FITTABLE, "attention_eff", "attention_v1_eff"}, gen
+        # a source for every value, inherited or own; the attention-kernel efficiencies where given
+        for k in ("attention_eff", "attention_v1_eff"):
+            assert (getattr(eff, k) is None) == (k not in eff.source), (gen, k)
+    ampere, hopper = cat.compute_efficiency["ampere"], cat.compute_efficiency["hopper"]
+    assert (ampere.fused_attention_eff, ampere.flash_v1_eff) == (0.615, 0.325)
+    assert "FlashAttention-2" in ampere.source["attention_eff"] and "25-40 %" in ampere.source["attention_v1_eff"]
+    assert (hopper.fused_attention_eff, hopper.flash_v1_eff) == (0.35, 0.175)  # v1: half of v2 where not given
+    assert cat.compute_efficiency["volta"].fused_attention_eff == cat.compute_efficiency["volta"].tensor_gemm_eff
     volta = cat.compute_efficiency["volta"]
     assert volta.memory_eff == 0.83 and "1804.06826" in volta.source["memory_eff"]
     # a field volta does not set is the default's, with the default's source

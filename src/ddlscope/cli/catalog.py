@@ -9,7 +9,7 @@ import typer
 
 from ddlscope.cli.common import CatalogFiles, FormatOpt, user_catalog, user_errors
 from ddlscope.report.console import FORMATS, emit, expected_one_of
-from ddlscope.specs.efficiency import FITTABLE
+from ddlscope.specs.efficiency import FITTABLE, FLASH_V1_RELATIVE_SPEED
 from ddlscope.specs.scenario import BUILTIN_SCENARIOS
 
 KINDS = ("gpus", "links", "servers", "scenarios", "efficiencies")
@@ -40,8 +40,12 @@ def register(app: typer.Typer) -> None:
                      "tensor_cores": ", ".join(g.tensor_core_precisions or ()), "sm_count": g.sm_count,
                      "aliases": ", ".join(g.aliases), "source": g.source} for g in cat.gpus.values()]
         elif kind == "efficiencies":
+            derived = {"attention_eff": "as tensor_gemm_eff",
+                       "attention_v1_eff": f"{FLASH_V1_RELATIVE_SPEED:g} x attention_eff (FlashAttention-2 paper)"}
             rows = [{"generation": e.generation, **{k: getattr(e, k) for k in FITTABLE},
-                     "source": " | ".join(f"{k}: {e.source.get(k, '')}" for k in FITTABLE)}
+                     "attention_eff": e.fused_attention_eff, "attention_v1_eff": e.flash_v1_eff,
+                     "source": " | ".join(f"{k}: {e.source.get(k, '') or derived.get(k, '')}"
+                                          for k in (*FITTABLE, *derived))}
                     for e in cat.compute_efficiency.values()]
         elif kind == "links":
             rows = [{"name": x.name, "kind": x.kind, "bandwidth_gb_s": x.bandwidth_gb_s, "rate_gbps": x.rate_gbps,

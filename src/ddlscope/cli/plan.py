@@ -42,7 +42,7 @@ def load_config(model: str, seq_len: int) -> DecoderConfig:
         data = find_shared_data()
         if data is None:
             raise ValueError("mpt-<size> reads ../shared/data/llm_foundry_mpt/mpt_model_shapes.csv, not found")
-        shapes = mpt_configs(data / "llm_foundry_mpt" / "mpt_model_shapes.csv", seq_len=seq_len, causal_skip=False)
+        shapes = mpt_configs(data / "llm_foundry_mpt" / "mpt_model_shapes.csv", seq_len=seq_len)
         size = model.lower()[4:]
         if size not in shapes:
             raise ValueError(f"model: unknown MPT size {size!r}; expected one of {', '.join(shapes)}")

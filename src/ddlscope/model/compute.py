@@ -25,6 +25,10 @@ al., SC 2023) with ``F_half = peak_q * eff_max * compute_fill`` (see
   ``bf16`` for 16-bit results, ``tf32`` for FP32 results when the step runs TF32, else ``fp32``;
   ``eff_max = tensor_gemm_eff`` (``tf32_gemm_eff`` for ``tf32`` where set) where the GPU has tensor cores for ``q``
   (:meth:`~ddlscope.specs.system.GPUSpec.has_tensor_cores`), else ``cuda_gemm_eff``.
+- fused attention (:data:`FLASH_V2_OPS`: FlashAttention-2 and PyTorch's scaled-dot-product
+  kernels; :data:`FLASH_V1_OPS`: FlashAttention v1) on 16-bit tensor cores:
+  ``eff_max = fused_attention_eff`` / ``flash_v1_eff`` (:class:`~ddlscope.specs.efficiency.ComputeEfficiency`:
+  the kernel, an online softmax between two matrix products, reaches less of the peak than a GEMM).
 - every other op (element-wise, normalisation, reductions, optimizer): the FP32 CUDA-core peak
   with ``vector_eff``; tensor cores never.
 
@@ -69,6 +73,21 @@ PRICED_COLUMNS: tuple[str, ...] = ("priced_gpu", "priced_precision", "priced_com
 """Columns :func:`price_jobs` joins into a Jobs table."""
 TWO_KERNEL_OPS = frozenset({"aten.convolution_backward"})
 CONV_OPS = frozenset({"aten.convolution", "aten.convolution_backward"})
+FLASH_V2_OPS = frozenset({
+    "ddlscope.flash_attention", "ddlscope.flash_attention_backward",
+    *(f"aten._scaled_dot_product_{kind}_attention{suffix}"
+      for kind in ("flash", "efficient", "cudnn", "fused") for suffix in ("", "_backward")),
+    "aten._scaled_dot_product_fused_attention_overrideable",
+    "aten._scaled_dot_product_fused_attention_overrideable_backward",
+    "aten._flash_attention_forward", "aten._flash_attention_backward",
+    "aten._efficient_attention_forward", "aten._efficient_attention_backward",
+})
+"""Fused attention kernels priced at ``fused_attention_eff``: the analytic decoder's FlashAttention-2
+rows (:mod:`ddlscope.profile.llm`) and PyTorch's scaled-dot-product kernels (its flash backend is
+FlashAttention-2 since PyTorch 2.2, release notes)."""
+FLASH_V1_OPS = frozenset({"ddlscope.flash_attention_v1", "ddlscope.flash_attention_v1_backward"})
+"""FlashAttention v1 kernels (flash-attn 1.x; the analytic decoder with ``flash_attention_version=1``),
+priced at ``flash_v1_eff``."""
 TRANSPOSE_PASSES = 2.0
 """Extra memory traffic, in multiples of a tensor-core convolution's own bytes, when its activations
 are NCHW: cuDNN's tensor-core kernels work on NHWC and transpose NCHW inputs and outputs around
@@ -134,7 +153,8 @@ def op_features(ops: pl.DataFrame) -> pl.DataFrame:
     """The GPU-independent features of each op: ``phase``, ``is_gemm`` (compute-bound by type),
     ``dtype`` (the op's result type: ``float16``/``bfloat16`` GEMMs run on 16-bit tensor cores),
     ``flops``, ``bytes`` (the bytes moved: the op table's ``total_bytes``, x :data:`BATCH_NORM_PASSES` for a
-    training batch norm) and ``kernels``.
+    training batch norm), ``kernels``, ``is_conv`` and ``attention`` (``v1`` / ``v2`` for the fused
+    attention kernels of :data:`FLASH_V1_OPS` / :data:`FLASH_V2_OPS`, else null).
 
     Raises:
         ValueError: a column of :data:`OP_INPUT_COLUMNS` is missing.
@@ -149,6 +169,8 @@ def op_features(ops: pl.DataFrame) -> pl.DataFrame:
         * c("op").cast(pl.String).replace_strict(BATCH_NORM_PASSES, default=1.0, return_dtype=pl.Float64),
         kernels=pl.when(c("op").is_in(list(TWO_KERNEL_OPS))).then(2.0).otherwise(1.0),
         is_conv=c("op").is_in(list(CONV_OPS)),
+        attention=pl.when(c("op").is_in(list(FLASH_V1_OPS))).then(pl.lit("v1"))
+        .when(c("op").is_in(list(FLASH_V2_OPS))).then(pl.lit("v2")).otherwise(pl.lit(None, pl.String)),
     )
 
 
@@ -169,6 +191,8 @@ def _gpu_params(gpu: GPUSpec, precision: str, eff: ComputeEfficiency) -> dict[st
         "tf32_eff": eff.tf32_eff,
         "cuda_eff": eff.cuda_gemm_eff,
         "vector_eff": eff.vector_eff,
+        "attn_eff": eff.fused_attention_eff,
+        "attn_v1_eff": eff.flash_v1_eff,
         "compute_fill_s": eff.compute_fill_us * 1e-6,
         "memory_eff": eff.memory_eff,
         "memory_fill_s": eff.memory_fill_us * 1e-6,
@@ -184,7 +208,9 @@ def _op_seconds() -> pl.Expr:
     isbf = c("dtype") == "bfloat16"
     gemm_peak = pl.when(is16).then(c("peak_fp16")).when(isbf).then(c("peak_bf16")).otherwise(c("peak_f32"))
     tc = pl.when(is16).then(c("tc_fp16")).when(isbf).then(c("tc_bf16")).otherwise(c("tc_f32"))
-    tensor_eff = pl.when(is16 | isbf).then(c("tensor_eff")).otherwise(c("tf32_eff"))
+    tensor_eff = (pl.when(c("attention") == "v1").then(c("attn_v1_eff"))
+                  .when(c("attention") == "v2").then(c("attn_eff"))
+                  .when(is16 | isbf).then(c("tensor_eff")).otherwise(c("tf32_eff")))
     gemm_eff = pl.when(tc).then(tensor_eff).otherwise(c("cuda_eff"))
     peak = pl.when(c("is_gemm")).then(gemm_peak * gemm_eff).otherwise(c("peak_fp32") * c("vector_eff"))
     k = c("kernels")
@@ -225,7 +251,7 @@ def efficiency_for(gpu: GPUSpec, catalog: Catalog,
 def _source_line(gpu: GPUSpec, eff: ComputeEfficiency, catalog_entry: ComputeEfficiency) -> str:
     """Where the efficiencies of one case come from, for the output's ``compute_efficiency_source``."""
     values = (f"tensor {eff.tensor_gemm_eff:g} (tf32 {eff.tf32_eff:g}), cuda {eff.cuda_gemm_eff:g}, "
-              f"vector {eff.vector_eff:g}, "
+              f"vector {eff.vector_eff:g}, attention {eff.fused_attention_eff:g} (v1 {eff.flash_v1_eff:g}), "
               f"memory {eff.memory_eff:g}, fill {eff.compute_fill_us:g}/{eff.memory_fill_us:g} us, "
               f"launch {eff.kernel_launch_us:g} us, dispatch {eff.cpu_dispatch_us:g} us/op, "
               f"host {eff.step_overhead_us:g} us")

@@ -14,16 +14,33 @@ Per micro-batch of ``b`` sequences, ``T = b s`` tokens, per layer (FLOPs = 2 per
   ``2 T h f`` per projection (2, or 3 when gated). Backward: two GEMMs of the forward's FLOPs each
   (input and weight gradient).
 - attention: ``4 T s h`` forward (``QK^T`` and ``PV``), halved by the causal mask where flash
-  attention skips the masked blocks (``causal_skip``) (Dao, "FlashAttention-2", 2023, sec. 3.1); backward 2.5x the
-  forward (five matrix products to the forward's two, same paper, sec. 3.1.2). Without flash
-  attention the scores are materialised: ``+ 2 b a s^2`` 16-bit elements written and read for the
-  softmax (memory-bound), and the mask halves nothing.
+  attention skips the masked blocks (``causal_skip``) (Dao, "FlashAttention-2", 2023, sec. 3.1;
+  FlashAttention v1 skips them too: flash-attn 1.x ``fmha_fprop_kernel_1xN.h`` starts each key
+  block's loop at the diagonal under ``Is_causal``); backward 2.5x the forward (five matrix
+  products to the forward's two, same paper, sec. 3.1.2). The op is ``ddlscope.flash_attention``
+  (FlashAttention-2) or ``ddlscope.flash_attention_v1`` (``flash_attention_version = 1``), priced
+  at the attention-kernel efficiencies of :class:`~ddlscope.specs.efficiency.ComputeEfficiency`.
+  Without flash attention the scores are materialised: ``+ 2 b a s^2`` 16-bit elements written and
+  read for the softmax (memory-bound), and the mask halves nothing.
+- ``unpad_tokens`` (llm-foundry's ``flash_attn_fn``: ``bert_padding.unpad_input`` gathers the
+  query, key and value tokens into the variable-length kernel's packed layout and ``pad_input``
+  scatters the output back): forward, each gather reads and writes its tensor (``2 x (T h + 2 T
+  a_kv d)`` elements) and the pad writes zeros and scatters (``3 T h``); backward, the gathers'
+  gradients are zero-filled scatters (``3 x (T h + 2 T a_kv d)``) and the pad's a gather
+  (``2 T h``); 16-bit elements, memory-bound, per layer.
 - memory-bound (16-bit activations, bytes read + written): two layer norms ``2 x 2 T h x 2``, two
   residual adds ``3 T h x 2`` each, the activation ``2 T f x 2`` (gated: ``3 T f x 2``); the
   backward moves twice the forward's bytes.
 - once per micro-batch: the embedding look-up ``T h x 2``, a final layer norm, the LM head GEMM
-  ``2 T h V`` (backward 2x) and the cross-entropy on FP32 logits, ``3 T V x 4`` bytes forward and
-  as much backward.
+  ``2 T h V`` (backward 2x) and the cross-entropy. PyTorch's (default): autocast runs
+  ``cross_entropy`` in FP32 (PyTorch "Automatic Mixed Precision" op reference: ``log_softmax``,
+  ``nll_loss`` and ``cross_entropy`` autocast to float32), so the 16-bit logits are cast (``T V``
+  read at 2 bytes, written at 4), ``log_softmax`` moves ``3 T V x 4`` bytes forward and its
+  backward as much, ``nll_loss``'s backward writes the ``T V`` FP32 gradient (4 bytes each) and the
+  cast's backward converts it back (4 + 2 bytes). ``fused_cross_entropy`` (flash-attn's
+  ``CrossEntropyLoss``, llm-foundry's default ``loss_fn: fused_crossentropy``): one kernel reads the
+  16-bit logits twice (maximum, then the exponential sum) forward and the backward reads them and
+  writes their 16-bit gradient, ``2 x 2`` bytes per logit each way.
 - mixture of experts (``num_experts`` ``E`` > 1, top-``k`` routing, every layer's MLP an MoE
   block, as Mixtral): the router GEMM ``2 T h E``; each projection of the ``E`` experts (size
   ``f``, gated as configured) runs on the ``T k`` routed token copies, ``2 T k h f`` FLOPs per
@@ -49,7 +66,7 @@ unsharded Adam state of :func:`ddlscope.model.sharded.unsharded_state_bytes` plu
 Korthikanti et al. 2022, eq. 2: ``s b h (34 + 5 a s / h)`` bytes per layer (``34 s b h`` with flash
 attention, which keeps no scores), ``2 s b h`` per layer with full recomputation plus one layer's
 full activations, ``34 s b h`` with selective; plus the logits ``4 T V x 2`` (FP32 logits and
-their gradient). A mixture of experts keeps the MLP's ``19 s b h`` (Korthikanti's MLP share of the
+their gradient; ``2 T V x 2`` with ``fused_cross_entropy``, which keeps them in 16 bit). A mixture of experts keeps the MLP's ``19 s b h`` (Korthikanti's MLP share of the
 34) for each of the ``k`` copies of a token: ``34 + 19 (k - 1)`` (our reconstruction).
 """
 
@@ -94,9 +111,14 @@ class DecoderConfig(BaseModel):
     ``kv_heads`` (grouped-query attention, dividing ``heads``; ``None`` = ``heads``);
     ``ffn_hidden`` (``None`` = 4 x hidden); ``gated_mlp`` (SwiGLU: three projections);
     ``vocab``; ``seq_len``; ``tied_embeddings`` (the LM head reuses the embedding);
-    ``flash_attention``; ``causal_skip`` (flash attention skips the blocks the causal mask
-    hides, halving the attention work, as FlashAttention-2 does; false: the kernel does the full
-    ``s x s`` work); ``norm_bias`` (layer norms with a bias: GPT-2, GPT-NeoX; Llama's RMSNorm
+    ``flash_attention``; ``flash_attention_version`` (2: FlashAttention-2, flash-attn 2.x and
+    PyTorch's SDPA flash kernel; 1: FlashAttention v1, flash-attn 1.x, the PyTorch 1.13-era
+    stacks); ``causal_skip`` (flash attention skips the blocks the causal mask hides, halving the
+    attention work, as both versions do; false: the kernel does the full ``s x s`` work);
+    ``unpad_tokens`` (the attention packs the tokens for a variable-length kernel and unpacks the
+    output, as llm-foundry's ``flash_attn_fn`` does: module docstring); ``fused_cross_entropy``
+    (the loss is flash-attn's fused kernel on 16-bit logits rather than PyTorch's FP32
+    ``cross_entropy``); ``norm_bias`` (layer norms with a bias: GPT-2, GPT-NeoX; Llama's RMSNorm
     and MPT's ``no_bias`` norms have a weight only); ``num_experts`` (mixture of experts: every
     layer's MLP is ``num_experts`` experts of ``ffn_hidden``, plus a router of ``hidden x
     num_experts``; 1 = dense) and ``experts_per_token`` (top-k routing, ``1 <= k <=
@@ -120,7 +142,10 @@ class DecoderConfig(BaseModel):
     seq_len: int = Field(..., ge=1)
     tied_embeddings: bool = True
     flash_attention: bool = True
+    flash_attention_version: Literal[1, 2] = 2
     causal_skip: bool = True
+    unpad_tokens: bool = False
+    fused_cross_entropy: bool = False
     norm_bias: bool = False
     num_experts: int = Field(1, ge=1)
     experts_per_token: int = Field(1, ge=1)
@@ -231,10 +256,16 @@ class DecoderConfig(BaseModel):
         )
 
 
-def mpt_configs(path: str | Path, seq_len: int = 2048, causal_skip: bool = True) -> dict[str, DecoderConfig]:
+def mpt_configs(path: str | Path, seq_len: int = 2048, causal_skip: bool = True,
+                flash_attention_version: Literal[1, 2] = 2) -> dict[str, DecoderConfig]:
     """The MPT shapes of llm-foundry's pretraining YAMLs (``mpt_model_shapes.csv``: ``model``,
     ``d_model``, ``n_heads``, ``n_layers``, ``expansion_ratio``, ``vocab_size``, ``attn_impl``,
-    ``kv_n_heads``), keyed by size (``125m`` ... ``70b``); tied embeddings, GELU MLP.
+    ``kv_n_heads``), keyed by size (``125m`` ... ``70b``); tied embeddings, GELU MLP, and as
+    llm-foundry trains them: ``attn_impl: flash`` through ``flash_attn_fn``, which unpads the tokens
+    (``unpad_tokens``), and the fused cross-entropy (``fused_cross_entropy``; llm-foundry's
+    ``ComposerMPTCausalLM`` default ``loss_fn: fused_crossentropy``). ``flash_attention_version``:
+    the flash-attn release of the run (1 for llm-foundry's 2023 stack, which pinned
+    ``flash-attn==1.0.3.post0``; 2 today).
 
     Raises:
         FileNotFoundError: no such file; ValueError: a row with a missing or non-numeric field
@@ -249,7 +280,8 @@ def mpt_configs(path: str | Path, seq_len: int = 2048, causal_skip: bool = True)
                     heads=int(row["n_heads"]), kv_heads=int(row["kv_n_heads"]) if row.get("kv_n_heads") else None,
                     ffn_hidden=int(float(row["expansion_ratio"]) * int(row["d_model"])), vocab=int(row["vocab_size"]),
                     seq_len=seq_len, tied_embeddings=True, flash_attention=row["attn_impl"] in ("flash", "triton"),
-                    causal_skip=causal_skip)
+                    flash_attention_version=flash_attention_version, causal_skip=causal_skip,
+                    unpad_tokens=row["attn_impl"] == "flash", fused_cross_entropy=True)
             except (KeyError, ValueError, TypeError) as exc:
                 raise ValueError(f"{path}:{line}: {exc}") from None
     return out
@@ -286,12 +318,19 @@ def _ops(cfg: DecoderConfig, batch: int, recompute: Recompute, dtype: str) -> li
     mlp = {"mlp_gate", "mlp_up", "mlp_down"}
     act_bytes = e * (3 if cfg.gated_mlp else 2) * Tk * f
     permute = e * 2 * Tk * h * 2  # MoE: permute + un-permute, each reads and writes T k h elements
+    flash = "ddlscope.flash_attention" + ("_v1" if cfg.flash_attention_version == 1 else "")
+    unpad = cfg.flash_attention and cfg.unpad_tokens
+    qkv_elems = T * h + 2 * T * cfg.kv * d
 
     def layer_forward(phase: str, i: int, core_only: bool = False) -> None:
         mod = f"layers.{i}"
-        rows.append({"phase": phase, "op": "ddlscope.flash_attention" if cfg.flash_attention else "aten.bmm",
+        if unpad:
+            mem(phase, "flash_attn.unpad_input", f"{mod}.attn", e * 2 * qkv_elems)
+        rows.append({"phase": phase, "op": flash if cfg.flash_attention else "aten.bmm",
                      "module": f"{mod}.attn", "dtype": dtype, "flops": attn_fwd, "total_bytes": attn_bytes,
                      "class_by_type": "compute_bound"})
+        if unpad:
+            mem(phase, "flash_attn.pad_input", f"{mod}.attn", e * 3 * T * h)
         if not cfg.flash_attention:
             mem(phase, "aten._softmax", f"{mod}.attn", scores)
         if core_only:
@@ -318,9 +357,18 @@ def _ops(cfg: DecoderConfig, batch: int, recompute: Recompute, dtype: str) -> li
         layer_forward("forward", i)
     mem("forward", "aten.native_layer_norm", "norm_f", e * 2 * T * h)
     gemm("forward", "aten.mm", "lm_head", T, V, h)
-    mem("forward", "aten._log_softmax", "loss", 4.0 * 3 * T * V)
+    if cfg.fused_cross_entropy:
+        mem("forward", "flash_attn.cross_entropy", "loss", e * 2 * T * V)
+    else:
+        mem("forward", "aten._to_copy", "loss", (e + 4.0) * T * V)
+        mem("forward", "aten._log_softmax", "loss", 4.0 * 3 * T * V)
     # backward (reverse order), with the recomputed forward of each layer first
-    mem("backward", "aten._log_softmax_backward_data", "loss", 4.0 * 3 * T * V)
+    if cfg.fused_cross_entropy:
+        mem("backward", "flash_attn.cross_entropy_backward", "loss", e * 2 * T * V)
+    else:
+        mem("backward", "aten.nll_loss_backward", "loss", 4.0 * T * V)
+        mem("backward", "aten._log_softmax_backward_data", "loss", 4.0 * 3 * T * V)
+        mem("backward", "aten._to_copy", "loss", (4.0 + e) * T * V)
     gemm("backward", "aten.mm", "lm_head", T, h, V)
     gemm("backward", "aten.mm", "lm_head", h, V, T)
     mem("backward", "aten.native_layer_norm_backward", "norm_f", 2 * e * 2 * T * h)
@@ -328,9 +376,13 @@ def _ops(cfg: DecoderConfig, batch: int, recompute: Recompute, dtype: str) -> li
         mod = f"layers.{i}"
         if recompute != "none":
             layer_forward("backward", i, core_only=recompute == "selective")
-        rows.append({"phase": "backward", "op": "ddlscope.flash_attention_backward" if cfg.flash_attention
+        if unpad:
+            mem("backward", "flash_attn.pad_input_backward", f"{mod}.attn", e * 2 * T * h)
+        rows.append({"phase": "backward", "op": f"{flash}_backward" if cfg.flash_attention
                      else "aten.bmm", "module": f"{mod}.attn", "dtype": dtype, "flops": 2.5 * attn_fwd,
                      "total_bytes": 2 * attn_bytes, "class_by_type": "compute_bound"})
+        if unpad:
+            mem("backward", "flash_attn.unpad_input_backward", f"{mod}.attn", e * 3 * qkv_elems)
         if not cfg.flash_attention:
             mem("backward", "aten._softmax_backward_data", f"{mod}.attn", scores)
         if not cfg.moe:
@@ -385,7 +437,7 @@ def activation_bytes(cfg: DecoderConfig, micro_batch: int, recompute: Recompute 
     s, b, h, a, L = cfg.seq_len, micro_batch, cfg.hidden, cfg.heads, cfg.layers
     base = 34.0 if not cfg.moe else 34.0 + 19.0 * (cfg.experts_per_token - 1)
     per_layer = s * b * h * (base + (0 if cfg.flash_attention else 5 * a * s / h))
-    logits = 4.0 * s * b * cfg.vocab * 2
+    logits = (ACT_BYTES if cfg.fused_cross_entropy else 4.0) * s * b * cfg.vocab * 2
     if recompute == "full":
         return L * 2.0 * s * b * h + per_layer + logits
     if recompute == "selective":

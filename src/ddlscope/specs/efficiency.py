@@ -17,7 +17,12 @@ saturate (NVIDIA, "Matrix Multiplication Background User's Guide", 2023, section
 quantization"; Yu et al., "Habitat", USENIX ATC 2021, wave scaling). ``eff_max`` is
 ``tensor_gemm_eff`` for GEMM/convolution on tensor cores, ``cuda_gemm_eff`` for GEMM/convolution
 on the CUDA (vector) cores, and ``vector_eff`` for the FLOPs of element-wise ops (against the FP32
-CUDA-core peak). The host issues the ops asynchronously, ``cpu_dispatch_us`` each (eager PyTorch's
+CUDA-core peak). A fused attention kernel (FlashAttention; PyTorch's scaled-dot-product kernels)
+is not a GEMM: it interleaves two matrix products with an online softmax and reaches a smaller
+fraction of the tensor peak, ``attention_eff`` for FlashAttention-2-class kernels and
+``attention_v1_eff`` for FlashAttention (v1), counted in the FLOPs the kernel executes (the causal
+half skipped); Dao, "FlashAttention-2", 2023, abstract and sec. 4.1: on A100 FlashAttention-2
+reaches 50-73 % of the theoretical maximum, about 2x FlashAttention's 25-40 %. The host issues the ops asynchronously, ``cpu_dispatch_us`` each (eager PyTorch's
 per-op dispatch and launch cost): where the GPU's kernels are shorter, the step waits for the host,
 ``host = step_overhead + max(0, ops * cpu_dispatch - GPU time)``; ``step_overhead_us`` is host
 time per step (framework, zero_grad, loss-scaler check, data-loader hand-off) that does not scale
@@ -37,8 +42,14 @@ from ddlscope.specs.base import SPEC_CONFIG
 
 FITTABLE: tuple[str, ...] = ("tensor_gemm_eff", "tf32_gemm_eff", "cuda_gemm_eff", "vector_eff", "compute_fill_us",
                              "memory_eff", "memory_fill_us", "kernel_launch_us", "cpu_dispatch_us", "step_overhead_us")
-"""The numeric fields of :class:`ComputeEfficiency` a fit may change (the order of a parameter vector;
+"""The numeric fields of :class:`ComputeEfficiency` a fit may change (the attention-kernel
+efficiencies are not among them: the single-GPU tables the fits run on hold few fused-attention
+rows, so a fit could not tell them from ``tensor_gemm_eff``) (the order of a parameter vector;
 ``tf32_gemm_eff`` is ``None`` until set: start a fit from :attr:`ComputeEfficiency.tf32_eff`)."""
+FLASH_V1_RELATIVE_SPEED = 0.5
+"""FlashAttention (v1) speed as a fraction of FlashAttention-2's on the same GPU, where the catalog
+gives no v1 efficiency: Dao, "FlashAttention-2" (2023), abstract: FlashAttention-2 yields "around
+2x speedup compared to FlashAttention"."""
 
 
 class ComputeEfficiency(BaseModel):
@@ -52,6 +63,12 @@ class ComputeEfficiency(BaseModel):
         cuda_gemm_eff: fraction of the CUDA-core peak (FP32, or P100's FP16) a large GEMM/convolution
             reaches, (0, 1].
         vector_eff: fraction of the FP32 CUDA-core peak the FLOPs of element-wise ops reach, (0, 1].
+        attention_eff: fraction of the 16-bit tensor peak a FlashAttention-2-class fused attention
+            kernel (flash-attn 2.x, PyTorch's SDPA flash/efficient/cuDNN kernels) reaches, forward
+            and backward, (0, 1]; ``None``: as ``tensor_gemm_eff`` (:attr:`fused_attention_eff`).
+        attention_v1_eff: the same for FlashAttention v1 (flash-attn 1.x), (0, 1]; ``None``: half
+            of :attr:`fused_attention_eff` (FlashAttention-2 is about 2x faster, Dao 2023,
+            abstract) (:attr:`flash_v1_eff`).
         compute_fill_us: half-saturation point of the GEMM efficiency curve, as a time in
             microseconds (>= 0).
         memory_eff: fraction of the DRAM bandwidth a large streaming kernel reaches, (0, 1].
@@ -73,6 +90,8 @@ class ComputeEfficiency(BaseModel):
     tf32_gemm_eff: float | None = Field(None, gt=0, le=1)
     cuda_gemm_eff: float = Field(0.8, gt=0, le=1)
     vector_eff: float = Field(0.5, gt=0, le=1)
+    attention_eff: float | None = Field(None, gt=0, le=1)
+    attention_v1_eff: float | None = Field(None, gt=0, le=1)
     compute_fill_us: float = Field(5.0, ge=0)
     memory_eff: float = Field(0.8, gt=0, le=1)
     memory_fill_us: float = Field(2.0, ge=0)
@@ -101,6 +120,19 @@ class ComputeEfficiency(BaseModel):
     def tf32_eff(self) -> float:
         """The TF32 GEMM efficiency in use: :attr:`tf32_gemm_eff`, else :attr:`tensor_gemm_eff`."""
         return self.tensor_gemm_eff if self.tf32_gemm_eff is None else self.tf32_gemm_eff
+
+    @property
+    def fused_attention_eff(self) -> float:
+        """The FlashAttention-2-class kernel efficiency in use: :attr:`attention_eff`, else
+        :attr:`tensor_gemm_eff` (a generation without a published attention-kernel measurement)."""
+        return self.tensor_gemm_eff if self.attention_eff is None else self.attention_eff
+
+    @property
+    def flash_v1_eff(self) -> float:
+        """The FlashAttention v1 kernel efficiency in use: :attr:`attention_v1_eff`, else
+        :data:`FLASH_V1_RELATIVE_SPEED` x :attr:`fused_attention_eff`."""
+        return FLASH_V1_RELATIVE_SPEED * self.fused_attention_eff if self.attention_v1_eff is None \
+            else self.attention_v1_eff
 
     def provenance(self) -> str:
         """One line: the generation and where its values come from (distinct sources, in field order)."""
