@@ -77,3 +77,24 @@ def test_cli_predict_parallel_settings():
     assert res.exit_code == 2 and "tp x pp = 12 to divide the 32 GPUs" in res.output
     res = runner.invoke(app, ["predict", "-a", "fsdp", "-w", "16", "--parallel", "stages=2"])
     assert res.exit_code == 2 and "expected key=value with a key of sharding, tp" in res.output
+
+
+def test_cli_plan_prices_the_flash_attention_release(tmp_path):
+    # the same plans, the attention kernel at the Ampere attention_v1_eff (0.325) instead of attention_eff
+    # (0.615): every plan slower; a release other than 1 or 2 is refused
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 512, "intermediate_size": 1376,
+                               "num_attention_heads": 8, "num_hidden_layers": 4, "num_key_value_heads": 2,
+                               "vocab_size": 1000, "hidden_act": "silu", "max_position_embeddings": 2048}))
+    args = ["plan", str(cfg), "--gpus", "8", "--global-batch", "16", "--seq-len", "2048", "--format", "json",
+            "--top", "500"]
+    keys = ("architecture", "sharding", "tp", "cp", "pp", "virtual_stages", "micro_batch", "recompute")
+    runs = {}
+    for version in ("2", "1"):
+        res = CliRunner().invoke(app, [*args, "--flash-attention-version", version])
+        assert res.exit_code == 0, res.output
+        runs[version] = {tuple(r[k] for k in keys): r["step_s"] for r in json.loads(res.output)["rows"]}
+    assert runs["1"].keys() == runs["2"].keys()
+    assert all(runs["1"][k] > runs["2"][k] for k in runs["2"])
+    bad = CliRunner().invoke(app, [*args, "--flash-attention-version", "3"])
+    assert bad.exit_code == 2 and "--flash-attention-version" in bad.output

@@ -67,6 +67,10 @@ def register(app: typer.Typer) -> None:
         nic: NicOpt = None,
         catalog: CatalogFiles = None,
         top: Annotated[int, typer.Option("--top", help="plans to print")] = 10,
+        flash_attention_version: Annotated[int, typer.Option(
+            "--flash-attention-version", min=1, max=2,
+            help="the flash-attn release the job runs: 2 (flash-attn 2.x, PyTorch's SDPA) or 1 (flash-attn 1.x, "
+                 "the PyTorch 1.13-era stacks); priced at the catalog's attention_eff / attention_v1_eff")] = 2,
         fmt: FormatOpt = "table",
     ) -> None:
         """Search every valid plan of a decoder LLM on N GPUs and print the best.
@@ -81,6 +85,8 @@ def register(app: typer.Typer) -> None:
         """
         cat = user_catalog(catalog)
         cfg = load_config(model, seq_len)
+        if cfg.flash_attention:
+            cfg = cfg.model_copy(update={"flash_attention_version": flash_attention_version})
         sysm = cat.system(system or "dgx-a100", gpu=gpu, nic=nic)
         ranked, t = search(cfg, gpus, sysm, global_batch, catalog=cat)
         fit = int(ranked["fits_gpu_memory"].fill_null(True).sum())
