@@ -12,7 +12,7 @@ from ddlscope.ingest import read_population
 from ddlscope.population.builtin import builtin_population
 from ddlscope.population.characterize import characterize
 from ddlscope.population.jobs import assemble_jobs
-from ddlscope.population.streaming import characterize_streaming
+from ddlscope.population.streaming import JobChunks, characterize_streaming
 from ddlscope.population.workloads import WorkloadLibrary
 from ddlscope.specs.catalog import builtin_catalog
 from ddlscope.specs.scenario import BUILTIN_SCENARIOS
@@ -27,12 +27,16 @@ def _same(mem, streamed) -> None:
     assert_frame_equal(mem.excluded, streamed.excluded)
 
 
-def _jobs(population: pl.DataFrame, cat) -> pl.DataFrame:
-    """The Jobs table as ``ddlscope characterize`` assembles it (the optional columns added first)."""
+def _with_optional(population: pl.DataFrame) -> pl.DataFrame:
     for col, dtype in (("reason", pl.String), ("batch_size", pl.Int64), ("num_servers", pl.Int64)):
         if col not in population.columns:
             population = population.with_columns(pl.lit(None, dtype).alias(col))
-    return assemble_jobs(population, WorkloadLibrary(), cat, default_server="pai-v100-nvlink-8")[0]
+    return population
+
+
+def _jobs(population: pl.DataFrame, cat) -> pl.DataFrame:
+    """The Jobs table as ``ddlscope characterize`` assembles it (the optional columns added first)."""
+    return assemble_jobs(_with_optional(population), WorkloadLibrary(), cat, default_server="pai-v100-nvlink-8")[0]
 
 
 def test_builtin_population_in_chunks(tmp_path):
@@ -60,6 +64,36 @@ def test_gavel_trace_in_chunks(shared_data, tmp_path):
     assert streamed.jobs == mem.headline["jobs"] == 8_337
     assert streamed.chunks == 9
     _same(mem, streamed)
+
+
+def test_jobs_assembled_slice_by_slice_equal_the_whole(shared_data, tmp_path):
+    # the Gavel trace (with jobs the model cannot evaluate) and the built-in grid (with jobs that do
+    # not fit their servers or GPU): slices of 700 population rows give the whole call's Jobs rows,
+    # positional ids, reasons and every aggregate, and the wide Jobs table is never held whole
+    cat = builtin_catalog()
+    gavel, _ = read_population([shared_data / "gavel_traces" / "msr" / "seed=0"], catalog=cat)
+    for population in (_with_optional(gavel), _with_optional(builtin_population())):
+        whole_jobs, whole_pop = assemble_jobs(population, WorkloadLibrary(), cat, default_server="pai-v100-nvlink-8")
+        chunks = JobChunks(population, WorkloadLibrary(), cat, chunk_jobs=700, default_server="pai-v100-nvlink-8")
+        parts = list(chunks)
+        assert [done for done, _ in parts][-1] == population.height == chunks.total
+        assert_frame_equal(pl.concat([j for _, j in parts]), whole_jobs)
+        assert_frame_equal(chunks.population, whole_pop)
+        assert chunks.assembled == whole_jobs.height
+        scenarios = [BUILTIN_SCENARIOS["ethernet-100g"], BUILTIN_SCENARIOS["ps-to-allreduce-nvlink"]]
+        mem = characterize(whole_jobs, scenarios, cat)
+        again = JobChunks(population, WorkloadLibrary(), cat, chunk_jobs=700, default_server="pai-v100-nvlink-8")
+        streamed = characterize_streaming(again, scenarios, tmp_path / "results", cat)
+        _same(mem, streamed)
+        assert streamed.jobs == mem.headline["jobs"]
+        assert_frame_equal(again.population, whole_pop)
+    with pytest.raises(ValueError, match="chunk_jobs: expected at least 1"):
+        JobChunks(gavel, WorkloadLibrary(), cat, chunk_jobs=0, default_server="pai-v100-nvlink-8")
+    nothing = _with_optional(builtin_population()).with_columns(attributed=pl.lit(False),
+                                                               reason=pl.lit("not a training job"))
+    with pytest.raises(ValueError, match="no job of the population can be evaluated"):
+        characterize_streaming(JobChunks(nothing, WorkloadLibrary(), cat, chunk_jobs=100,
+                                         default_server="pai-v100-nvlink-8"), scenarios, tmp_path / "none", cat)
 
 
 def test_cli_streaming_equals_the_in_memory_report(tmp_path):

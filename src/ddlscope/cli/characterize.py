@@ -173,32 +173,45 @@ def register(app: typer.Typer) -> None:
                 progress.update(step, description=f"profiling {model} (batch {batch or 'default'}, {prec})")
 
             progress.update(step, description="attaching workloads and systems")
-            jobs, population = assemble_jobs(population, WorkloadLibrary(on_profile=on_profile), cat,
-                                             default_server=system or EXAMPLE_SERVER, server_for=servers,
-                                             precision=precision,
-                                             overlap=overlap)
-            if jobs.height == 0:
-                accounting = reason_summary(population)
-                emit(accounting, "table", title="no attributable job: every job of the population is accounted "
-                     "for below", stream=None)
-                raise ValueError("the population has no job the model can evaluate (see the accounting above; "
-                                 + (report.no_jobs_message() if report and report.no_jobs_message() else
-                                    "e.g. give --model-mix for traces without model labels") + ")")
-            progress.update(step, description=f"evaluating {jobs.height:,} jobs x {len(scenarios) + 1} scenarios")
+            library = WorkloadLibrary(on_profile=on_profile)
+            assemble = {"default_server": system or EXAMPLE_SERVER, "server_for": servers, "precision": precision,
+                        "overlap": overlap}
+
+            def no_jobs(population: pl.DataFrame) -> ValueError:
+                emit(reason_summary(population), "table", title="no attributable job: every job of the population "
+                     "is accounted for below", stream=None)
+                return ValueError("the population has no job the model can evaluate (see the accounting above; "
+                                  + (report.no_jobs_message() if report and report.no_jobs_message() else
+                                     "e.g. give --model-mix for traces without model labels") + ")")
+
             if streaming:
-                from ddlscope.population.streaming import characterize_streaming
+                from ddlscope.population.streaming import JobChunks, characterize_streaming
 
                 clear_previous_report(out)
+                # the Jobs table is assembled slice by slice as the chunks are evaluated, never held whole
+                source_jobs = JobChunks(population, library, cat, chunk_jobs=chunk_jobs, **assemble)
+                progress.update(step, description=f"evaluating {population.height:,} jobs x {len(scenarios) + 1} "
+                                "scenarios")
 
                 def on_chunk(done: int, total: int) -> None:
                     rate = done / max(time.perf_counter() - started, 1e-9)
                     progress.update(step, description=f"evaluating {done:,}/{total:,} jobs x {len(scenarios) + 1} "
                                     f"scenarios ({rate:,.0f} jobs/s, ETA {(total - done) / rate:.0f} s)")
 
-                ch = characterize_streaming(jobs, scenarios, out / "tables" / "job_scenarios", cat, notes=notes,
-                                            require_gpu_memory=not keep_unfit, chunk_jobs=chunk_jobs,
-                                            on_chunk=on_chunk)
+                try:
+                    ch = characterize_streaming(source_jobs, scenarios, out / "tables" / "job_scenarios", cat,
+                                                notes=notes, require_gpu_memory=not keep_unfit,
+                                                chunk_jobs=chunk_jobs, on_chunk=on_chunk)
+                except ValueError:
+                    if source_jobs.population is not None and source_jobs.assembled == 0:
+                        raise no_jobs(source_jobs.population) from None
+                    raise
+                population = source_jobs.population
             else:
+                jobs, population = assemble_jobs(population, library, cat, **assemble)
+                if jobs.height == 0:
+                    raise no_jobs(population)
+                progress.update(step, description=f"evaluating {jobs.height:,} jobs x {len(scenarios) + 1} scenarios")
                 ch = run_characterization(jobs, scenarios, cat, notes=notes, require_gpu_memory=not keep_unfit)
             if ch.excluded.height:
                 population = population.join(ch.excluded.rename({"reason": "_unfit"}), on="job_id", how="left")

@@ -101,6 +101,7 @@ def assemble_jobs(
     precision: str = "fp32",
     overlap: str | float = "none",
     link_transports: bool = False,
+    first_job_id: int = 0,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The Jobs table of a population's attributed jobs, and the population with placement reasons.
 
@@ -119,17 +120,19 @@ def assemble_jobs(
             (:meth:`~ddlscope.specs.system.LinkSpec.achieved_efficiency`); ``False`` (the default,
             the PAI-study reconstruction of ``characterize``) prices them at the system's stated
             efficiencies, so its headline figures stay those of docs/characterize.md.
+        first_job_id: the ``job_id`` of the population's first row (a slice of a larger
+            population: its offset, so the ids stay the rows' positions in the whole).
 
     Returns:
         ``(jobs, population)``: ``jobs`` has the :data:`~ddlscope.model.jobs.JOB_SCHEMA` columns
-        (``job_id`` = the row's position in the population), ``gpu_time_s`` and
+        (``job_id`` = ``first_job_id`` + the row's position in the population), ``gpu_time_s`` and
         :data:`KEEP_COLUMNS`; ``population`` is the input with ``job_id`` renamed
         ``trace_job_id``, the positional ``job_id``, and ``attributed``/``reason`` updated.
 
     Raises:
         CatalogError: an unknown server or GPU name in the options.
     """
-    pop = population.rename({"job_id": "trace_job_id"}).with_row_index("job_id")
+    pop = population.rename({"job_id": "trace_job_id"}).with_row_index("job_id", offset=first_job_id)
     pop = pop.with_columns(c("job_id").cast(pl.Int64))
     for col, dtype in (("gpu", pl.String), ("server_gpus", pl.Int64), ("server", pl.String),
                        ("model_source", pl.String), ("trace_model", pl.String), ("gpu_time_s", pl.Float64)):
@@ -180,11 +183,11 @@ def assemble_jobs(
     new_reason = pl.Series("_new_reason", [None], pl.String).extend_constant(None, pop.height - 1) \
         if pop.height else pl.Series("_new_reason", [], pl.String)
     if why.height:
-        new_reason = new_reason.scatter(why.get_column("job_id"), why.get_column("_new_reason"))
+        new_reason = new_reason.scatter(why.get_column("job_id") - first_job_id, why.get_column("_new_reason"))
     pop = pop.with_columns(reason=pl.coalesce(c("reason"), new_reason)).with_columns(attributed=c("reason").is_null())
     # the jobs still attributed, in their order (as a semi join on job_id, which is the row's position
     # in pop: a gather, no hash set of the ids); no copy when all are
-    keep_rows = pop.get_column("attributed").gather(jobs.get_column("job_id")).fill_null(False)
+    keep_rows = pop.get_column("attributed").gather(jobs.get_column("job_id") - first_job_id).fill_null(False)
     ok = jobs if keep_rows.all() else jobs.filter(keep_rows)
     del jobs, why, keep_rows
     ok = ok.with_columns(num_servers=c("_servers_out"), overlap_fraction=pl.lit(overlap_fraction(overlap)),

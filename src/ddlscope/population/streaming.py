@@ -13,17 +13,23 @@ the float summation order of the weighted means (relative 1e-12 in the tests).
 
 Memory: one chunk's results (about ``chunk_jobs x (scenarios + 1)`` rows of
 :data:`~ddlscope.population.characterize.RESULT_COLUMNS`) while evaluating, then the few columns
-of one scenario (about 40 bytes per job) while aggregating; the Jobs table itself (the input) is
-held, as the trace reader gives it.
+of one scenario (about 40 bytes per job) while aggregating. The input is a Jobs table, or, so that
+the wide Jobs table (about 70 columns a job) is never held whole, a :class:`JobChunks`: the job
+population (a dozen columns a job) whose Jobs table is assembled slice by slice
+(:func:`~ddlscope.population.jobs.assemble_jobs` with the slice's ``first_job_id``) as the chunks
+are evaluated; the population's reasons are gathered from the slices (the same ids, reasons and
+Jobs rows as one whole-population call: the workload and system look-ups are per distinct key and
+the placement checks per job).
 """
 
 from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -37,12 +43,59 @@ from ddlscope.population.characterize import (
     prepare_jobs,
     result_columns,
 )
+from ddlscope.population.jobs import assemble_jobs
+from ddlscope.population.workloads import WorkloadLibrary
 from ddlscope.specs.catalog import Catalog
 from ddlscope.specs.scenario import Scenario
 
 c = pl.col
 DEFAULT_CHUNK_JOBS = 250_000
 """Jobs evaluated together (each chunk's rows under every scenario are held at once)."""
+
+
+class JobChunks:
+    """A job population whose Jobs table is assembled in slices of ``chunk_jobs`` population rows,
+    as :func:`characterize_streaming` consumes them (module docstring).
+
+    Args:
+        population: the job population (:func:`~ddlscope.population.jobs.assemble_jobs`'s input).
+        library, catalog: as ``assemble_jobs``.
+        chunk_jobs: population rows per slice (>= 1).
+        options: ``assemble_jobs``' keyword options (``default_server`` required; ``server_for``,
+            ``precision``, ``overlap``, ``link_transports``).
+
+    Attributes:
+        total: population rows; assembled: Jobs rows yielded so far.
+        population: after a full iteration, the population with ``trace_job_id``, the positional
+            ``job_id`` and the reasons found while assembling (``assemble_jobs``' second output for
+            the whole); ``None`` before.
+
+    Raises:
+        ValueError: ``chunk_jobs`` below 1. Iterating raises what ``assemble_jobs`` raises.
+    """
+
+    def __init__(self, population: pl.DataFrame, library: WorkloadLibrary, catalog: Catalog, *,
+                 chunk_jobs: int = DEFAULT_CHUNK_JOBS, **options: Any) -> None:
+        if chunk_jobs < 1:
+            raise ValueError(f"chunk_jobs: expected at least 1, got {chunk_jobs}")
+        self._population, self._library, self._catalog = population, library, catalog
+        self._options: Mapping[str, Any] = options
+        self.chunk_jobs = chunk_jobs
+        self.total = population.height
+        self.assembled = 0
+        self.population: pl.DataFrame | None = None
+
+    def __iter__(self) -> Iterator[tuple[int, pl.DataFrame]]:
+        """Yield ``(population rows done, Jobs table of the slice)``; sets :attr:`population` at the end."""
+        parts = []
+        self.assembled = 0
+        for start in range(0, max(self.total, 1), self.chunk_jobs):
+            jobs, part = assemble_jobs(self._population.slice(start, self.chunk_jobs), self._library,
+                                       self._catalog, first_job_id=start, **self._options)
+            parts.append(part)
+            self.assembled += jobs.height
+            yield min(start + self.chunk_jobs, self.total), jobs
+        self.population = pl.concat(parts, how="vertical_relaxed")
 
 
 @dataclass
@@ -77,7 +130,7 @@ class StreamedCharacterization:
 
 
 def characterize_streaming(
-    jobs: pl.DataFrame,
+    jobs: pl.DataFrame | JobChunks,
     scenarios: Sequence[Scenario],
     results_dir: str | Path,
     catalog: Catalog | None = None,
@@ -89,21 +142,31 @@ def characterize_streaming(
     """Characterize ``jobs`` chunk by chunk (see the module docstring).
 
     Args:
-        jobs, scenarios, catalog, notes, require_gpu_memory: as
-            :func:`~ddlscope.population.characterize.characterize`.
+        jobs: a Jobs table (as :func:`~ddlscope.population.characterize.characterize`'s), or a
+            :class:`JobChunks`, whose slices are assembled and evaluated one at a time (its
+            ``population`` is set when this returns).
+        scenarios, catalog, notes, require_gpu_memory: as ``characterize``.
         results_dir: the folder of the results dataset (created; an earlier dataset's
             ``scenario=*`` folders in it are replaced).
-        chunk_jobs: jobs per chunk (>= 1).
-        on_chunk: called as ``on_chunk(jobs_done, jobs_total)`` after each chunk (progress).
+        chunk_jobs: jobs per chunk (>= 1; a :class:`JobChunks` has its own).
+        on_chunk: called as ``on_chunk(jobs_done, jobs_total)`` after each chunk (progress; for a
+            :class:`JobChunks`, population rows).
 
     Raises:
         ValueError: as ``characterize`` (an empty population, missing columns, duplicate job ids or
-            scenario names, no job fitting its GPU); ``chunk_jobs`` below 1.
+            scenario names, no job fitting its GPU; for a :class:`JobChunks` whose population has
+            no evaluable job: "no job of the population can be evaluated"); ``chunk_jobs`` below 1.
     """
     if chunk_jobs < 1:
         raise ValueError(f"chunk_jobs: expected at least 1, got {chunk_jobs}")
     t0 = time.perf_counter()
-    check_population(jobs)
+    if isinstance(jobs, pl.DataFrame):
+        check_population(jobs)
+        total = jobs.height
+        slices: Iterator[tuple[int, pl.DataFrame]] | JobChunks = (
+            (min(start + chunk_jobs, total), jobs.slice(start, chunk_jobs)) for start in range(0, total, chunk_jobs))
+    else:
+        total, slices = jobs.total, jobs
     names = ["baseline", *(s.name for s in scenarios)]
     if len(set(names)) != len(names):
         raise ValueError(f"scenarios: names must be unique, got {names[1:]}")
@@ -113,8 +176,14 @@ def characterize_streaming(
         shutil.rmtree(old)
     excluded_parts = []
     kept = chunks = 0
-    for start in range(0, jobs.height, chunk_jobs):
-        chunk, excluded = prepare_jobs(jobs.slice(start, chunk_jobs), require_gpu_memory)
+    for done, part in slices:
+        if not isinstance(jobs, pl.DataFrame):
+            if part.height == 0:
+                if on_chunk is not None:
+                    on_chunk(done, total)
+                continue
+            check_population(part)
+        chunk, excluded = prepare_jobs(part, require_gpu_memory)
         excluded_parts.append(excluded)
         if chunk.height:
             for name, block in zip(names, whatif_blocks(chunk, scenarios, catalog, columns=result_columns(chunk)),
@@ -126,7 +195,10 @@ def characterize_streaming(
             chunks += 1
             kept += chunk.height
         if on_chunk is not None:
-            on_chunk(min(start + chunk_jobs, jobs.height), jobs.height)
+            on_chunk(done, total)
+    if isinstance(jobs, JobChunks) and jobs.assembled == 0:
+        raise ValueError("jobs: no job of the population can be evaluated (every job is accounted for in "
+                         "JobChunks.population's reasons)")
     excluded = pl.concat(excluded_parts)
     if kept == 0:
         raise ValueError("jobs: no job fits its GPU's memory; nothing to characterize")
