@@ -24,6 +24,7 @@ from ddlscope.cli.common import (
     SystemName,
     WorkersOpt,
     err_console,
+    parse_parallel,
     parse_scenarios,
     resolve_architecture,
     resolve_system,
@@ -190,6 +191,7 @@ def register(app: typer.Typer) -> None:
         NVLink, network); the step time, samples/s and the bottleneck. Without options: the built-in ResNet-50
         example as PS/Worker (8 workers, 2 PS) on the PAI study's 8 x V100 NVLink server with 25 Gb/s Ethernet.
         """
+        parse_parallel(parallel)  # its errors before the (possibly long) profiling
         w, ops = _workload_and_ops(workload_file, batch_size, precision, model, seq_len, image_size, optimizer)
         arch = resolve_architecture(architecture, workers, gpus_per_worker, ps, servers, example_architecture(),
                                     parallel)
@@ -250,6 +252,7 @@ def register(app: typer.Typer) -> None:
         Without options: the built-in example job (ResNet-50, PS/Worker, 8 workers, 2 PS shards on the PAI study's
         8 x V100 NVLink server with 25 Gb/s Ethernet) under every built-in scenario.
         """
+        parse_parallel(parallel)  # its errors before the (possibly long) profiling
         w, ops = _workload_and_ops(workload_file, batch_size, precision, model, seq_len, image_size, optimizer)
         arch = resolve_architecture(architecture, workers, gpus_per_worker, ps, servers, example_architecture(),
                                     parallel)
