@@ -134,8 +134,8 @@ ParallelOpt = Annotated[
 PARALLEL_KEYS: tuple[str, ...] = ("sharding", "tp", "pp", "cp", "ep", "virtual_stages", "microbatches")
 OverlapOpt = Annotated[
     str, typer.Option("--overlap", help="communication/computation overlap: scheduled (gradient buckets behind "
-                      "the backward, the last one exposed, plus the wait for the slowest rank), none, full, or a "
-                      "fraction")
+                      "the backward, the last one exposed, plus the wait for the slowest rank; fsdp: the prefetch of "
+                      "the next unit's parameters; 3d: nothing hidden), none, full, or a fraction")
 ]
 FormatOpt = Annotated[str, typer.Option("--format", "-f", help="table, json or csv")]
 OverwriteOpt = Annotated[
