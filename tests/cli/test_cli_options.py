@@ -48,6 +48,10 @@ def test_expected_one_of_lists_choices_in_words():
      "--format: expected table or json, got 'csv'"),
     (["calibrate", "--quick", "--no-collectives", "--device", "cpu", "--nic", "nosuch"],
      "--nic: unknown link 'nosuch'; known: "),
+    (["predict", "--model", "resnet50", "-a", "3d", "-w", "8", "--parallel", "ep=8,ep=4"],
+     "--parallel: ep is given 2 times (ep=8, ep=4); give each key once"),
+    (["whatif", "--model", "resnet50", "-a", "3d", "-w", "8", "--parallel", "tp=0"],
+     "--parallel: tp expects a whole number >= 1, got '0'"),
 ])
 def test_options_are_checked_before_work(tmp_path, monkeypatch, args, message):
     monkeypatch.chdir(tmp_path)
@@ -172,3 +176,30 @@ def test_console_headers_break_at_underscores_never_mid_word():
     # every header line is a whole underscore-separated part: "compute_" then "bound", never "compu"/"te"
     assert {"mean_", "share_", "compute_", "bound", "comm"} <= words, words
     assert all(len(line) <= 80 for line in text.splitlines())
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("ep=8,ep=4", "--parallel: ep is given 2 times (ep=8, ep=4); give each key once"),
+    ("tp=2,pp=2,tp=4,sharding=zero3,tp=2,sharding=zero1",
+     "--parallel: tp is given 3 times (tp=2, tp=4, tp=2); sharding is given 2 times (sharding=zero3, "
+     "sharding=zero1); give each key once"),
+    ("tp=0", "--parallel: tp expects a whole number >= 1, got '0'"),
+    ("pp=-2", "--parallel: pp expects a whole number >= 1, got '-2'"),
+    ("microbatches=1.5", "--parallel: microbatches expects a whole number >= 1, got '1.5'"),
+    ("cp=two", "--parallel: cp expects a whole number >= 1, got 'two'"),
+    ("stages=2", "--parallel: expected key=value with a key of sharding, tp, pp, cp, ep, virtual_stages, "
+                 "microbatches, got 'stages=2' (unknown key 'stages')"),
+    ("tp", "--parallel: expected key=value with a key of sharding, tp, pp, cp, ep, virtual_stages, "
+           "microbatches, got 'tp'"),
+])
+def test_parallel_spec_errors_name_the_option_and_the_key(spec, message):
+    res = runner.invoke(app, ["predict", "-a", "3d", "-w", "32", "-s", "dgx-a100", "--parallel", spec])
+    assert res.exit_code == 2, res.output
+    assert res.output.replace("\n", "") == f"error: {message}"
+
+
+def test_parallel_spec_takes_each_key_once_and_skips_empty_pairs():
+    from ddlscope.cli.common import parse_parallel
+
+    assert parse_parallel(" tp=2,,pp = 4 ,sharding=zero3") == {"tp": 2, "pp": 4, "sharding": "zero3"}
+    assert parse_parallel(None) == {}

@@ -43,7 +43,7 @@ def test_3d_by_hand():
     nic_beta = row["nic_bandwidth_bytes_per_s"] * row["nic_link_efficiency"]
     assert row["network_s"] == pytest.approx(36 * row["nic_latency_s"] + 5.25e8 / nic_beta)
     # memory: U / (tp pp) + activations / tp = 1e9 + 2e9 fits; samples per step b M dp = 16
-    assert row["fits_gpu_memory"] is True
+    assert row["fits_gpu_memory"] is True and row["gpu_memory_needed_bytes"] == pytest.approx(3e9)
     assert row["samples_per_s"] == pytest.approx(16 / row["step_s"])
     assert row["exposed_comm_s"] == pytest.approx(row["comm_s"])  # fixed overlap 0: all exposed
 
@@ -77,6 +77,6 @@ def test_context_parallel_by_hand():
     beta = row["nvlink_bandwidth_bytes_per_s"] * row["nvlink_link_efficiency"]
     assert row["nvlink_s"] == pytest.approx((256 + 96 + 16 + 20) * row["nvlink_latency_s"] + (tp + cp + pp + dp) / beta)
     assert row["samples_per_s"] == pytest.approx(32 / row["step_s"])
-    assert row["fits_gpu_memory"] is True  # 16e9 / 4 + 8e9 / 4 = 6e9
+    assert row["fits_gpu_memory"] is True and row["gpu_memory_needed_bytes"] == pytest.approx(6e9)  # 16e9/4 + 8e9/4
     with pytest.raises(ValidationError, match="tp x cp x pp = 12 to divide the 32 GPUs"):
         Architecture(kind="3d", num_workers=32, tp=2, cp=3, pp=2)

@@ -98,3 +98,39 @@ def test_cli_plan_prices_the_flash_attention_release(tmp_path):
     assert all(runs["1"][k] > runs["2"][k] for k in runs["2"])
     bad = CliRunner().invoke(app, [*args, "--flash-attention-version", "3"])
     assert bad.exit_code == 2 and "--flash-attention-version" in bad.output
+
+
+def test_cli_plan_when_no_plan_fits_calls_none_best_and_says_why(tmp_path):
+    # 64 layers of h 8192 (64 heads, 8 KV heads of 128), MLP 22016, vocab 1000, untied embeddings:
+    # 64 x (2 x 8192^2 + 2 x 8192 x 1024 + 3 x 8192 x 22016 + 2 x 8192) + 2 x 1000 x 8192 + 8192 parameters
+    psi = 64 * (2 * 8192**2 + 2 * 8192 * 1024 + 3 * 8192 * 22016 + 2 * 8192) + 2 * 1000 * 8192 + 8192
+    assert psi == 44_309_291_008
+    # the least any plan on 8 GPUs can hold: the Adam state (2 + 12 + 4 bytes per parameter) over 8 GPUs,
+    # 92.85 GiB, more than the A100's 80 GiB: nothing fits
+    floor_gib = 18 * psi / 8 / 2**30
+    cfg = tmp_path / "big.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 8192, "intermediate_size": 22016,
+                               "num_attention_heads": 64, "num_hidden_layers": 64, "num_key_value_heads": 8,
+                               "vocab_size": 1000, "hidden_act": "silu", "max_position_embeddings": 256}))
+    args = ["plan", str(cfg), "--gpus", "8", "--global-batch", "8", "--seq-len", "256", "-s", "dgx-a100",
+            "--top", "3"]
+    res = CliRunner().invoke(app, [*args, "--format", "json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["plans_fitting_gpu_memory"] == 0 and len(out["rows"]) == 3
+    assert all(not r["fits_gpu_memory"] and r["loses_by"].startswith("does not fit the GPU memory (")
+               and r["loses_by"].endswith(" GiB > 80.0 GiB)") for r in out["rows"])
+    why = out["no_plan_fits_gpu_memory"]
+    need = float(why.split("needs ")[1].split(" GiB")[0])
+    assert floor_gib <= need <= floor_gib + 0.5  # the state plus full recomputation's few activations
+    assert why == (f"the plan needing the least memory needs {need:.1f} GiB per GPU (3d tp 8, cp 1, pp 1, ep 1, "
+                   "micro-batch 1 x 8 micro-batches, recompute full), the A100-SXM4-80GB has 80.0 GiB; more GPUs "
+                   "or a GPU with more memory would be needed")
+    assert f"warning: no plan fits the GPU memory: {why}" in res.stderr.replace("\n", "")
+    table = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
+    assert table.exit_code == 0, table.output
+    text = table.output
+    assert "(best)" not in text and "best plans" not in text
+    assert text.startswith(f"no plan fits the GPU memory: {cfg.stem} (44.3 B parameters), 8 x A100-SXM4-80GB on "
+                           "dgx-a100, global batch 8 x 256 tokens; the plans ranked by tokens/s as if they fit\n")
+    assert f"no_plan_fits_gpu_memory: {why}" in text.replace("\n", "")

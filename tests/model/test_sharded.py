@@ -66,12 +66,16 @@ def test_memory_per_gpu_by_hand():
     # the replica's peak: the state plus 10 GB of activations: DDP does not fit an 80 GB A100, zero3 does
     w = Workload(name="llm-7b", batch_size=1, precision="bf16", compute_bound_flops=1e15, memory_bound_bytes=1e11,
                  dense_param_bytes=14e9, num_gradient_tensors=32, num_params=7e9, peak_memory_bytes=122e9)
-    assert _row(Architecture(kind="allreduce_local", num_workers=8), w)["fits_gpu_memory"] is False
-    assert _row(Architecture(kind="fsdp", num_workers=8), w)["fits_gpu_memory"] is True
-    assert _row(Architecture(kind="fsdp", num_workers=8, sharding="zero1"), w)["fits_gpu_memory"] is True
-    # without a parameter count the fit is unknown
-    unknown = w.model_copy(update={"num_params": None})
-    assert _row(Architecture(kind="fsdp", num_workers=8), unknown)["fits_gpu_memory"] is None
+    ddp = _row(Architecture(kind="allreduce_local", num_workers=8), w)
+    assert ddp["fits_gpu_memory"] is False and ddp["gpu_memory_needed_bytes"] == pytest.approx(122e9)
+    zero3 = _row(Architecture(kind="fsdp", num_workers=8), w)
+    # the need: the peak less the unsharded state plus the sharded one, 122e9 - 112e9 + 14.875e9
+    assert zero3["fits_gpu_memory"] is True and zero3["gpu_memory_needed_bytes"] == pytest.approx(24.875e9)
+    zero1 = _row(Architecture(kind="fsdp", num_workers=8, sharding="zero1"), w)
+    assert zero1["fits_gpu_memory"] is True and zero1["gpu_memory_needed_bytes"] == pytest.approx(10e9 + 38.5e9)
+    # without a parameter count the fit and the need are unknown
+    unknown = _row(Architecture(kind="fsdp", num_workers=8), w.model_copy(update={"num_params": None}))
+    assert unknown["fits_gpu_memory"] is None and unknown["gpu_memory_needed_bytes"] is None
 
 
 def test_prefetch_overlap():

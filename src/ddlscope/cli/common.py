@@ -134,8 +134,8 @@ ParallelOpt = Annotated[
 PARALLEL_KEYS: tuple[str, ...] = ("sharding", "tp", "pp", "cp", "ep", "virtual_stages", "microbatches")
 OverlapOpt = Annotated[
     str, typer.Option("--overlap", help="communication/computation overlap: scheduled (gradient buckets behind "
-                      "the backward, the last one exposed, plus the wait for the slowest rank), none, full, or a "
-                      "fraction")
+                      "the backward, the last one exposed, plus the wait for the slowest rank; fsdp: the prefetch of "
+                      "the next unit's parameters; 3d: nothing hidden), none, full, or a fraction")
 ]
 FormatOpt = Annotated[str, typer.Option("--format", "-f", help="table, json or csv")]
 OverwriteOpt = Annotated[
@@ -161,26 +161,40 @@ def resolve_system(
 
 
 def parse_parallel(text: str | None) -> dict[str, str | int]:
-    """``--parallel`` ``key=value,...`` (keys of :data:`PARALLEL_KEYS`; counts as integers).
+    """``--parallel`` ``key=value,...`` (keys of :data:`PARALLEL_KEYS`; ``sharding`` a name, the
+    other keys counts as whole numbers >= 1); empty pairs (``tp=2,,pp=2``) are skipped.
 
     Raises:
-        ValueError: a pair without ``=``, an unknown key or a count that is not a whole number.
+        ValueError: a pair without ``=``, an unknown key, a key given more than once (``--parallel:
+            ep is given 2 times (ep=8, ep=4); give each key once``), or a count that is not a
+            whole number >= 1 (``--parallel: tp expects a whole number >= 1, got '0'``).
     """
     out: dict[str, str | int] = {}
+    given: dict[str, list[str]] = {}
     for pair in (text or "").split(","):
         if not pair.strip():
             continue
         key, sep, value = pair.partition("=")
         key, value = key.strip(), value.strip()
         if not sep or key not in PARALLEL_KEYS:
-            raise ValueError(f"--parallel: expected key=value with a key of {', '.join(PARALLEL_KEYS)}, got {pair!r}")
+            unknown = f" (unknown key {key!r})" if sep else ""
+            raise ValueError(f"--parallel: expected key=value with a key of {', '.join(PARALLEL_KEYS)}, "
+                             f"got {pair.strip()!r}{unknown}")
+        given.setdefault(key, []).append(f"{key}={value}")
         if key == "sharding":
             out[key] = value
-        else:
-            try:
-                out[key] = int(value)
-            except ValueError:
-                raise ValueError(f"--parallel: {key} expects a whole number, got {value!r}") from None
+            continue
+        try:
+            count = int(value)
+        except ValueError:
+            count = 0
+        if count < 1:
+            raise ValueError(f"--parallel: {key} expects a whole number >= 1, got {value!r}")
+        out[key] = count
+    twice = {key: pairs for key, pairs in given.items() if len(pairs) > 1}
+    if twice:
+        raise ValueError("--parallel: " + "; ".join(f"{key} is given {len(pairs)} times ({', '.join(pairs)})"
+                                                    for key, pairs in twice.items()) + "; give each key once")
     return out
 
 

@@ -24,6 +24,7 @@ from ddlscope.cli.common import (
     SystemName,
     WorkersOpt,
     err_console,
+    parse_parallel,
     parse_scenarios,
     resolve_architecture,
     resolve_system,
@@ -145,6 +146,18 @@ def _component_table(row: dict) -> pl.DataFrame:
     }, schema_overrides={"exposed_s": pl.Float64, "hidden_s": pl.Float64})
 
 
+def _overlap_line(overlap: str, row: dict) -> str:
+    """``predict``'s ``overlap`` line: a fraction as given, else what the scheduled overlap does for
+    the row's architecture (:func:`ddlscope.model.arch_costs.overlap_note`: FSDP's prefetch, 3d's
+    nothing hidden; the DDP/PS bucket schedule for the others) and the communication it hides."""
+    from ddlscope.model.arch_costs import overlap_note
+
+    if row["overlap_fraction"] is not None:
+        return f"{overlap} (fraction {row['overlap_fraction']})"
+    note = overlap_note(str(row["architecture"]), row.get("num_gradient_tensors")) or "buckets behind the backward"
+    return f"{overlap} ({note}; hidden {row['hidden_comm_s']:.4g} s of {row['comm_s']:.4g} s communication)"
+
+
 def _compute_provenance(row: dict, system) -> str:
     """Which compute model priced the row and where its efficiencies come from (issue 14)."""
     src = row.get("compute_efficiency_source")
@@ -190,6 +203,7 @@ def register(app: typer.Typer) -> None:
         NVLink, network); the step time, samples/s and the bottleneck. Without options: the built-in ResNet-50
         example as PS/Worker (8 workers, 2 PS) on the PAI study's 8 x V100 NVLink server with 25 Gb/s Ethernet.
         """
+        parse_parallel(parallel)  # its errors before the (possibly long) profiling
         w, ops = _workload_and_ops(workload_file, batch_size, precision, model, seq_len, image_size, optimizer)
         arch = resolve_architecture(architecture, workers, gpus_per_worker, ps, servers, example_architecture(),
                                     parallel)
@@ -206,9 +220,7 @@ def register(app: typer.Typer) -> None:
                 "samples_per_s (all GPUs)": row["samples_per_s"],
                 "exposed communication share": row["share_comm"],
                 "bottleneck": f"{row['bottleneck']} (link: {row['bottleneck_link']})",
-                "overlap": (f"{overlap} (fraction {row['overlap_fraction']})" if row["overlap_fraction"] is not None
-                            else f"{overlap} (buckets behind the backward; hidden {row['hidden_comm_s']:.4g} s of "
-                                 f"{row['comm_s']:.4g} s communication)"),
+                "overlap": _overlap_line(overlap, row),
                 "host (fixed per step)": row["host_s"],
                 "compute priced": _compute_provenance(row, sysm),
             })
@@ -250,6 +262,7 @@ def register(app: typer.Typer) -> None:
         Without options: the built-in example job (ResNet-50, PS/Worker, 8 workers, 2 PS shards on the PAI study's
         8 x V100 NVLink server with 25 Gb/s Ethernet) under every built-in scenario.
         """
+        parse_parallel(parallel)  # its errors before the (possibly long) profiling
         w, ops = _workload_and_ops(workload_file, batch_size, precision, model, seq_len, image_size, optimizer)
         arch = resolve_architecture(architecture, workers, gpus_per_worker, ps, servers, example_architecture(),
                                     parallel)

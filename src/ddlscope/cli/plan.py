@@ -8,8 +8,18 @@ from typing import Annotated
 
 import polars as pl
 import typer
+from rich.markup import escape
 
-from ddlscope.cli.common import CatalogFiles, FormatOpt, GpuOpt, NicOpt, SystemName, user_catalog, user_errors
+from ddlscope.cli.common import (
+    CatalogFiles,
+    FormatOpt,
+    GpuOpt,
+    NicOpt,
+    SystemName,
+    err_console,
+    user_catalog,
+    user_errors,
+)
 from ddlscope.model.plan import search
 from ddlscope.profile.llm import BUILTIN_CONFIGS, DecoderConfig, mpt_configs
 from ddlscope.report.console import emit
@@ -96,8 +106,40 @@ def register(app: typer.Typer) -> None:
         size = f"{cfg.num_params / 1e9:.1f} B parameters" + (
             f", {cfg.active_params / 1e9:.1f} B active, {cfg.num_experts} experts, top-{cfg.experts_per_token}"
             if cfg.moe else "")
-        emit(shown, fmt, title=f"best plans: {cfg.name} ({size}), {gpus} x "
-             f"{sysm.gpu.name} on {sysm.name}, global batch {global_batch} x {seq_len} tokens",
-             extra={"plans": int(t["plans"]), "plans_fitting_gpu_memory": fit,
-                    "search_s": round(t["build_s"] + t["evaluate_s"], 3),
-                    "plans_per_s_evaluated": round(t["plans_per_s"])})
+        job = (f"{cfg.name} ({size}), {gpus} x {sysm.gpu.name} on {sysm.name}, global batch {global_batch} x "
+               f"{seq_len} tokens")
+        extra: dict[str, object] = {"plans": int(t["plans"]), "plans_fitting_gpu_memory": fit}
+        if fit:
+            title = f"best plans: {job}"
+        else:
+            title = f"no plan fits the GPU memory: {job}; the plans ranked by tokens/s as if they fit"
+            why = no_fit_reason(ranked)
+            extra["no_plan_fits_gpu_memory"] = why
+            if fmt != "table":  # the table's title and extra lines say it; csv has no room for it
+                err_console.print(f"[yellow]warning:[/yellow] no plan fits the GPU memory: {escape(why)}",
+                                  emoji=False)
+        extra.update({"search_s": round(t["build_s"] + t["evaluate_s"], 3),
+                      "plans_per_s_evaluated": round(t["plans_per_s"])})
+        emit(shown, fmt, title=title, extra=extra)
+
+
+def plan_words(row: dict) -> str:
+    """One plan in words: ``fsdp zero3, micro-batch 1, recompute full`` or ``3d tp 8, cp 1, pp 8
+    (2 virtual stages), ep 1, micro-batch 1 x 64 micro-batches, recompute full``."""
+    tail = f"micro-batch {row['micro_batch']}"
+    if str(row["architecture"]) == "fsdp":
+        return f"fsdp {row['sharding']}, {tail}, recompute {row['recompute']}"
+    v = row.get("virtual_stages") or 1
+    stages = f" ({v} virtual stages)" if v > 1 else ""
+    return (f"3d tp {row['tp']}, cp {row['cp']}, pp {row['pp']}{stages}, ep {row.get('ep') or 1}, {tail} x "
+            f"{row['microbatches']} micro-batches, recompute {row['recompute']}")
+
+
+def no_fit_reason(ranked: pl.DataFrame) -> str:
+    """Why no plan of ``ranked`` (:func:`ddlscope.model.plan.search`, none fitting) runs: the least
+    memory a plan needs per GPU (``gpu_memory_needed_bytes``, GiB = 2**30 bytes) against the GPU's,
+    and that plan (:func:`plan_words`)."""
+    least = ranked.sort("gpu_memory_needed_bytes", nulls_last=True).row(0, named=True)
+    return (f"the plan needing the least memory needs {least['gpu_memory_needed_bytes'] / 2**30:.1f} GiB per GPU "
+            f"({plan_words(least)}), the {least['gpu']} has {least['gpu_memory_bytes'] / 2**30:.1f} GiB; "
+            "more GPUs or a GPU with more memory would be needed")

@@ -39,9 +39,31 @@ OVERLAP: dict[str, Callable[[pl.Expr, pl.Expr, pl.Expr], pl.Expr]] = {"fsdp": pr
 """cost name -> its scheduled exposed communication ``f(comm_s, compute_s, units)`` (FSDP's prefetch;
 3d all exposed)."""
 
+OVERLAP_NOTES: dict[str, str] = {
+    "fsdp": "FSDP prefetch over {units} units: each unit's collectives run while the unit before it computes; "
+            "1/{units} of the communication (the first unit's) and what outlasts the compute stay exposed, plus "
+            "the wait for the slowest rank",
+    "3d": "3d hides nothing: TP all-reduces on the critical path, blocking pipeline sends, the DP all-reduce after "
+          "the last micro-batch (Megatron without --overlap-grad-reduce); exposed: all communication plus the wait "
+          "for the slowest rank",
+}
+"""cost name -> what its scheduled overlap (:data:`OVERLAP`) does, in words (``{units}``: the FSDP
+units, ``num_gradient_tensors``), for ``ddlscope predict``'s ``overlap`` line."""
+
+
+def overlap_note(kind: str, units: float | None = None) -> str | None:
+    """What the scheduled overlap does for architecture ``kind`` (:data:`OVERLAP_NOTES`, ``units``
+    the FSDP units), ``None`` for the kinds without an own overlap (the DDP/PS bucket schedule of
+    :mod:`ddlscope.model.overlap` applies) or an architecture the traits table does not know."""
+    t = TRAITS.get(kind)
+    note = OVERLAP_NOTES.get(t.cost) if t is not None and t.cost is not None else None
+    return None if note is None else note.format(units="?" if units is None else f"{units:.0f}")
+
 
 def _check_registry() -> None:
     missing = [t.kind for t in TRAITS.values() if t.cost is not None and t.cost not in COSTS]
+    missing += [f"{t.kind} (overlap note)" for t in TRAITS.values()
+                if t.cost in OVERLAP and t.cost not in OVERLAP_NOTES]
     if missing:
         raise RuntimeError(f"ddlscope.specs.traits: architecture(s) {missing} name a cost function that "
                            "ddlscope.model.arch_costs.COSTS lacks")

@@ -17,7 +17,8 @@ The plan space (:class:`PlanSpace`), for a global batch of ``B`` sequences:
 Every plan's workload is :func:`ddlscope.profile.llm.decoder_workload` at its (micro-batch,
 recomputation): a handful of distinct workloads, each priced op by op once
 (:func:`ddlscope.model.compute.price_jobs`), joined to the placements. Plans whose memory does not fit
-the GPU are kept and marked (``fits_gpu_memory`` false), ranked after those that fit.
+the GPU are kept and marked (``fits_gpu_memory`` false, ``loses_by`` giving the memory they need),
+ranked after those that fit; when none fits, none is called best.
 
 Why a worse plan loses (``loses_by``): its time per sequence minus the best plan's, split into the
 components (compute, pipeline bubble, memory-bound, exposed communication per link, host and the
@@ -168,7 +169,9 @@ REASONS: tuple[tuple[str, str], ...] = (
 def rank_plans(evaluated: pl.DataFrame, seq_len: int) -> pl.DataFrame:
     """The plans best first (those that fit the GPU's memory, then by tokens/s), with
     ``tokens_per_s``, ``tokens_per_s_per_gpu``, ``mfu`` (llm-foundry's definition, BF16 peak),
-    ``bubble_s`` and ``loses_by`` (module docstring)."""
+    ``bubble_s`` and ``loses_by`` (module docstring): ``(best)`` on the first plan only when it
+    fits, ``does not fit the GPU memory (N GiB > M GiB)`` (``gpu_memory_needed_bytes`` against
+    ``gpu_memory_bytes``, GiB = 2**30 bytes) on every plan that does not."""
     f = pl.Float64
     pp = c("pp").fill_null(1).cast(f)
     v, M = c("virtual_stages").fill_null(1).cast(f), c("microbatches").fill_null(1).cast(f)
@@ -199,9 +202,11 @@ def rank_plans(evaluated: pl.DataFrame, seq_len: int) -> pl.DataFrame:
     for name, d in reversed(diffs):
         label = pl.when(d == worst).then(pl.format(f"{name} +{{}} %", (100 * d / best_per_seq).round(1))).otherwise(
             label)
-    out = out.with_columns(loses_by=pl.when(pl.int_range(pl.len()) == 0).then(pl.lit("(best)"))
-                           .when(c("fits_gpu_memory").fill_null(True).not_())
-                           .then(pl.format("does not fit the GPU memory"))
+    out = out.with_columns(loses_by=pl.when(c("fits_gpu_memory").fill_null(True).not_())
+                           .then(pl.format("does not fit the GPU memory ({} GiB > {} GiB)",
+                                           (c("gpu_memory_needed_bytes") / 2**30).round(1),
+                                           (c("gpu_memory_bytes") / 2**30).round(1)))
+                           .when(pl.int_range(pl.len()) == 0).then(pl.lit("(best)"))
                            .otherwise(label))
     return out.drop([x for x in out.columns if x.startswith("__")])
 

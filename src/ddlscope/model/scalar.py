@@ -170,6 +170,7 @@ def breakdown_one(row: Mapping[str, Any]) -> dict[str, Any]:
     out.update(
         num_gpus=num_gpus, gpus_per_server_used=per_server, fits_placement=per_server <= int(r0["server_gpus"]),
         fits_gpu_memory=None if needed is None else needed <= float(r0["gpu_memory_bytes"]),
+        gpu_memory_needed_bytes=needed,
         storage_s=storage_s, h2d_s=h2d_s, data_io_s=data_io_s, compute_bound_s=compute_bound_s,
         memory_bound_s=memory_bound_s, host_s=host_s, pcie_s=pcie_s, nvlink_s=nvlink_s, network_s=network_s,
         comm_s=comm_s, exposed_comm_s=exposed_comm_s, hidden_comm_s=hidden_comm_s, sync_wait_s=sync_wait_s,

@@ -67,7 +67,10 @@ Components (seconds per step):
 Output columns added by :func:`breakdown` (per job x scenario):
 
 ``num_gpus``, ``gpus_per_server_used``, ``fits_placement`` (bool), ``fits_gpu_memory`` (bool,
-null if the peak memory is unknown), ``storage_s``, ``h2d_s``, ``data_io_s``, ``compute_bound_s``,
+null if the peak memory is unknown), ``gpu_memory_needed_bytes`` (what one GPU needs: the replica's
+peak less what the architecture moves off or splits, the sharded state for ``fsdp``/``3d``; null
+if the peak memory is unknown; ``fits_gpu_memory`` is it ``<= gpu_memory_bytes``), ``storage_s``,
+``h2d_s``, ``data_io_s``, ``compute_bound_s``,
 ``memory_bound_s``, ``host_s``, ``pcie_s``, ``nvlink_s``, ``network_s``, ``comm_s``, ``exposed_comm_s``,
 ``step_s``, ``samples_per_s`` (global: ``batch_size * num_gpus / step_s``), ``pcie_bytes``,
 ``nvlink_bytes``, ``network_bytes``, ``share_data_io``, ``share_compute_bound``,
@@ -110,7 +113,7 @@ ComponentEnum = pl.Enum(list(COMPONENTS))
 LinkEnum = pl.Enum([*LINKS, "none"])
 
 OUTPUT_COLUMNS: tuple[str, ...] = (
-    "num_gpus", "gpus_per_server_used", "fits_placement", "fits_gpu_memory",
+    "num_gpus", "gpus_per_server_used", "fits_placement", "fits_gpu_memory", "gpu_memory_needed_bytes",
     "storage_s", "h2d_s", "data_io_s", "compute_bound_s", "memory_bound_s", "host_s",
     "pcie_s", "nvlink_s", "network_s", "comm_s", "exposed_comm_s", "hidden_comm_s", "sync_wait_s",
     "pcie_exposed_s", "nvlink_exposed_s", "network_exposed_s", "pcie_hidden_s", "nvlink_hidden_s",
@@ -283,6 +286,7 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame, costed: bool | None = None
         compute_bound_s, memory_bound_s = compute_bound_s * x["compute_scale"], memory_bound_s * x["compute_scale"]
     lf = lf.with_columns(
         fits_gpu_memory=needed <= c("gpu_memory_bytes"),
+        gpu_memory_needed_bytes=needed,
         storage_s=storage_s,
         h2d_s=pl.when(c("input_bytes") > 0).then(c("pcie_latency_s") + r * c("input_bytes") / B_pcie).otherwise(0.0),
         compute_bound_s=compute_bound_s,
