@@ -12,7 +12,14 @@ from matplotlib.patches import Patch
 
 from ddlscope.measure.analysis import TraceAnalysis
 from ddlscope.measure.timeline import IDLE_CAUSES
-from ddlscope.report.figures import COMPONENT_COLORS, COMPONENT_LABELS, OKABE_ITO, new_figure
+from ddlscope.report.figures import (
+    COLLECTIVE_COLORS,
+    COMPONENT_COLORS,
+    COMPONENT_LABELS,
+    OKABE_ITO,
+    collective_color,
+    new_figure,
+)
 from ddlscope.report.html import HtmlReport
 
 c = pl.col
@@ -111,14 +118,18 @@ def idle_figure(a: TraceAnalysis) -> Figure:
 
 
 def collectives_figure(a: TraceAnalysis) -> Figure | None:
-    """Bus bandwidth of every collective call against its message size (calls with a known size)."""
+    """Bus bandwidth of every collective call against its message size (calls with a known size),
+    one colour per collective (:data:`~ddlscope.report.figures.COLLECTIVE_COLORS`, as in every figure)."""
     calls = a.calls.filter(c("busbw_gb_s").is_not_null() & (c("size_bytes") > 0))
     if calls.is_empty():
         return None
     fig, ax = new_figure(7.0, 4.2)
-    for coll, part in calls.group_by("collective", maintain_order=True):
+    kinds = calls["collective"].unique(maintain_order=True).to_list()
+    order = list(COLLECTIVE_COLORS)  # the legend in one order in every figure
+    for kind in sorted(kinds, key=lambda k: order.index(k) if k in order else len(order)):
+        part = calls.filter(c("collective") == kind)
         ax.scatter(part["size_bytes"].to_numpy(), part["busbw_gb_s"].to_numpy(), s=14, alpha=0.7,
-                   label=str(coll[0]).replace("_", "-"))
+                   color=collective_color(kind), label=kind.replace("_", "-"))
     ax.set_xscale("log")
     positive = calls.filter(c("busbw_gb_s") > 0)["busbw_gb_s"]
     if positive.len() and positive.max() / positive.min() > 100:
