@@ -159,7 +159,7 @@ def test_skew_figure_plots_the_quantity_that_defines_the_straggler(shared_data):
     # the left panel's bars are each rank's own time (step - exposed comm.), so the straggler's is tallest
     assert [tops[float(i)] for i in range(8)] == pytest.approx((s["own_us"] / 1e3).to_list())
     assert max(tops, key=tops.get) == s["rank"].to_list().index(a.skew_summary["straggler_rank"])
-    assert [t.get_text() for t in own_ax.texts] == [f"straggler\n+{a.skew_summary['straggler_excess_us'] / 1e3:.2f} ms"]
+    assert [t.get_text() for t in own_ax.texts] == [f"straggler\n+{a.skew_summary['straggler_excess_us'] / 1e3:.3f} ms"]
     assert list(_bar_tops(comm_ax).values()) == pytest.approx((s["comm_exposed_us"] / 1e3).to_list())
     close(fig)
 

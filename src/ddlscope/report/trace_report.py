@@ -21,6 +21,7 @@ from ddlscope.report.figures import (
     new_figure,
 )
 from ddlscope.report.html import HtmlReport
+from ddlscope.report.trace_tables import straggler_ms, straggler_sentence
 
 c = pl.col
 
@@ -160,8 +161,9 @@ def skew_figure(a: TraceAnalysis) -> Figure | None:
     straggler = a.skew_summary.get("straggler_rank")
     if straggler is not None:
         i = s["rank"].to_list().index(straggler)
-        ax.annotate(f"straggler\n+{own[i] - median:.2f} ms", (i, own[i]), xytext=(0, 4), textcoords="offset points",
-                    ha="center", va="bottom", fontsize=8)
+        label = f"straggler\n+{straggler_ms(a.skew_summary['straggler_excess_us'])}"  # as the headline says it
+        ax.annotate(label, (i, own[i]), xytext=(0, 4), textcoords="offset points", ha="center", va="bottom",
+                    fontsize=8)
         ax.set_ylim(0, float(max(own.max(), (s["comm_exposed_us"] / 1e3).max())) * 1.2)
     ax.set_xlabel("rank")
     ax.set_ylabel("mean time per iteration (ms)")
@@ -238,10 +240,7 @@ def headline_sentences(a: TraceAnalysis) -> list[str]:
     out = [f"Mean iteration {window / 1e3:.3g} ms over {st.height:,} (rank, iteration) rows of "
            f"{a.ranks.height} rank(s): {share} of the window."]
     if a.skew.height > 1:
-        sk = a.skew_summary
-        out.append(f"Straggler: rank {sk['straggler_rank']}, {sk['straggler_excess_us'] / 1e3:.3g} ms more "
-                   f"non-communication time per iteration than the median rank, mostly "
-                   f"{str(sk['slow_component']).replace('_', '-')}.")
+        out.append(f"Straggler: {straggler_sentence(a.skew_summary)}.")
     return out
 
 
@@ -280,7 +279,8 @@ def write_trace_report(a: TraceAnalysis, out_dir: str | Path, sections, summary:
     for name, frame in (("breakdown_full", a.breakdown), ("collective_calls", a.calls), ("kernels", a.kernels)):
         rep.add_table(name, frame, f"{name.replace('_', ' ')} (all columns, microseconds)")
     notes = summary.get("notes", [])
-    rep.add_key_values({k: v for k, v in summary.items() if k != "notes" and not isinstance(v, dict | list)},
+    said = {"notes", "straggler"}  # the straggler is a headline sentence: said once
+    rep.add_key_values({k: v for k, v in summary.items() if k not in said and not isinstance(v, dict | list)},
                        "Summary")
     if notes:
         rep.add_heading("Notes: what was assumed, inferred or left out")
