@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from functools import cache
+from types import SimpleNamespace
 
 import polars as pl
 import pytest
@@ -158,7 +159,7 @@ def test_skew_figure_plots_the_quantity_that_defines_the_straggler(shared_data):
     # the left panel's bars are each rank's own time (step - exposed comm.), so the straggler's is tallest
     assert [tops[float(i)] for i in range(8)] == pytest.approx((s["own_us"] / 1e3).to_list())
     assert max(tops, key=tops.get) == s["rank"].to_list().index(a.skew_summary["straggler_rank"])
-    assert [t.get_text() for t in own_ax.texts] == [f"straggler\n+{a.skew_summary['straggler_excess_us'] / 1e3:.2f} ms"]
+    assert [t.get_text() for t in own_ax.texts] == [f"straggler\n+{a.skew_summary['straggler_excess_us'] / 1e3:.3f} ms"]
     assert list(_bar_tops(comm_ax).values()) == pytest.approx((s["comm_exposed_us"] / 1e3).to_list())
     close(fig)
 
@@ -240,3 +241,38 @@ def test_exposed_communication_check_on_the_dlrm_ranks(shared_data):
     # a collective kernel's time includes waiting for the peers: the transfer the links explain is
     # a small part of the measured exposed time here (the check says so, it does not hide it)
     assert (model["predicted_us"] < model["measured_us"]).sum() >= 6
+
+
+def test_collectives_figure_colours_each_collective_from_the_shared_palette(shared_data, tmp_path):
+    from matplotlib.colors import to_hex
+
+    from ddlscope.measure.rules import COLLECTIVES
+    from ddlscope.report.calibrate import collectives_figure as calibrate_collectives_figure
+    from ddlscope.report.figures import COLLECTIVE_COLORS, OKABE_ITO, close
+    from ddlscope.report.trace_report import collectives_figure
+
+    # every kind a trace can name has its colour, one each, and none is the network's red
+    assert set(COLLECTIVE_COLORS) == set(COLLECTIVES)
+    assert len(set(COLLECTIVE_COLORS.values())) == len(COLLECTIVE_COLORS)
+    assert OKABE_ITO["vermillion"] not in COLLECTIVE_COLORS.values()
+    a = _analysis("negative_queue", str(shared_data))
+    fig = collectives_figure(a)
+    ax = fig.axes[0]
+    drawn = {coll.get_label(): to_hex(coll.get_facecolor()[0], keep_alpha=False) for coll in ax.collections}
+    sized = a.calls.filter(pl.col("busbw_gb_s").is_not_null() & (pl.col("size_bytes") > 0))
+    kinds = sized["collective"].unique().to_list()
+    assert len(kinds) >= 3  # all-to-all, all-reduce, reduce-scatter, all-gather with known sizes (SOURCES.md)
+    assert drawn == {k.replace("_", "-"): COLLECTIVE_COLORS[k].lower() for k in kinds}
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == [k.replace("_", "-") for k in COLLECTIVE_COLORS if k in kinds]  # the palette's order
+    fig.savefig(tmp_path / "collectives.png")
+    close(fig)
+
+    # the calibration's collectives figure gives all-reduce the same colour
+    measured = pl.DataFrame({"collective": ["all_reduce", "all_reduce"], "size_bytes": [1024, 4096],
+                             "time_s": [1e-5, 2e-5], "ranks": [2, 2]})
+    cal = SimpleNamespace(fits=[], table=lambda name: measured)
+    cfig = calibrate_collectives_figure(cal)
+    line = next(ln for ln in cfig.axes[0].lines if ln.get_label() == "all_reduce measured")
+    assert to_hex(line.get_color()) == COLLECTIVE_COLORS["all_reduce"].lower() == drawn["all-reduce"]
+    close(cfig)

@@ -8,14 +8,18 @@
 - clicking a column header sorts the table by that column (numbers by value), again the other way;
 - every table sits in its own scrolling box no wider than the page, with its CSV/Parquet linked;
 
-and saves a full-page screenshot per report (``$DDLSCOPE_SCREENSHOTS`` or the test's tmp folder).
-Skipped where Chromium or its driver is not installed (``.ci/run`` installs them).
+and saves a screenshot of the whole page per report (``$DDLSCOPE_SCREENSHOTS`` or the test's tmp
+folder; see :func:`full_page_screenshots`). Skipped where Chromium or its driver is not installed
+(``.ci/run`` installs them).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
+import struct
+import warnings
 from pathlib import Path
 
 import pytest
@@ -79,6 +83,94 @@ def reports(tmp_path_factory, shared_data) -> dict[str, Path]:
         assert res.exit_code == 0, res.output
         out[name] = root / name
     return out
+
+
+MAX_SHOT_PX = 32_000
+"""The tallest single screenshot (CSS px at device scale 1; a 1280 x 32000 RGBA image is 164 MB). A
+taller page is shot in parts of at most this height, and a warning says so."""
+WIDTH_PX = 1280
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    """``(width, height)`` in pixels from a PNG's IHDR chunk (PNG specification, section 11.2.2)."""
+    head = path.read_bytes()[:24]
+    if head[:8] != b"\x89PNG\r\n\x1a\n" or head[12:16] != b"IHDR":
+        raise ValueError(f"{path}: not a PNG file")
+    return struct.unpack(">II", head[16:24])
+
+
+def _page_height(browser) -> int:
+    """The height of the whole document in CSS px (the larger of the root's and the body's scroll height)."""
+    return int(browser.execute_script(
+        "return Math.max(document.documentElement.scrollHeight, document.body.scrollHeight)"))
+
+
+def full_page_screenshots(browser, path: Path, max_px: int = MAX_SHOT_PX) -> tuple[int, list[tuple[Path, int, int]]]:
+    """Screenshots that together show the whole page, ``WIDTH_PX`` wide.
+
+    The window is made as tall as the page plus the browser's own frame (outer minus inner height:
+    a window of height H shows only H - frame px of the page), so one screenshot holds the page. A
+    page taller than ``max_px`` is shot in parts, ``path`` with ``.part1``, ``.part2``... before the
+    suffix, each ``max_px`` tall (the last one scrolled to the bottom, overlapping the one before),
+    and a :class:`UserWarning` names the page height and the parts.
+
+    Returns:
+        ``(page_height_px, [(file, top_px, bottom_px), ...])``: the page region each file shows.
+    """
+    browser.execute_script("window.scrollTo(0, 0)")
+    page = _page_height(browser)
+    for _ in range(3):  # the layout may grow with the viewport (vh units): until the height settles
+        view = min(page, max_px)
+        browser.set_window_size(WIDTH_PX, 1000)
+        frame = browser.get_window_size()["height"] - int(browser.execute_script("return window.innerHeight"))
+        browser.set_window_size(WIDTH_PX, view + frame)
+        if _page_height(browser) == page:
+            break
+        page = _page_height(browser)
+    inner = int(browser.execute_script("return window.innerHeight"))
+    parts = math.ceil(page / inner)
+    shots: list[tuple[Path, int, int]] = []
+    for k in range(parts):
+        browser.execute_script("window.scrollTo(0, arguments[0])", k * inner)
+        top = int(browser.execute_script("return window.scrollY"))
+        file = path if parts == 1 else path.with_suffix(f".part{k + 1}{path.suffix}")
+        if not browser.save_screenshot(str(file)):
+            raise RuntimeError(f"{file}: the browser took no screenshot")
+        shots.append((file, top, top + _png_size(file)[1]))
+    if parts > 1:
+        warnings.warn(f"{path.name}: the page is {page} px tall, over the {max_px} px of one screenshot: shot in "
+                      f"{parts} parts ({', '.join(f.name for f, _, _ in shots)})", stacklevel=2)
+    browser.execute_script("window.scrollTo(0, 0)")
+    browser.set_window_size(WIDTH_PX, 1000)
+    return page, shots
+
+
+def _assert_covers(page: int, shots: list[tuple[Path, int, int]]) -> None:
+    """The shots' regions, in order, leave no gap from the page's top to its bottom."""
+    reached = 0
+    for file, top, bottom in shots:
+        assert top <= reached, f"{file.name}: starts at {top} px, the shots before end at {reached} px"
+        reached = max(reached, bottom)
+    assert reached >= page, f"the screenshots end at {reached} px, the page at {page} px"
+
+
+def test_full_page_screenshots_cover_a_tall_page(browser, tmp_path):
+    rows = 120  # 120 rows of 100 px (border included) = 12000 px; the page has no margin
+    page = tmp_path / "tall.html"
+    page.write_text("<!doctype html><html><body style='margin:0'>" + "".join(
+        f"<div style='height:99px;border-bottom:1px solid #000'>row {i}</div>" for i in range(rows))
+        + "</body></html>")
+    browser.get(page.as_uri())
+    height, shots = full_page_screenshots(browser, tmp_path / "tall.png")
+    assert height == rows * 100 and len(shots) == 1
+    assert _png_size(shots[0][0]) == (WIDTH_PX, rows * 100)  # the whole page, not the page minus the frame
+    _assert_covers(height, shots)
+    # over the bound: parts of 5000 px (0-5000, 5000-10000, then 7000-12000 scrolled to the bottom), said so
+    with pytest.warns(UserWarning, match="12000 px tall, over the 5000 px of one screenshot: shot in 3 parts"):
+        height, shots = full_page_screenshots(browser, tmp_path / "tall.png", max_px=5000)
+    assert [(f.name, top, bottom) for f, top, bottom in shots] == [
+        ("tall.part1.png", 0, 5000), ("tall.part2.png", 5000, 10000), ("tall.part3.png", 7000, 12000)]
+    _assert_covers(height, shots)
 
 
 def _screenshot_dir(tmp_path: Path) -> Path:
@@ -151,9 +243,6 @@ def test_report_renders_sorts_and_is_self_contained(browser, reports, name, tmp_
     assert sorted_one, "no sortable numeric column found"
     assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
 
-    browser.execute_script("window.scrollTo(0, 0)")
-    height = browser.execute_script("return Math.min(document.body.scrollHeight, 6000)")
-    browser.set_window_size(1280, height)
-    shot = _screenshot_dir(tmp_path) / f"{name}.png"
-    assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
-    browser.set_window_size(1280, 1000)
+    page, shots = full_page_screenshots(browser, _screenshot_dir(tmp_path) / f"{name}.png")
+    assert all(f.stat().st_size > 10_000 and _png_size(f)[0] == WIDTH_PX for f, _, _ in shots)
+    _assert_covers(page, shots)

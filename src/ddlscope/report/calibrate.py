@@ -19,15 +19,12 @@ import numpy as np
 import polars as pl
 
 from ddlscope.model.collectives import bus_factor
-from ddlscope.report.figures import FIT, OKABE_ITO, new_figure, no_data
+from ddlscope.report.figures import FIT, OKABE_ITO, collective_color, new_figure, no_data
 from ddlscope.report.html import HtmlReport
 
 PRECISION_COLORS = {"fp32": OKABE_ITO["blue"], "tf32": OKABE_ITO["sky_blue"], "bf16": OKABE_ITO["orange"],
                     "fp16": OKABE_ITO["bluish_green"]}
 """One colour per matmul precision."""
-COLLECTIVE_COLORS = {"all_reduce": OKABE_ITO["blue"], "all_gather": OKABE_ITO["orange"],
-                     "all_to_all": OKABE_ITO["bluish_green"], "reduce_scatter": OKABE_ITO["reddish_purple"]}
-"""One colour per collective."""
 
 
 def summary_tables(cal: Any) -> dict[str, pl.DataFrame]:
@@ -122,7 +119,7 @@ def collectives_figure(cal: Any):
     fits = {(f["collective"], f["ranks"]): f for f in cal.fits if f.get("slot") == "measured"}
     for name in coll["collective"].unique(maintain_order=True).to_list():
         part = coll.filter(pl.col("collective") == name).sort("size_bytes")
-        colour = COLLECTIVE_COLORS.get(name, "#555555")
+        colour = collective_color(name)
         ax.plot(part["size_bytes"], part["time_s"] * 1e6, "o", ms=4, color=colour, label=f"{name} measured")
         fit = fits.get((name, int(part["ranks"][0])))
         if fit:

@@ -1,7 +1,8 @@
 """The shared figure style: one look for every ddlscope figure.
 
 Figures are made with matplotlib's object API on the non-interactive Agg backend (no display is
-needed). Components keep one colour everywhere (:data:`COMPONENT_COLORS`).
+needed). Components keep one colour everywhere (:data:`COMPONENT_COLORS`), and so do training
+architectures (:data:`ARCH_COLORS`) and collectives (:data:`COLLECTIVE_COLORS`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,28 @@ ARCH_COLORS: dict[str, str] = {
 }
 """Colour of each training architecture (``all``: every job together), in every figure that draws
 one line or bar per architecture; never the network's red."""
+
+COLLECTIVE_COLORS: dict[str, str] = {
+    "all_reduce": OKABE_ITO["blue"],
+    "all_gather": OKABE_ITO["orange"],
+    "all_to_all": OKABE_ITO["bluish_green"],
+    "reduce_scatter": OKABE_ITO["reddish_purple"],
+    "broadcast": OKABE_ITO["black"],  # drawn beside all-reduce in DDP traces: not a second blue
+    "reduce": OKABE_ITO["sky_blue"],
+    "send_recv": "#B8AE2C",  # Okabe-Ito yellow darkened: plain yellow points vanish on white
+    "other": "#999999",
+}
+"""Colour of each collective (the canonical names of :data:`ddlscope.model.collectives.COLLECTIVES`
+and ``other``, a communication kernel of no known collective), the same in every figure that draws
+one series per collective (``ddlscope trace``'s bus-bandwidth figure, ``ddlscope calibrate``'s
+alpha-beta fits); never the network's red. :func:`collective_color` looks a name up."""
+
+
+def collective_color(name: str) -> str:
+    """The colour of collective ``name`` (:data:`COLLECTIVE_COLORS`); a name outside it (a rules
+    file's own kind) gets the grey of ``other``."""
+    return COLLECTIVE_COLORS.get(name, COLLECTIVE_COLORS["other"])
+
 
 HIGHLIGHT = OKABE_ITO["reddish_purple"]
 """The tail, the slowest, the point a figure points at (p99, the slowest 1 %, a chosen budget)."""

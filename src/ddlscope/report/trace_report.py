@@ -12,8 +12,16 @@ from matplotlib.patches import Patch
 
 from ddlscope.measure.analysis import TraceAnalysis
 from ddlscope.measure.timeline import IDLE_CAUSES
-from ddlscope.report.figures import COMPONENT_COLORS, COMPONENT_LABELS, OKABE_ITO, new_figure
+from ddlscope.report.figures import (
+    COLLECTIVE_COLORS,
+    COMPONENT_COLORS,
+    COMPONENT_LABELS,
+    OKABE_ITO,
+    collective_color,
+    new_figure,
+)
 from ddlscope.report.html import HtmlReport
+from ddlscope.report.trace_tables import straggler_ms, straggler_sentence
 
 c = pl.col
 
@@ -111,14 +119,18 @@ def idle_figure(a: TraceAnalysis) -> Figure:
 
 
 def collectives_figure(a: TraceAnalysis) -> Figure | None:
-    """Bus bandwidth of every collective call against its message size (calls with a known size)."""
+    """Bus bandwidth of every collective call against its message size (calls with a known size),
+    one colour per collective (:data:`~ddlscope.report.figures.COLLECTIVE_COLORS`, as in every figure)."""
     calls = a.calls.filter(c("busbw_gb_s").is_not_null() & (c("size_bytes") > 0))
     if calls.is_empty():
         return None
     fig, ax = new_figure(7.0, 4.2)
-    for coll, part in calls.group_by("collective", maintain_order=True):
+    kinds = calls["collective"].unique(maintain_order=True).to_list()
+    order = list(COLLECTIVE_COLORS)  # the legend in one order in every figure
+    for kind in sorted(kinds, key=lambda k: order.index(k) if k in order else len(order)):
+        part = calls.filter(c("collective") == kind)
         ax.scatter(part["size_bytes"].to_numpy(), part["busbw_gb_s"].to_numpy(), s=14, alpha=0.7,
-                   label=str(coll[0]).replace("_", "-"))
+                   color=collective_color(kind), label=kind.replace("_", "-"))
     ax.set_xscale("log")
     positive = calls.filter(c("busbw_gb_s") > 0)["busbw_gb_s"]
     if positive.len() and positive.max() / positive.min() > 100:
@@ -149,8 +161,9 @@ def skew_figure(a: TraceAnalysis) -> Figure | None:
     straggler = a.skew_summary.get("straggler_rank")
     if straggler is not None:
         i = s["rank"].to_list().index(straggler)
-        ax.annotate(f"straggler\n+{own[i] - median:.2f} ms", (i, own[i]), xytext=(0, 4), textcoords="offset points",
-                    ha="center", va="bottom", fontsize=8)
+        label = f"straggler\n+{straggler_ms(a.skew_summary['straggler_excess_us'])}"  # as the headline says it
+        ax.annotate(label, (i, own[i]), xytext=(0, 4), textcoords="offset points", ha="center", va="bottom",
+                    fontsize=8)
         ax.set_ylim(0, float(max(own.max(), (s["comm_exposed_us"] / 1e3).max())) * 1.2)
     ax.set_xlabel("rank")
     ax.set_ylabel("mean time per iteration (ms)")
@@ -227,10 +240,7 @@ def headline_sentences(a: TraceAnalysis) -> list[str]:
     out = [f"Mean iteration {window / 1e3:.3g} ms over {st.height:,} (rank, iteration) rows of "
            f"{a.ranks.height} rank(s): {share} of the window."]
     if a.skew.height > 1:
-        sk = a.skew_summary
-        out.append(f"Straggler: rank {sk['straggler_rank']}, {sk['straggler_excess_us'] / 1e3:.3g} ms more "
-                   f"non-communication time per iteration than the median rank, mostly "
-                   f"{str(sk['slow_component']).replace('_', '-')}.")
+        out.append(f"Straggler: {straggler_sentence(a.skew_summary)}.")
     return out
 
 
@@ -269,7 +279,8 @@ def write_trace_report(a: TraceAnalysis, out_dir: str | Path, sections, summary:
     for name, frame in (("breakdown_full", a.breakdown), ("collective_calls", a.calls), ("kernels", a.kernels)):
         rep.add_table(name, frame, f"{name.replace('_', ' ')} (all columns, microseconds)")
     notes = summary.get("notes", [])
-    rep.add_key_values({k: v for k, v in summary.items() if k != "notes" and not isinstance(v, dict | list)},
+    said = {"notes", "straggler"}  # the straggler is a headline sentence: said once
+    rep.add_key_values({k: v for k, v in summary.items() if k not in said and not isinstance(v, dict | list)},
                        "Summary")
     if notes:
         rep.add_heading("Notes: what was assumed, inferred or left out")

@@ -142,6 +142,34 @@ def _iteration_rule(ranks: pl.DataFrame) -> str:
     return "; ".join(f"rank {r}: {rule}" for r, rule in rules.iter_rows())
 
 
+def straggler_ms(excess_us: float) -> str:
+    """A straggler's excess time (microseconds) as the report writes it everywhere (headline,
+    summary, console, figure): milliseconds to three decimals, the microsecond (``"0.123 ms"``)."""
+    return f"{excess_us / 1e3:.3f} ms"
+
+
+_SLOW_LABELS = {"data_io": "data I/O", "device_copy": "device copies"}
+
+
+def straggler_sentence(skew_summary: dict[str, Any]) -> str:
+    """The straggler in one sentence, without a final full stop, written once for the console,
+    ``summary.json`` and the HTML headline: ``"rank 3: 0.123 ms more non-communication time per
+    iteration than the median rank, mostly compute-bound (+0.100 ms)"``.
+
+    Args:
+        skew_summary: :func:`ddlscope.measure.skew.rank_skew`'s summary of two or more ranks
+            (``straggler_rank``, ``straggler_excess_us``, ``slow_component``, ``slow_component_excess_us``).
+
+    Raises:
+        KeyError: a one-rank summary (it names no straggler).
+    """
+    slow = str(skew_summary["slow_component"])
+    return (f"rank {skew_summary['straggler_rank']}: {straggler_ms(skew_summary['straggler_excess_us'])} more "
+            f"non-communication time per iteration than the median rank, mostly "
+            f"{_SLOW_LABELS.get(slow, slow.replace('_', '-'))} "
+            f"(+{straggler_ms(skew_summary['slow_component_excess_us'])})")
+
+
 def summary(a: TraceAnalysis) -> dict[str, Any]:
     """The headline values and notes printed after the tables (and written as ``summary.json``).
 
@@ -169,10 +197,7 @@ def summary(a: TraceAnalysis) -> dict[str, Any]:
             for kind, its, rows, ms in left.iter_rows()
         ) + "; not in mean_step_ms"
     if a.skew.height > 1:
-        sk = a.skew_summary
-        s["straggler"] = (f"rank {sk['straggler_rank']}: {sk['straggler_excess_us'] / 1e3:.3f} ms more "
-                          f"non-communication time than the median rank, mostly {sk['slow_component']} "
-                          f"(+{sk['slow_component_excess_us'] / 1e3:.3f} ms)")
-        s["step_spread"] = sk["step_spread"]
+        s["straggler"] = straggler_sentence(a.skew_summary)
+        s["step_spread"] = a.skew_summary["step_spread"]
     s["notes"] = trace_notes(a)
     return s
