@@ -276,3 +276,14 @@ def test_collectives_figure_colours_each_collective_from_the_shared_palette(shar
     line = next(ln for ln in cfig.axes[0].lines if ln.get_label() == "all_reduce measured")
     assert to_hex(line.get_color()) == COLLECTIVE_COLORS["all_reduce"].lower() == drawn["all-reduce"]
     close(cfig)
+
+
+def test_collective_colours_mean_one_thing_each():
+    # each collective its own colour, none the network's red, none a trace idle cause's colour
+    from ddlscope.report.figures import COLLECTIVE_COLORS, COMPONENT_COLORS
+    from ddlscope.report.trace_report import IDLE_COLORS
+
+    colours = [v.lower() for v in COLLECTIVE_COLORS.values()]
+    assert len(set(colours)) == len(colours)
+    assert COMPONENT_COLORS["network"].lower() not in colours
+    assert not {v.lower() for v in IDLE_COLORS.values()} & set(colours)

@@ -58,7 +58,8 @@ COLLECTIVE_COLORS: dict[str, str] = {
     "reduce_scatter": OKABE_ITO["reddish_purple"],
     "broadcast": OKABE_ITO["black"],  # drawn beside all-reduce in DDP traces: not a second blue
     "reduce": OKABE_ITO["sky_blue"],
-    "send_recv": "#B8AE2C",  # Okabe-Ito yellow darkened: plain yellow points vanish on white
+    "send_recv": "#5E3C99",  # dark purple (ColorBrewer PuOr): the eight Okabe-Ito colours are taken, and the
+    # darkened yellow is the trace idle figure's "dependency"
     "other": "#999999",
 }
 """Colour of each collective (the canonical names of :data:`ddlscope.model.collectives.COLLECTIVES`
