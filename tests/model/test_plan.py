@@ -138,3 +138,13 @@ def test_cli_plan_when_no_plan_fits_calls_none_best_and_says_why(tmp_path):
     assert text.startswith(f"no plan fits the GPU memory: {cfg.stem} (44.3 B parameters), 8 x A100-SXM4-80GB on "
                            "dgx-a100, global batch 8 x 256 tokens; the plans ranked by tokens/s as if they fit\n")
     assert f"no_plan_fits_gpu_memory: {why}" in text.replace("\n", "")
+
+
+def test_cli_plan_refuses_what_it_cannot_plan_before_searching():
+    runner = CliRunner()
+    one = runner.invoke(app, ["plan", "mpt-125m", "--gpus", "1"])
+    assert one.exit_code != 0 and "spread a model over 2 GPUs or more, got 1" in one.output
+    top = runner.invoke(app, ["plan", "mpt-125m", "--top", "0"])
+    assert top.exit_code == 2 and "--top" in top.output
+    fmt = runner.invoke(app, ["plan", "mpt-125m", "-f", "xml"])
+    assert fmt.exit_code != 0 and "--format: expected table, json or csv, got 'xml'" in fmt.output

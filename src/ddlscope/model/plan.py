@@ -73,11 +73,15 @@ def placements(cfg: DecoderConfig, gpus: int, server_gpus: int, global_batch: in
     docstring's rules).
 
     Raises:
-        ValueError: ``gpus`` or ``global_batch`` < 1, or GPUs that do not fill whole servers
-            (more than one server and ``gpus`` not a multiple of ``server_gpus``).
+        ValueError: ``gpus`` or ``global_batch`` < 1, one GPU (no plan spreads a model over one), or
+            GPUs that do not fill whole servers (more than one server and ``gpus`` not a multiple of
+            ``server_gpus``).
     """
     if gpus < 1 or global_batch < 1:
         raise ValueError(f"gpus, global_batch: expected >= 1, got {gpus}, {global_batch}")
+    if gpus < 2:
+        raise ValueError("gpus: the plans (fsdp, 3d) spread a model over 2 GPUs or more, got 1; one GPU runs the "
+                         "model whole (ddlscope predict --model NAME -a 1w1g)")
     if gpus > server_gpus and gpus % server_gpus:
         raise ValueError(f"gpus: expected whole servers of {server_gpus} GPUs, got {gpus}")
     rows = []
