@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import polars as pl
 
-from ddlscope.rpc.decompose import ns_to_us, percentiles_us
+from ddlscope.rpc.decompose import ns_to_us, percentiles_us, sort_int64
 from ddlscope.rpc.schema import LATENCY_COLUMN, READ_OPS, stage_column, stages_of
 
 CONCURRENCY_MEASURES: tuple[str, ...] = ("server", "server_other_conn", "connection", "worker")
@@ -89,8 +89,8 @@ def stable_argsort(x: np.ndarray) -> np.ndarray:
     """``np.argsort(x, kind="stable")`` for int64 ``x``, faster where it fits.
 
     When ``(x - min)`` and the row index fit together in 63 bits, the index is packed into the low
-    bits of the value and the packed keys are sorted as plain integers (NumPy's vectorised sort is
-    several times faster than an argsort); ties keep their row order, as in a stable sort.
+    bits of the value and the packed keys are sorted as plain integers (:func:`~ddlscope.rpc.decompose.sort_int64`, several times faster
+    than an argsort); ties keep their row order, as in a stable sort.
     """
     x = np.asarray(x, np.int64)
     n = len(x)
@@ -102,9 +102,7 @@ def stable_argsort(x: np.ndarray) -> np.ndarray:
         return np.argsort(x, kind="stable")
     key = (x - lo) << ib
     key |= np.arange(n, dtype=np.int64)
-    key.sort()
-    key &= (1 << ib) - 1
-    return key
+    return sort_int64(key) & ((1 << ib) - 1)
 
 
 def _dense_one(k: np.ndarray) -> tuple[np.ndarray, int]:
@@ -210,19 +208,27 @@ def in_flight_at_start(
     return reads, writes
 
 
-def add_concurrency(frame: pl.DataFrame, threads: int = 2) -> pl.DataFrame:
+def add_concurrency(frame: pl.DataFrame, threads: int = 2,
+                    measures: tuple[str, ...] = CONCURRENCY_MEASURES) -> pl.DataFrame:
     """Add the in-flight counts of :data:`CONCURRENCY_MEASURES` (int32 columns, see the module docstring).
 
     Args:
         frame: an RPC table with ids, ``op`` and the timestamp columns.
         threads: measures computed in parallel (NumPy releases the GIL in sorts and searches).
+        measures: the measures to add (default all; the streaming path leaves ``worker`` out),
+            each with the same counts as when all are added.
 
     Returns:
-        ``frame`` plus ``<measure>_in_flight_reads`` / ``_writes`` for every measure.
+        ``frame`` plus ``<measure>_in_flight_reads`` / ``_writes`` for every measure of ``measures``.
+
+    Raises:
+        ValueError: an unknown measure.
     """
+    for m in measures:
+        in_flight_columns(m)  # raises on an unknown measure
+    measures = tuple(m for m in CONCURRENCY_MEASURES if m in measures)
     if frame.height == 0:
-        return frame.with_columns(pl.lit(0, pl.Int32).alias(c) for m in CONCURRENCY_MEASURES
-                                  for c in in_flight_columns(m))
+        return frame.with_columns(pl.lit(0, pl.Int32).alias(c) for m in measures for c in in_flight_columns(m))
     col = {c: frame.get_column(c).to_numpy() for c in (
         "worker_id", "server_id", "connection_id", "client_issue_ns", "client_done_ns",
         "server_recv_start_ns", "server_send_end_ns")}
@@ -241,18 +247,22 @@ def add_concurrency(frame: pl.DataFrame, threads: int = 2) -> pl.DataFrame:
             "connection": (conn, c_times, c_order),
             "worker": (worker, c_times, c_order),
         }
+        needs = {"server": ("server",), "server_other_conn": ("server", "server_conn"),
+                 "connection": ("connection",), "worker": ("worker",)}
+        wanted = {k for m in measures for k in needs[m]}
         futures = {k: pool.submit(in_flight_at_start, g[0], g[1], t[0], t[1], is_read, o)
-                   for k, (g, t, o) in jobs.items()}
+                   for k, (g, t, o) in jobs.items() if k in wanted}
         res = {k: f.result() for k, f in futures.items()}
     out = {
-        "server": res["server"],
-        "server_other_conn": (res["server"][0] - res["server_conn"][0], res["server"][1] - res["server_conn"][1]),
-        "connection": res["connection"],
-        "worker": res["worker"],
+        "server": lambda: res["server"],
+        "server_other_conn": lambda: (res["server"][0] - res["server_conn"][0],
+                                      res["server"][1] - res["server_conn"][1]),
+        "connection": lambda: res["connection"],
+        "worker": lambda: res["worker"],
     }
     return frame.with_columns(
         pl.Series(name, arr, dtype=pl.Int32)
-        for m in CONCURRENCY_MEASURES for name, arr in zip(in_flight_columns(m), out[m], strict=True)
+        for m in measures for name, arr in zip(in_flight_columns(m), out[m](), strict=True)
     )
 
 
