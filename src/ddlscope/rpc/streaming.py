@@ -86,7 +86,15 @@ from ddlscope.rpc.dissect import (
     split_implausible,
 )
 from ddlscope.rpc.readers import RpcLog, detect_format
-from ddlscope.rpc.schema import LATENCY_COLUMN, OPS, stage_column, stages_of
+from ddlscope.rpc.schema import (
+    CLIENT_TIMESTAMPS,
+    LATENCY_COLUMN,
+    OPS,
+    SERVER_TIMESTAMPS,
+    SUBSTAGE_COLUMNS,
+    stage_column,
+    stages_of,
+)
 from ddlscope.rpc.size_phase import PHASE_BINS, add_iteration_phase, iteration_steps, merge_iteration_steps
 from ddlscope.rpc.validate import ColumnMapping, empty_rejected, normalize, rejected_counts
 
@@ -342,12 +350,15 @@ def value_bins(values: np.ndarray, bits: int = BIN_MANTISSA_BITS) -> np.ndarray:
     v = np.asarray(values, np.int64)
     if v.size and int(v.min()) < 0:
         raise ValueError(f"value_bins: negative value {int(v.min())}")
-    _, e = np.frexp(v.astype(np.float64))  # e = bit_length(v), or one more where the float rounded up
-    e = e.astype(np.int64)
-    big = v >= (1 << bits)
-    e = np.where(big & ((v >> np.maximum(e - 1, 0)) == 0), e - 1, e)
-    shift = np.maximum(e - bits, 0)
-    return np.where(big, shift * (1 << (bits - 1)) + (v >> shift), v)
+    # e = bit_length(v) from the float64 exponent field (frexp's exponent, read off the bits), or
+    # one more where the conversion rounded up to the next power of two (corrected below); below
+    # 2^bits the shift is 0 and the bin is v itself
+    e = (v.astype(np.float64).view(np.int64) >> 52) - 1022
+    e -= (v >> np.maximum(e - 1, 0)) == 0
+    shift = np.maximum(e - bits, 0, out=e)
+    out = v >> shift
+    out += shift << (bits - 1)
+    return out
 
 
 DISJOINT_GROUPINGS: tuple[str, ...] = ("server", "connection")
@@ -365,7 +376,14 @@ def _stage_cols(frame: pl.DataFrame) -> list[tuple[str, str]]:
 # --- the three passes (top-level functions: they run as Ray tasks too) --------------------------
 
 def _spill_path(ctx: dict[str, Any], part: Partition) -> Path | None:
-    return Path(ctx["spill_dir"]) / f"partition-{part.index:06d}.parquet" if ctx.get("spill_dir") else None
+    return Path(ctx["spill_dir"]) / f"partition-{part.index:06d}.arrow" if ctx.get("spill_dir") else None
+
+
+SPILLED_COLUMNS: tuple[str, ...] = (
+    "log_file", "log_line", "worker_id", "server_id", "connection_id", "iteration", "op", "connection_event",
+    *CLIENT_TIMESTAMPS, *SERVER_TIMESTAMPS, *SUBSTAGE_COLUMNS)
+"""The checked columns the sketch and refine passes read (:func:`annotate_streamed`,
+:func:`~ddlscope.rpc.dissect.split_implausible`, the group keys): the only ones spilled."""
 
 
 def pass_check(plan: StreamPlan, part: Partition, ctx: dict[str, Any]) -> dict[str, Any]:
@@ -377,7 +395,8 @@ def pass_check(plan: StreamPlan, part: Partition, ctx: dict[str, Any]) -> dict[s
     rows, rejected, notes = _checked(plan, part, ctx.get("raw_dir"))
     spill = _spill_path(ctx, part)
     if spill is not None:
-        rows.write_parquet(spill, compression="lz4")
+        # Arrow IPC, uncompressed: 2 M rows written in 0.14 s and read in 0.15 s (lz4 Parquet: 0.74, 0.42 s)
+        rows.select(c for c in SPILLED_COLUMNS if c in rows.columns).write_ipc(spill, compression="uncompressed")
     lat = pl.col("client_done_ns") - pl.col("client_issue_ns")
     over = lat > int(ctx["bound_us"] * 1e3)
     n_over = rows.select(over.sum()).item() if rows.height else 0
@@ -391,7 +410,7 @@ def pass_check(plan: StreamPlan, part: Partition, ctx: dict[str, Any]) -> dict[s
 
 def _kept(plan: StreamPlan, part: Partition, ctx: dict[str, Any]) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
     spill = _spill_path(ctx, part)
-    rows = pl.read_parquet(spill) if spill is not None else _checked(plan, part)[0]
+    rows = pl.read_ipc(spill) if spill is not None else _checked(plan, part)[0]
     return split_implausible(rows, ctx["bound_us"], decided=ctx["set_aside"]) if rows.height else \
         (rows, empty_rejected(), {})
 
