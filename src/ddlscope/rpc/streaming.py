@@ -2,20 +2,23 @@
 
 The log is never held whole. :func:`plan_stream` reads only the server column of every input file
 (Parquet files or row groups, CSV/TSV files, or folders of them) and cuts the log into
-*partitions*, each a set of whole servers of about ``partition_rows`` rows. Every partition is read
-lazily (a Polars scan filtered on its servers; Parquet row groups whose statistics exclude them are
-skipped) and passed through the same per-partition code as the in-memory path
+*partitions*, each a set of whole servers of about ``partition_rows`` rows. With a spill folder
+and several partitions, every file is read once and its rows scattered into one Arrow IPC file per
+partition (:func:`scatter_partitions`); otherwise a partition is read lazily (a Polars scan
+filtered on its servers; Parquet row groups whose statistics exclude them are skipped). Each
+partition goes through the same per-partition code as the in-memory path
 (:func:`~ddlscope.rpc.validate.normalize`, :func:`~ddlscope.rpc.dissect.split_implausible`,
-:func:`~ddlscope.rpc.dissect.annotate`); only mergeable partial results leave a partition.
+:func:`annotate_streamed`, the in-memory :func:`~ddlscope.rpc.dissect.annotate` cut to the
+columns the streamed tables read); only mergeable partial results leave a partition.
 
 Three passes over the partitions:
 
 1. **check**: rows, rejected rows, RPCs above the plausible latency bound, the iteration steps
    (:func:`~ddlscope.rpc.size_phase.iteration_steps`) and the rows that prevent a substage split,
    so the log-wide decisions of the in-memory path are taken once for the whole log; the checked
-   rows are spilled to a temporary Parquet file per partition (``spill``), which the next passes
-   read instead of the input;
-2. **sketch**: :func:`~ddlscope.rpc.dissect.annotate` per partition, then: the percentiles of the
+   rows (:data:`SPILLED_COLUMNS`) are spilled to a temporary Arrow IPC file per partition
+   (``spill``), which the next passes read instead of the input;
+2. **sketch**: :func:`annotate_streamed` per partition, then: the percentiles of the
    groupings whose groups lie in one partition (server, connection: :data:`DISJOINT_GROUPINGS`),
    by the in-memory code itself; for the others (all, op, iteration quarter:
    :data:`MERGED_GROUPINGS`) the count per (group, stage, value bin) and the count, sum and
@@ -390,7 +393,7 @@ def pass_check(plan: StreamPlan, part: Partition, ctx: dict[str, Any]) -> dict[s
     """Pass 1 on one partition: counts, rejected rows, RPCs over ``ctx["bound_us"]``, iteration
     steps of the rows under and over the bound, substage bad rows
     (:func:`~ddlscope.rpc.decompose.substage_bad_rows`). With ``ctx["spill_dir"]`` the checked
-    rows are written there (Parquet), so the later passes read them instead of parsing and checking
+    rows are written there (Arrow IPC), so the later passes read them instead of parsing and checking
     the input again."""
     rows, rejected, notes = _checked(plan, part, ctx.get("raw_dir"))
     spill = _spill_path(ctx, part)
@@ -793,10 +796,11 @@ def dissect_streaming(
         num_cpus: CPUs of a local Ray cluster.
         threads: threads of the concurrency sweep inside a partition.
         progress: show rows read, partitions, rate and ETA on stderr.
-        spill: write each partition's checked rows to a temporary folder (``TMPDIR``; about the
-            log's size in Parquet, removed at the end) in the first pass, so the other two read them
-            back instead of parsing and checking the input again; not with a remote Ray cluster
-            (its nodes do not share this machine's disk).
+        spill: scatter the input per partition (each file read once, :func:`scatter_partitions`)
+            and write each partition's checked rows to a temporary folder (``TMPDIR``; about 190
+            bytes a row at the peak, removed as it is read or at the end) in the first pass, so the
+            other two read them back instead of parsing and checking the input again; not with a
+            remote Ray cluster (its nodes do not share this machine's disk).
 
     Returns:
         A :class:`StreamedDissection`.
