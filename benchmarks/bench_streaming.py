@@ -8,13 +8,16 @@ files), then times :func:`ddlscope.rpc.streaming.dissect_streaming` on the folde
 peak RSS of the process (``ru_maxrss``) and rows/s. With ``--duckdb`` (and duckdb installed) the
 same decomposition -- per-stage count, mean, max and p50/p90/p99/p99.9 per op -- runs as one
 DuckDB query over the same files, timed in the same run (DuckDB's ``quantile_cont`` is the
-same type-7 interpolation). ``--ray`` also runs the streamed passes on a local 2-worker Ray
+same type-7 interpolation; its per-op figures equal ddlscope's ``op`` rows to 1e-16 relative on
+2 M RPCs). That query computes one of the five groupings ddlscope does, and no checks, in-flight
+counts or fit: ``--duckdb-groupings`` also times the all/op/server/connection groupings as one
+``GROUPING SETS`` query. ``--ray`` also runs the streamed passes on a local 2-worker Ray
 cluster and checks every figure equals the single-process one.
 
 Usage::
 
     PYTHONPATH=src python benchmarks/bench_streaming.py [--rows 2000000] [--batch 500000]
-        [--partition-rows 2000000] [--duckdb] [--ray] [--keep DIR]
+        [--partition-rows 2000000] [--duckdb] [--duckdb-groupings] [--ray] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -43,6 +46,12 @@ def peak_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
+def cpu_s() -> float:
+    """User + system CPU seconds of this process so far (every thread)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def write_log(folder: Path, rows: int, batch: int) -> None:
     """``rows`` synthetic RPCs in files of ``batch`` rows (independent seeds, ids offset per file)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -53,8 +62,13 @@ def write_log(folder: Path, rows: int, batch: int) -> None:
         f.write_parquet(folder / f"part-{i:05d}.parquet", row_group_size=100_000)
 
 
-def duckdb_query(folder: Path) -> tuple[float, int]:
-    """The decomposition per op as one DuckDB query over the files: (seconds, result rows)."""
+def duckdb_query(folder: Path, groupings: bool = False, memory_limit: str | None = None) -> tuple[float, int]:
+    """The decomposition per op as one DuckDB query over the files: (seconds, result rows).
+
+    With ``groupings``: the same statistics for the groupings of ddlscope's percentile table that
+    need no derived column -- all RPCs, op, server, connection -- as one ``GROUPING SETS`` query
+    (ddlscope's fifth grouping, the iteration quarter, needs each worker iteration's bounds, and its
+    concurrency fit needs in-flight counts per RPC: neither is in the query)."""
     import duckdb
 
     stages = {s: f"{b} - {a}" for s, (a, b) in STAGE_BOUNDS.items()}
@@ -66,8 +80,18 @@ def duckdb_query(folder: Path) -> tuple[float, int]:
         aggs += [f"quantile_cont({e}, {q}) AS {s}_q{int(q * 1000)}" for q in (0.5, 0.9, 0.99, 0.999)]
     sql = (f"SELECT op, count(*) AS rpcs, {', '.join(aggs)} FROM read_parquet('{folder}/*.parquet') "
            "GROUP BY op ORDER BY op")
+    if groupings:
+        sql = (f"SELECT op, server_id, connection_id, count(*) AS rpcs, {', '.join(aggs)} "
+               f"FROM read_parquet('{folder}/*.parquet') "
+               "GROUP BY GROUPING SETS ((), (op), (server_id), (connection_id))")
+    con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")
+    # its spill files go to the system's temporary folder, not to .tmp/ in the working folder
+    con.execute(f"SET temp_directory = '{Path(tempfile.gettempdir()) / 'ddlscope-bench-duckdb'}'")
+    if memory_limit:  # DuckDB spills what it can to its temporary directory past this
+        con.execute(f"SET memory_limit = '{memory_limit}'")
     t = time.perf_counter()
-    out = duckdb.sql(sql).fetchall()
+    out = con.sql(sql).fetchall()
     return time.perf_counter() - t, len(out)
 
 
@@ -77,6 +101,9 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=500_000, help="RPCs per Parquet file")
     ap.add_argument("--partition-rows", type=int, default=2_000_000)
     ap.add_argument("--duckdb", action="store_true", help="time the same decomposition as one DuckDB query")
+    ap.add_argument("--duckdb-groupings", action="store_true",
+                    help="also time DuckDB on the all/op/server/connection groupings (GROUPING SETS)")
+    ap.add_argument("--duckdb-memory", help="DuckDB's memory_limit (e.g. 6GB; default DuckDB's: 80 %% of RAM)")
     ap.add_argument("--ray", action="store_true", help="also run on a local 2-worker Ray cluster and compare")
     ap.add_argument("--keep", type=Path, help="write (or reuse) the log in this folder instead of a temporary one")
     args = ap.parse_args()
@@ -89,11 +116,12 @@ def main() -> int:
                   f"({sum(f.stat().st_size for f in folder.glob('*.parquet')) / 2**20:.0f} MiB of Parquet)")
         base_rss = peak_gib()
         print(f"peak RSS before the dissection (the generator's): {base_rss:.2f} GiB")
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), cpu_s()
         d = dissect_streaming(folder, partition_rows=args.partition_rows)
-        wall = time.perf_counter() - t
-        print(f"streamed dissect: {d.rpcs:,} RPCs, {d.partitions} partitions, wall {wall:.1f} s, "
-              f"{d.rpcs / wall:,.0f} rows/s, peak RSS {peak_gib():.2f} GiB, load {os.getloadavg()[0]:.1f}")
+        wall, cpu = time.perf_counter() - t, cpu_s() - cpu
+        print(f"streamed dissect: {d.rpcs:,} RPCs, {d.partitions} partitions, wall {wall:.1f} s (CPU user+sys "
+              f"{cpu:.1f} s), {d.rpcs / wall:,.0f} rows/s, peak RSS {peak_gib():.2f} GiB, "
+              f"load {os.getloadavg()[0]:.1f}")
         lat = d.summary["latency_us"]
         queue = d.percentiles.filter((pl.col("grouping") == "server") & (pl.col("stage") == "server_queue"))
         print(f"  servers whose median server queue is 0 (the queue drains): "
@@ -102,10 +130,18 @@ def main() -> int:
               f"{d.summary['dominant_stage']}")
         if args.duckdb:
             try:
-                secs, n = duckdb_query(folder)
+                secs, n = duckdb_query(folder, memory_limit=args.duckdb_memory)
                 print(f"duckdb, one query (per-op count/mean/max/4 percentiles of 9 stages): {secs:.1f} s "
                       f"({n} rows); ddlscope/duckdb wall ratio {wall / secs:.2f} (ddlscope also computes the "
                       "server, connection and iteration-phase groupings and the concurrency fit)")
+            except ImportError:
+                print("duckdb not installed: comparison skipped")
+        if args.duckdb_groupings:
+            try:
+                secs, n = duckdb_query(folder, groupings=True, memory_limit=args.duckdb_memory)
+                print(f"duckdb, one GROUPING SETS query (all, op, server, connection; count/mean/max/4 percentiles "
+                      f"of 9 stages): {secs:.1f} s ({n} rows); ddlscope/duckdb wall ratio {wall / secs:.2f} (ddlscope "
+                      "also computes the iteration-quarter grouping, the checks and the concurrency fit)")
             except ImportError:
                 print("duckdb not installed: comparison skipped")
         if args.ray:

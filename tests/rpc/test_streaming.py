@@ -28,6 +28,8 @@ from ddlscope.rpc.streaming import (
     dissect_streaming,
     plan_stream,
     ray_available,
+    read_partition,
+    scatter_partitions,
     value_bins,
 )
 from ddlscope.rpc.synthetic import synthetic_rpc_log
@@ -118,6 +120,24 @@ def test_pstrain_collector_log_with_substages(tmp_path):
     assert streamed.partitions == log.frame["server_id"].n_unique()
     _same(mem, streamed)
     assert "server_sync_wait" in streamed.summary["stages"]
+
+
+def test_scattered_partitions_are_the_filtered_scans(tmp_path):
+    """Each input file read once and scattered per partition gives every partition the same raw
+    rows, in the same order, as scanning every file filtered on its servers: here a CSV file (text
+    columns, rows without a server) and a Parquet file with a column the CSV lacks."""
+    frame = synthetic_rpc_log(3_000, workers=4, servers=6, seed=3)
+    folder = tmp_path / "log"
+    folder.mkdir()
+    frame.head(1_500).with_columns(pl.when(pl.col("rpc_id") % 250 == 7).then(None).otherwise(pl.col("server_id"))
+                                   .alias("server_id")).write_csv(folder / "a.csv")
+    frame.tail(1_500).with_columns(pl.lit(1).alias("extra")).write_parquet(folder / "b.parquet", row_group_size=200)
+    plan = plan_stream(folder, partition_rows=700)
+    assert plan.partitions[-1].servers is None and plan.partitions[-1].rows == 6  # rpc_id 7, 257, ... 1257
+    assert len(plan.partitions) == 7 and plan.file_rows == [1_500, 1_500]  # 6 servers of ~500 rows, no server
+    assert scatter_partitions(plan, tmp_path / "raw")
+    for part in plan.partitions:
+        assert_frame_equal(read_partition(plan, part, tmp_path / "raw"), read_partition(plan, part))
 
 
 @settings(max_examples=60, deadline=None)

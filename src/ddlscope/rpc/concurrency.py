@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import polars as pl
 
-from ddlscope.rpc.decompose import ns_to_us, percentiles_us
+from ddlscope.rpc.decompose import ns_to_us, percentiles_us, sort_int64
 from ddlscope.rpc.schema import LATENCY_COLUMN, READ_OPS, stage_column, stages_of
 
 CONCURRENCY_MEASURES: tuple[str, ...] = ("server", "server_other_conn", "connection", "worker")
@@ -89,8 +89,9 @@ def stable_argsort(x: np.ndarray) -> np.ndarray:
     """``np.argsort(x, kind="stable")`` for int64 ``x``, faster where it fits.
 
     When ``(x - min)`` and the row index fit together in 63 bits, the index is packed into the low
-    bits of the value and the packed keys are sorted as plain integers (NumPy's vectorised sort is
-    several times faster than an argsort); ties keep their row order, as in a stable sort.
+    bits of the value and the packed keys are sorted as plain integers
+    (:func:`~ddlscope.rpc.decompose.sort_int64`, several times faster than an argsort); ties keep
+    their row order, as in a stable sort.
     """
     x = np.asarray(x, np.int64)
     n = len(x)
@@ -102,9 +103,7 @@ def stable_argsort(x: np.ndarray) -> np.ndarray:
         return np.argsort(x, kind="stable")
     key = (x - lo) << ib
     key |= np.arange(n, dtype=np.int64)
-    key.sort()
-    key &= (1 << ib) - 1
-    return key
+    return sort_int64(key) & ((1 << ib) - 1)
 
 
 def _dense_one(k: np.ndarray) -> tuple[np.ndarray, int]:
@@ -164,13 +163,8 @@ def in_flight_at_start(
         by_time = stable_argsort(ts) if start_order is None else start_order
         small = codes.astype(np.uint8 if n_groups <= 256 else np.uint16)
         order = by_time[np.argsort(small[by_time], kind="stable")]  # radix sort: (group, start)
-        ks, ke = ts[order], te[order]
-        # in that order the groups are contiguous blocks: add each block's offset (a loop over groups)
-        bounds = np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=n_groups))])
-        for g in np.flatnonzero(np.diff(bounds)):
-            if g:
-                ks[bounds[g]:bounds[g + 1]] += g * span
-                ke[bounds[g]:bounds[g + 1]] += g * span
+        offset = codes[order] * span  # each group's block offset (fits: n_groups * span < 2^62)
+        ks, ke = ts[order] + offset, te[order] + offset
     else:
         key = codes * span + ts
         order = stable_argsort(key)
@@ -210,19 +204,27 @@ def in_flight_at_start(
     return reads, writes
 
 
-def add_concurrency(frame: pl.DataFrame, threads: int = 2) -> pl.DataFrame:
+def add_concurrency(frame: pl.DataFrame, threads: int = 2,
+                    measures: tuple[str, ...] = CONCURRENCY_MEASURES) -> pl.DataFrame:
     """Add the in-flight counts of :data:`CONCURRENCY_MEASURES` (int32 columns, see the module docstring).
 
     Args:
         frame: an RPC table with ids, ``op`` and the timestamp columns.
         threads: measures computed in parallel (NumPy releases the GIL in sorts and searches).
+        measures: the measures to add (default all; the streaming path leaves ``worker`` out),
+            each with the same counts as when all are added.
 
     Returns:
-        ``frame`` plus ``<measure>_in_flight_reads`` / ``_writes`` for every measure.
+        ``frame`` plus ``<measure>_in_flight_reads`` / ``_writes`` for every measure of ``measures``.
+
+    Raises:
+        ValueError: an unknown measure.
     """
+    for m in measures:
+        in_flight_columns(m)  # raises on an unknown measure
+    measures = tuple(m for m in CONCURRENCY_MEASURES if m in measures)
     if frame.height == 0:
-        return frame.with_columns(pl.lit(0, pl.Int32).alias(c) for m in CONCURRENCY_MEASURES
-                                  for c in in_flight_columns(m))
+        return frame.with_columns(pl.lit(0, pl.Int32).alias(c) for m in measures for c in in_flight_columns(m))
     col = {c: frame.get_column(c).to_numpy() for c in (
         "worker_id", "server_id", "connection_id", "client_issue_ns", "client_done_ns",
         "server_recv_start_ns", "server_send_end_ns")}
@@ -241,18 +243,22 @@ def add_concurrency(frame: pl.DataFrame, threads: int = 2) -> pl.DataFrame:
             "connection": (conn, c_times, c_order),
             "worker": (worker, c_times, c_order),
         }
+        needs = {"server": ("server",), "server_other_conn": ("server", "server_conn"),
+                 "connection": ("connection",), "worker": ("worker",)}
+        wanted = {k for m in measures for k in needs[m]}
         futures = {k: pool.submit(in_flight_at_start, g[0], g[1], t[0], t[1], is_read, o)
-                   for k, (g, t, o) in jobs.items()}
+                   for k, (g, t, o) in jobs.items() if k in wanted}
         res = {k: f.result() for k, f in futures.items()}
     out = {
-        "server": res["server"],
-        "server_other_conn": (res["server"][0] - res["server_conn"][0], res["server"][1] - res["server_conn"][1]),
-        "connection": res["connection"],
-        "worker": res["worker"],
+        "server": lambda: res["server"],
+        "server_other_conn": lambda: (res["server"][0] - res["server_conn"][0],
+                                      res["server"][1] - res["server_conn"][1]),
+        "connection": lambda: res["connection"],
+        "worker": lambda: res["worker"],
     }
     return frame.with_columns(
         pl.Series(name, arr, dtype=pl.Int32)
-        for m in CONCURRENCY_MEASURES for name, arr in zip(in_flight_columns(m), out[m], strict=True)
+        for m in measures for name, arr in zip(in_flight_columns(m), out[m](), strict=True)
     )
 
 
@@ -272,20 +278,31 @@ def concurrency_moments(frame: pl.DataFrame, measures: tuple[str, ...] = CONCURR
         ``ry<i>``, ``wy<i>``, ``y<i>y<i>`` (sums of products), all Float64 but ``n``.
     """
     ycols = [stage_column(s) for s in stages_of(frame)] + [LATENCY_COLUMN]
-    parts = []
-    for m in measures:
+    ys = {f"y{i}": pl.col(c).cast(pl.Float64) for i, c in enumerate(ycols)}
+    # one group-by for every measure; the sums of the targets alone are the same for all measures,
+    # so they are taken once (each sum is the same expression as when taken per measure: same bits)
+    shared = [pl.len().cast(pl.Int64).alias("n"), *(e.sum().alias(f"s_{k}") for k, e in ys.items()),
+              *((e * e).sum().alias(f"{k}{k}") for k, e in ys.items())]
+    own: dict[str, list[str]] = {}
+    aggs = []
+    for j, m in enumerate(measures):
         rc, wc = in_flight_columns(m)
         x = {"r": pl.col(rc).cast(pl.Float64), "w": pl.col(wc).cast(pl.Float64)}
-        ys = {f"y{i}": pl.col(c).cast(pl.Float64) for i, c in enumerate(ycols)}
-        aggs = [pl.len().cast(pl.Int64).alias("n")]
-        aggs += [e.sum().alias(f"s_{k}") for k, e in {**x, **ys}.items()]
-        aggs += [(x["r"] * x["r"]).sum().alias("rr"), (x["r"] * x["w"]).sum().alias("rw"),
-                 (x["w"] * x["w"]).sum().alias("ww")]
+        mine = {f"s_{k}": e.sum() for k, e in x.items()}
+        mine |= {"rr": (x["r"] * x["r"]).sum(), "rw": (x["r"] * x["w"]).sum(), "ww": (x["w"] * x["w"]).sum()}
         for k, e in ys.items():
-            aggs += [(x["r"] * e).sum().alias(f"r{k}"), (x["w"] * e).sum().alias(f"w{k}"),
-                     (e * e).sum().alias(f"{k}{k}")]
-        g = frame.group_by("op").agg(aggs).sort("op")
-        parts.append(g.select(pl.lit(m).alias("measure"), pl.col("op").cast(pl.String), pl.exclude("op")))
+            mine |= {f"r{k}": (x["r"] * e).sum(), f"w{k}": (x["w"] * e).sum()}
+        own[m] = list(mine)
+        aggs += [e.alias(f"{j}|{name}") for name, e in mine.items()]
+    g = frame.group_by("op").agg(shared + aggs).sort("op")
+    order = ["n", "s_r", "s_w", *(f"s_{k}" for k in ys), "rr", "rw", "ww",
+             *(c for k in ys for c in (f"r{k}", f"w{k}", f"{k}{k}"))]
+    parts = []
+    for j, m in enumerate(measures):
+        cols = {name: pl.col(f"{j}|{name}") for name in own[m]} | {
+            name: pl.col(name) for name in ("n", *(f"s_{k}" for k in ys), *(f"{k}{k}" for k in ys))}
+        parts.append(g.select(pl.lit(m).alias("measure"), pl.col("op").cast(pl.String),
+                              *(cols[c].alias(c) for c in order)))
     return pl.concat(parts)
 
 

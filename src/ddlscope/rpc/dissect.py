@@ -219,6 +219,13 @@ def no_rows_message(log: RpcLog) -> str:
     return f"no valid RPC rows in {where}: " + "; ".join(parts)
 
 
+def inferred_events_note(inferred: int) -> str:
+    """The note of :func:`annotate` when ``connection_event`` was inferred for ``inferred`` RPCs
+    (:func:`~ddlscope.rpc.connections.add_connection_events`)."""
+    return (f"connection_event inferred for {inferred:,} RPCs: the first RPC on each (worker, server, "
+            "connection) counted as a new connection, the others as reuse (reconnects not visible)")
+
+
 def annotate(frame: pl.DataFrame, threads: int = 2, *, steps: pl.DataFrame | None = None,
              substage_bad: dict[str, int] | None = None) -> tuple[pl.DataFrame, list[str]]:
     """Decompose every RPC and add all contributor columns (the one table the analyzers share).
@@ -247,8 +254,7 @@ def annotate(frame: pl.DataFrame, threads: int = 2, *, steps: pl.DataFrame | Non
     rpcs = add_concurrency(rpcs, threads=threads)
     rpcs, inferred = add_connection_events(rpcs)
     if inferred:
-        notes.append(f"connection_event inferred for {inferred:,} RPCs: the first RPC on each (worker, server, "
-                     "connection) counted as a new connection, the others as reuse (reconnects not visible)")
+        notes.append(inferred_events_note(inferred))
     rpcs = add_message_bytes(rpcs)
     rpcs = add_iteration_phase(rpcs, steps)
     return rpcs, notes
