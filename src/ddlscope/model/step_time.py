@@ -101,7 +101,7 @@ from ddlscope.model.jobs import (
     check_jobs_frame,
     with_known_architectures,
 )
-from ddlscope.model.overlap import schedule_passes, with_schedule_defaults
+from ddlscope.model.overlap import SCHEDULE_COLUMNS, schedule_passes, with_schedule_defaults
 from ddlscope.specs.traits import kinds_where
 
 COMPONENTS: tuple[str, ...] = ("data_io", "compute_bound", "memory_bound", "pcie", "nvlink", "network")
@@ -343,7 +343,9 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame, costed: bool | None = None
     lf = lf.with_columns(comm_s=c("pcie_s") + c("nvlink_s") + c("network_s"))
     # a DataFrame knows its null count for free: without a scheduled row the schedule is not built
     scheduled = not isinstance(jobs_in, pl.DataFrame) or jobs_in["overlap_fraction"].null_count() > 0
-    out = _shares(_step(lf, scheduled, extra), priced, extra)
+    # the schedule's parameters the table lacks are one default on every row (with_model_defaults)
+    constants = {k: v for k, (_, v, _) in SCHEDULE_COLUMNS.items() if k not in in_cols}
+    out = _shares(_step(lf, scheduled, extra, constants), priced, extra)
     return out.select(*in_cols, *(o for o in OUTPUT_COLUMNS if o not in in_cols))
 
 
@@ -357,8 +359,12 @@ def with_model_defaults(lf: pl.LazyFrame) -> pl.LazyFrame:
     return with_schedule_defaults(lf.with_columns(**missing) if missing else lf)
 
 
-def _step(lf: pl.LazyFrame, scheduled: bool = True, extra: bool = False) -> pl.LazyFrame:
+def _step(lf: pl.LazyFrame, scheduled: bool = True, extra: bool = False,
+          constants: dict[str, float] | None = None) -> pl.LazyFrame:
     """Pass 2: overlap and step time from the components.
+
+    ``constants``: the schedule's parameters at their defaults on every row (the Jobs table lacked
+    them), passed to :func:`~ddlscope.model.overlap.schedule_passes` as scalars.
 
     ``overlap_fraction`` null: the scheduled overlap of :mod:`ddlscope.model.overlap` (buckets
     queued behind the backward, the last exposed, plus the wait for the slowest rank); a number
@@ -371,7 +377,7 @@ def _step(lf: pl.LazyFrame, scheduled: bool = True, extra: bool = False) -> pl.L
         lf = lf.with_columns(sync_wait_s=pl.lit(0.0), exposed_comm_s=fraction)
     else:  # the compiled schedule prices both kinds of row (a fraction where one is given)
         lf = schedule_passes(lf, compute_s=compute_s, ranks=c("__p"),
-                             timeline="timeline_tau" in lf.collect_schema().names())
+                             timeline="timeline_tau" in lf.collect_schema().names(), constants=constants)
         exposed = c("__sched_exposed_s")
         if extra:  # an architecture's own overlap (FSDP's prefetch, ddlscope.model.arch_costs), scheduled rows
             own = arch_costs.scheduled_exposed(c("architecture"), exposed, c("comm_s"), compute_s,
