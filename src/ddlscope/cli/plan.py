@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from ddlscope.cli.common import (
     CatalogFiles,
+    FlashAttentionVersionOpt,
     FormatOpt,
     GpuOpt,
     NicOpt,
@@ -77,10 +78,7 @@ def register(app: typer.Typer) -> None:
         nic: NicOpt = None,
         catalog: CatalogFiles = None,
         top: Annotated[int, typer.Option("--top", help="plans to print")] = 10,
-        flash_attention_version: Annotated[int, typer.Option(
-            "--flash-attention-version", min=1, max=2,
-            help="the flash-attn release the job runs: 2 (flash-attn 2.x, PyTorch's SDPA) or 1 (flash-attn 1.x, "
-                 "the PyTorch 1.13-era stacks); priced at the catalog's attention_eff / attention_v1_eff")] = 2,
+        flash_attention_version: FlashAttentionVersionOpt = 2,
         fmt: FormatOpt = "table",
     ) -> None:
         """Search every valid plan of a decoder LLM on N GPUs and print the best.
