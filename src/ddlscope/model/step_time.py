@@ -302,7 +302,13 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame, costed: bool | None = None
                 + is_gather * sp * ring_allgather_steps(m)
                 + is_pearl * sp * 2 * (p - g))
     if extra:  # the architectures with their own cost function (0 on the other rows)
-        x = arch_costs.extra_terms(arch, arch_costs.context(p=p, g=g, m=m, k=k, S=S, nics=nics, needed=needed))
+        # their terms in passes of their own (the default memory need, then every term as a column), so
+        # that what the terms share is evaluated once (arch_costs.term_columns)
+        ctx = arch_costs.context(counts=True, p=p, g=g, m=m, k=k, S=S, nics=nics, needed=c("__needed_default"))
+        lf = (lf.with_columns(__needed_default=needed, **arch_costs.count_columns())
+              .with_columns(**arch_costs.term_columns(ctx)))
+        needed = c("__needed_default")
+        x = arch_costs.extra_terms(arch, ctx, columns=True)
         intra_bytes, intra_msgs = intra_bytes + x["intra_bytes"], intra_msgs + x["intra_msgs"]
         ring_net_bytes, net_msgs = ring_net_bytes + x["network_bytes"], net_msgs + x["network_msgs"]
         needed = x["needed"]
