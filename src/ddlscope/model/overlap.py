@@ -239,7 +239,7 @@ def _schedule_batch(batch: pl.Series, constants: dict[str, float] | None = None)
 
 
 def schedule_passes(lf: pl.LazyFrame, *, compute_s: pl.Expr, ranks: pl.Expr, timeline: bool = False,
-                    constants: dict[str, float] | None = None) -> pl.LazyFrame:
+                    constants: dict[str, float] | None = None, tensors: pl.Expr | None = None) -> pl.LazyFrame:
     """``lf`` (a breakdown in progress: ``architecture``, ``comm_s``, ``dense_param_bytes``,
     ``sparse_bytes_per_step``, ``num_gradient_tensors``, ``overlap_fraction`` and the
     :data:`SCHEDULE_COLUMNS`) with ``__sched_exposed_s`` (the exposed communication, the wait
@@ -252,7 +252,8 @@ def schedule_passes(lf: pl.LazyFrame, *, compute_s: pl.Expr, ranks: pl.Expr, tim
     ``constants``: :data:`SCHEDULE_COLUMNS` known to hold one value on every row (the defaults
     :func:`with_schedule_defaults` added), name -> value: passed to the compiled loop as scalars
     rather than materialised per batch. The values must be those of the columns (the result is
-    the same).
+    the same). ``tensors``: ``num_gradient_tensors`` as Float64 where the caller has it already
+    (default: cast here).
     """
     f = pl.Float64
     constants = {k: float(v) for k, v in (constants or {}).items()}
@@ -260,7 +261,8 @@ def schedule_passes(lf: pl.LazyFrame, *, compute_s: pl.Expr, ranks: pl.Expr, tim
     if unknown:
         raise ValueError(f"constants: only SCHEDULE_COLUMNS may be given, got {sorted(unknown)}")
     names = dict(zip(SCHEDULE_INPUTS, (
-        c("comm_s"), compute_s, c("dense_param_bytes"), c("sparse_bytes_per_step"), c("num_gradient_tensors"), ranks,
+        c("comm_s"), compute_s, c("dense_param_bytes"), c("sparse_bytes_per_step"),
+        c("num_gradient_tensors") if tensors is None else tensors, ranks,
         *(c(k) for k in ("skew_sigma", "bucket_bytes", "first_bucket_bytes", "collective_launch_s", "ps_pipelined",
                          "backward_fraction", "overlap_fraction"))), strict=True))
     host_params = kinds_where("host_parameters")  # per-tensor push/pull (ddlscope.specs.traits)

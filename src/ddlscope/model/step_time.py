@@ -332,9 +332,12 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame, costed: bool | None = None
     )
 
     # -- pass 3: the intra-server traffic goes on NVLink where the server has it, else on PCIe ---
+    # (its PCIe share once, as a column: read by pcie_bytes and by the PCIe time below)
+    lf = lf.with_columns(__intra_on_pcie=pl.when(has_nv).then(0.0).otherwise(c("__intra_bytes")))
+    intra_on_pcie = c("__intra_on_pcie")
     lf = lf.with_columns(
         data_io_s=c("storage_s") + c("h2d_s"),
-        pcie_bytes=c("__host_bytes") + pl.when(has_nv).then(0.0).otherwise(c("__intra_bytes")),
+        pcie_bytes=c("__host_bytes") + intra_on_pcie,
         __pcie_msgs=c("__host_msgs") + pl.when(has_nv).then(0.0).otherwise(c("__intra_msgs")),
         nvlink_bytes=pl.when(has_nv).then(c("__intra_bytes")).otherwise(0.0),
         nvlink_s=pl.when(has_nv).then(
@@ -342,7 +345,6 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame, costed: bool | None = None
         ).otherwise(0.0),
         network_s=alpha_beta_s(c("__network_msgs"), c("nic_latency_s"), c("network_bytes"), B_nic),
     )
-    intra_on_pcie = pl.when(has_nv).then(0.0).otherwise(c("__intra_bytes"))
     host_pcie_s = alpha_beta_s(c("__pcie_msgs"), c("pcie_latency_s"), c("pcie_bytes") - intra_on_pcie, B_pcie)
     lf = lf.with_columns(pcie_s=host_pcie_s
                          + intra_on_pcie / c("__B_pcie_coll"))
@@ -383,11 +385,12 @@ def _step(lf: pl.LazyFrame, scheduled: bool = True, extra: bool = False,
         lf = lf.with_columns(sync_wait_s=pl.lit(0.0), exposed_comm_s=fraction)
     else:  # the compiled schedule prices both kinds of row (a fraction where one is given)
         lf = schedule_passes(lf, compute_s=compute_s, ranks=c("__p"),
-                             timeline="timeline_tau" in lf.collect_schema().names(), constants=constants)
+                             timeline="timeline_tau" in lf.collect_schema().names(), constants=constants,
+                             tensors=c("__k"))
         exposed = c("__sched_exposed_s")
         if extra:  # an architecture's own overlap (FSDP's prefetch, ddlscope.model.arch_costs), scheduled rows
             own = arch_costs.scheduled_exposed(c("architecture"), exposed, c("comm_s"), compute_s,
-                                               c("num_gradient_tensors").cast(pl.Float64), c("__sched_wait_s"))
+                                               c("__k"), c("__sched_wait_s"))
             exposed = pl.when(c("overlap_fraction").is_null()).then(own).otherwise(exposed)
         lf = lf.with_columns(sync_wait_s=c("__sched_wait_s"), exposed_comm_s=exposed)
     step = c("data_io_s") + compute_s + c("exposed_comm_s") + c("host_s")
