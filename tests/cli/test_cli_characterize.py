@@ -135,3 +135,14 @@ def test_folder_without_any_known_trace_names_what_it_holds(shared_data, tmp_pat
 def test_status_is_an_option_for_traces_only(tmp_path):
     res = runner.invoke(app, ["characterize", "--status", "all", "--out", str(tmp_path / "x")])
     assert res.exit_code == 2 and "--status: options for reading a trace" in " ".join(res.output.split())
+
+
+def test_chunk_jobs_needs_streaming_and_any_size_is_one_chunk_at_most(tmp_path):
+    res = runner.invoke(app, ["characterize", "--chunk-jobs", "5", "--out", str(tmp_path / "a")])
+    assert res.exit_code != 0 and "--chunk-jobs: read with --streaming only" in res.output
+    # a chunk larger than the population (even beyond 64-bit) is the whole population: one chunk
+    res = runner.invoke(app, ["characterize", "--streaming", "--chunk-jobs", str(10**20), "--format", "json",
+                              "--out", str(tmp_path / "b")])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert summary["streaming"]["chunks"] == 1 and summary["headline"]["jobs"] == 304

@@ -131,3 +131,15 @@ def test_predict_prices_the_flash_attention_release(shared_data):
                               "--format", "json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)[0]["step_s"] == pytest.approx(rows["1"]["step_s"], rel=1e-12)
+
+
+def test_a_precision_without_tensor_cores_is_said():
+    # a decoder config defaults to bf16; the V100 (the default server's GPU) has fp16 tensor cores
+    # only, so bf16 runs at its FP32 peak, 15.7 TFLOP/s (catalog: V100-SXM2-16GB)
+    res = runner.invoke(app, ["predict", "-m", "mpt-125m", "-a", "3d", "-w", "8", "-f", "json"])
+    assert res.exit_code == 0, res.output
+    assert ("warning: the V100-SXM2-16GB has no bf16 tensor cores: bf16 GEMMs are priced at its FP32 rate "
+            "(15.7 TFLOP/s); its tensor cores take fp16") in " ".join(res.stderr.split())
+    res = runner.invoke(app, ["predict", "-m", "mpt-125m", "-a", "3d", "-w", "8", "--gpu", "A100-SXM4-80GB",
+                              "-f", "json"])
+    assert res.exit_code == 0 and "tensor cores" not in res.stderr

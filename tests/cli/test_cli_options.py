@@ -203,3 +203,21 @@ def test_parallel_spec_takes_each_key_once_and_skips_empty_pairs():
 
     assert parse_parallel(" tp=2,,pp = 4 ,sharding=zero3") == {"tp": 2, "pp": 4, "sharding": "zero3"}
     assert parse_parallel(None) == {}
+
+
+def test_catalog_efficiencies_shows_what_prices_each_generation():
+    import json as _json
+
+    from typer.testing import CliRunner as _Runner
+
+    from ddlscope.cli.main import app as _app
+
+    res = _Runner().invoke(_app, ["catalog", "efficiencies", "-f", "json"])
+    assert res.exit_code == 0, res.output
+    rows = {r["generation"]: r for r in _json.loads(res.output)}
+    # Pascal GPUs have no tensor cores: their GEMMs take cuda_gemm_eff (0.8), the tensor ones are not shown
+    assert rows["pascal"]["tensor_gemm_eff"] is None and rows["pascal"]["attention_eff"] is None
+    assert rows["pascal"]["cuda_gemm_eff"] == 0.8
+    # TF32 without its own value is priced at tensor_gemm_eff (Ampere 0.75), and the table says so
+    assert rows["ampere"]["tf32_gemm_eff"] == rows["ampere"]["tensor_gemm_eff"] == 0.75
+    assert rows["ampere"]["attention_eff"] == 0.615 and rows["ampere"]["attention_v1_eff"] == 0.325

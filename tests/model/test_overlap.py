@@ -144,21 +144,55 @@ def test_bucket_timeline_from_op_table():
     # backward ops in dispatch order: head (time 1), block (time 2), stem (time 1) -> the module's
     # gradients are ready at tau = 0.25, 0.75, 1.0. Parameters (forward order): stem.w 3 MiB,
     # block.w 30 MiB, head.w 0.5 MiB. Ready order: head.w, block.w, stem.w.
-    # Buckets (first 1 MiB, then 25 MiB; a parameter that does not fit closes the bucket):
-    # [head.w 0.5] ready 0.25 | [block.w 30] ready 0.75 | [stem.w 3] ready 1.0
+    # Buckets as DDP's compute_bucket_assignment_by_size fills them (add the gradient, then close
+    # the bucket once it holds >= its limit: first 1 MiB, then 25 MiB):
+    # head.w 0.5 (< 1, open) + block.w 30 -> 30.5 >= 1: closed, ready 0.75 | [stem.w 3] the rest, ready 1.0
     ops = pl.DataFrame({"op_index": [0, 1, 2, 3], "phase": ["forward", "backward", "backward", "backward"],
                         "module": ["stem", "head", "block", "stem"], "roofline_s": [9.0, 1.0, 2.0, 1.0]})
     params = pl.DataFrame({"name": ["stem.w", "block.w", "head.w"], "bytes": [3.0 * MIB, 30.0 * MIB, 0.5 * MIB],
                            "kind": ["dense", "dense", "dense"]})
     tl = bucket_timeline(ops, params)
     S = 33.5
-    assert tl["timeline_tau"] == pytest.approx([0.25, 0.75, 1.0])
-    assert tl["timeline_buckets_left"] == [3.0, 2.0, 1.0]
-    assert tl["timeline_bytes_left"] == pytest.approx([1.0, 33.0 / S, 3.0 / S])
-    # exposed with C = 0.67 s (0.02 s per MiB), T_b = 1 s, L = 0: 0.25-0.26, 0.75-1.35, 1.35-1.41 -> 0.41
+    assert tl["timeline_tau"] == pytest.approx([0.75, 1.0])
+    assert tl["timeline_buckets_left"] == [2.0, 1.0]
+    assert tl["timeline_bytes_left"] == pytest.approx([1.0, 3.0 / S])
+    # exposed with C = 0.67 s (0.02 s per MiB), T_b = 1 s, L = 0: 0.75-1.36, 1.36-1.42 -> 0.42
     frame = pl.DataFrame({**{k: [v] for k, v in tl.items()}, "C": [0.67], "T": [1.0], "S": [S * MIB], "L": [0.0]})
     out = frame.select(timeline_exposed_s(c("C"), c("T"), c("S"), c("L")))[0, 0]
-    assert out == pytest.approx(0.41)
+    assert out == pytest.approx(0.42)
+
+
+def test_bucket_timeline_closes_a_bucket_on_the_gradient_that_fills_it():
+    # ready order a 0.6, b 0.6 (first bucket: 1.2 >= 1 MiB closes with both), c 20, d 10
+    # (20 < 25 open, 30 >= 25 closes with both): two buckets, nothing left over
+    ops = pl.DataFrame({"op_index": [0, 1, 2, 3], "phase": ["backward"] * 4,
+                        "module": ["a", "b", "c", "d"], "roofline_s": [1.0, 1.0, 1.0, 1.0]})
+    params = pl.DataFrame({"name": ["d.w", "c.w", "b.w", "a.w"], "bytes": [10.0 * MIB, 20.0 * MIB, 0.6 * MIB, 0.6 * MIB],
+                           "kind": ["dense"] * 4})
+    tl = bucket_timeline(ops, params)
+    assert tl["timeline_tau"] == pytest.approx([0.5, 1.0])
+    assert tl["timeline_bytes_left"] == pytest.approx([1.0, 30.0 / 31.2])
+
+
+def test_resnet18_cifar_buckets_as_ddp_builds_them():
+    # kuangliu ResNet18 (CIFAR-10), FP32 gradients, 11,173,962 parameters = 44,695,848 B. In ready
+    # order the first bucket closes on layer4.1.conv2.weight (512 x 512 x 3 x 3): fc (5,120 + 10),
+    # layer4.1.bn2 (2 x 512) and that convolution = 2,365,450 parameters = 9,461,800 B. The second:
+    # layer4.1.bn1 (1,024), layer4.1.conv1 (2,359,296), the shortcut's BN (1,024) and 1x1 conv
+    # (131,072), layer4.0.bn2 (1,024), conv2 (2,359,296), bn1 (1,024), conv1 (1,179,648) =
+    # 6,033,408 parameters = 24,133,632 B < 25 MiB (26,214,400 B), + layer3.1.bn2 (512 params) +
+    # layer3.1.conv2 (589,824) = 26,494,976 B >= 25 MiB: closed. The rest, 8,739,072 B (the stem,
+    # layer1-2 and most of layer3), is the last bucket, all of it exposed after the backward.
+    from ddlscope.profile import profile_model
+
+    prof = profile_model("resnet18_cifar", batch_size=4, precision="fp32")
+    tl = bucket_timeline(prof.ops, prof.params)
+    S = 44_695_848.0
+    assert float(prof.params.filter(c("kind") == "dense")["bytes"].sum()) == S
+    assert len(tl["timeline_tau"]) == 3
+    assert tl["timeline_bytes_left"][1] == pytest.approx(1.0 - 9_461_800 / S)
+    assert tl["timeline_bytes_left"][2] == pytest.approx(8_739_072 / S)
+    assert tl["timeline_tau"][2] == pytest.approx(1.0)
 
 
 def test_ps_without_pipelining_waits_for_every_pull(toy_system):

@@ -45,7 +45,11 @@ def test_search_ranks_and_explains():
     fits = ranked.filter(pl.col("fits_gpu_memory").fill_null(True))
     assert fits["tokens_per_s"].is_sorted(descending=True)
     others = ranked["loses_by"][1:].to_list()
-    assert all(r == "does not fit the GPU memory" or " +" in r for r in others)
+    assert all(r.startswith("does not fit the GPU memory (") or " +" in r or r == "ties the best (< 0.05 %)"
+               for r in others)
+    # step_s is the optimizer step on every row (an fsdp row's micro-batches included): tokens/s x
+    # step_s = the global batch's tokens, 32 x 256
+    assert (ranked["tokens_per_s"] * ranked["step_s"]).to_list() == pytest.approx([32 * 256] * ranked.height)
     # tokens/s = samples/s x sequence length; fsdp samples per step = b x GPUs
     first = ranked.row(0, named=True)
     assert first["tokens_per_s"] == pytest.approx(first["samples_per_s"] * 256)
@@ -134,3 +138,13 @@ def test_cli_plan_when_no_plan_fits_calls_none_best_and_says_why(tmp_path):
     assert text.startswith(f"no plan fits the GPU memory: {cfg.stem} (44.3 B parameters), 8 x A100-SXM4-80GB on "
                            "dgx-a100, global batch 8 x 256 tokens; the plans ranked by tokens/s as if they fit\n")
     assert f"no_plan_fits_gpu_memory: {why}" in text.replace("\n", "")
+
+
+def test_cli_plan_refuses_what_it_cannot_plan_before_searching():
+    runner = CliRunner()
+    one = runner.invoke(app, ["plan", "mpt-125m", "--gpus", "1"])
+    assert one.exit_code != 0 and "spread a model over 2 GPUs or more, got 1" in one.output
+    top = runner.invoke(app, ["plan", "mpt-125m", "--top", "0"])
+    assert top.exit_code == 2 and "--top" in top.output
+    fmt = runner.invoke(app, ["plan", "mpt-125m", "-f", "xml"])
+    assert fmt.exit_code != 0 and "--format: expected table, json or csv, got 'xml'" in fmt.output

@@ -64,3 +64,22 @@ def test_console_says_the_straggler_once(shared_data, dlrm):
     out = re.sub(r"\s+", " ", res.output)
     assert out.count("non-communication time") == 1
     assert f"rank {rank}: {excess} more non-communication time per iteration" in out
+
+
+def test_straggler_sentence_says_what_the_other_components_add():
+    from ddlscope.report.trace_tables import straggler_sentence
+
+    # two ranks: the median is their mean; memory-bound +15.062 ms of a 10.441 ms excess, so the
+    # others add -4.621 ms (hta_traces/trace_filter's figures)
+    two = {"ranks": 2, "straggler_rank": 1, "straggler_excess_us": 10441.0, "slow_component": "memory_bound",
+           "slow_component_excess_us": 15062.0}
+    assert straggler_sentence(two) == (
+        "rank 1: 10.441 ms more non-communication time per iteration than the mean of the 2 ranks (their "
+        "median), mostly memory-bound (+15.062 ms; the others -4.621 ms together)")
+    # eight ranks, the component under half of the excess: named as the largest, not "mostly"
+    eight = {**two, "ranks": 8, "straggler_excess_us": 4000.0, "slow_component_excess_us": 1500.0}
+    assert straggler_sentence(eight).endswith(
+        "than the median rank, the largest component memory-bound (+1.500 ms; the others +2.500 ms together)")
+    # within 5 % of the excess: the others are not mentioned
+    close = {**eight, "slow_component_excess_us": 4100.0}
+    assert straggler_sentence(close).endswith("mostly memory-bound (+4.100 ms)")

@@ -65,9 +65,10 @@ def test_pollux_leave_one_job_out(pollux):
     # scheduled overlap (DDP buckets, the exact per-model timeline, flat NCCL ring); each job's
     # multi-GPU rows predicted with the network parameters fitted on the other two jobs' multi-GPU
     # rows. Figures of this protocol on shared/data/pollux (docs/validation.md), each bound the
-    # figure rounded up by one point: step MAPE cifar10 11.5 %, imagenet 17.6 %, ncf 11.5 %;
-    # sync MAPE cifar10 103 %, imagenet 68 %, ncf 15.1 %
-    for job, step_bound, sync_bound in (("cifar10", 0.125, 1.04), ("imagenet", 0.186, 0.69), ("ncf", 0.125, 0.16)):
+    # figure rounded up by one point: step MAPE cifar10 9.0 %, imagenet 9.8 %, ncf 11.4 %;
+    # sync MAPE cifar10 46.9 %, imagenet 51.9 %, ncf 16.1 % (before DDP's bucket rule was followed:
+    # 11.5 / 17.6 / 11.5 % and 103 / 68 / 15.1 %)
+    for job, step_bound, sync_bound in (("cifar10", 0.10, 0.48), ("imagenet", 0.108, 0.53), ("ncf", 0.124, 0.171)):
         step, sync = _job_mape(pollux, job)
         assert step <= step_bound, job
         assert sync <= sync_bound, job
@@ -75,6 +76,9 @@ def test_pollux_leave_one_job_out(pollux):
         assert set(net) >= {"nic_link_efficiency", "skew_sigma", "collective_launch_s"}
         # NCCL over TCP on the 50 Gb/s ENA reaches a small part of it (the transport's prior: 0.2)
         assert 0.05 <= net["nic_link_efficiency"] <= 0.3
+    # the three folds agree on the transport: 0.111 of 50 Gb/s (5.6 Gb/s) without any one job
+    shares = [pollux.fitted[f"network without {j}"]["nic_link_efficiency"] for j in ("cifar10", "imagenet", "ncf")]
+    assert max(shares) / min(shares) <= 1.15
     assert (pollux.rows.filter(pl.col("gpus") > 1)["role"] == "test").all()
     # every row of the three jobs is predicted (uneven placements as their busiest node); yolov3 is
     # counted as left out: 540 placement + 108 scalability rows (shared/data/pollux/SOURCES.md)

@@ -40,13 +40,21 @@ def register(app: typer.Typer) -> None:
                      "tensor_cores": ", ".join(g.tensor_core_precisions or ()), "sm_count": g.sm_count,
                      "aliases": ", ".join(g.aliases), "source": g.source} for g in cat.gpus.values()]
         elif kind == "efficiencies":
-            derived = {"attention_eff": "as tensor_gemm_eff",
+            derived = {"tf32_gemm_eff": "as tensor_gemm_eff", "attention_eff": "as tensor_gemm_eff",
                        "attention_v1_eff": f"{FLASH_V1_RELATIVE_SPEED:g} x attention_eff (FlashAttention-2 paper)"}
-            rows = [{"generation": e.generation, **{k: getattr(e, k) for k in FITTABLE},
-                     "attention_eff": e.fused_attention_eff, "attention_v1_eff": e.flash_v1_eff,
-                     "source": " | ".join(f"{k}: {e.source.get(k, '') or derived.get(k, '')}"
-                                          for k in (*FITTABLE, *derived))}
-                    for e in cat.compute_efficiency.values()]
+            # the tensor-core efficiencies price nothing on a generation whose GPUs have no tensor cores
+            with_tc = {g.generation for g in cat.gpus.values() if g.tensor_core_precisions}
+            tensor_only = ("tensor_gemm_eff", "tf32_gemm_eff", "attention_eff", "attention_v1_eff")
+            rows = []
+            for e in cat.compute_efficiency.values():
+                row = {"generation": e.generation, **{k: getattr(e, k) for k in FITTABLE},
+                       "tf32_gemm_eff": e.tf32_eff, "attention_eff": e.fused_attention_eff,
+                       "attention_v1_eff": e.flash_v1_eff,
+                       "source": " | ".join(f"{k}: {e.source.get(k, '') or derived.get(k, '')}"
+                                            for k in (*FITTABLE, "attention_eff", "attention_v1_eff"))}
+                if e.generation != "default" and e.generation not in with_tc:
+                    row.update({k: None for k in tensor_only})
+                rows.append(row)
         elif kind == "links":
             rows = [{"name": x.name, "kind": x.kind, "bandwidth_gb_s": x.bandwidth_gb_s, "rate_gbps": x.rate_gbps,
                      "latency_us": x.latency_us, "source": x.source} for x in cat.links.values()]
@@ -64,9 +72,15 @@ def register(app: typer.Typer) -> None:
         frame = pl.DataFrame(rows)
         if not sources and fmt == "table" and "source" in frame.columns:
             frame = frame.drop("source")
+        captions = {
+            "scenarios": None,
+            "efficiencies": "fractions of the datasheet peak (compute) or bandwidth (memory); *_us in microseconds; "
+                            "'-' where a generation has no tensor cores (its GEMMs run at cuda_gemm_eff); "
+                            "--sources shows each value's source",
+        }
         emit(frame, fmt, title=f"ddlscope catalog: {kind}",
-             caption="bandwidths in GB/s (1e9 bytes/s) per direction; --sources shows each datasheet source"
-             if kind != "scenarios" else None)
+             caption=captions.get(kind, "bandwidths in GB/s (1e9 bytes/s) per direction; --sources shows each "
+                                        "datasheet source"))
 
 
 

@@ -99,8 +99,9 @@ def register(app: typer.Typer) -> None:
                                "computed from it; tables and summary.json, no figures (docs/streaming.md)")
         ] = False,
         chunk_jobs: Annotated[
-            int, typer.Option("--chunk-jobs", help="with --streaming: jobs evaluated together")
-        ] = 250_000,
+            int | None, typer.Option("--chunk-jobs", help="with --streaming: jobs evaluated together "
+                                     "[default: 250,000]")
+        ] = None,
         trace_format: TraceFormatOpt = None,
         map_pairs: MapOpt = None,
         mapping: MappingOpt = None,
@@ -135,6 +136,13 @@ def register(app: typer.Typer) -> None:
         if precision not in PRECISIONS:
             raise ValueError(f"--precision: expected one of {', '.join(PRECISIONS)}, got {precision!r}")
         check_report_dir(out, "--out", overwrite)
+        if chunk_jobs is not None and not streaming:
+            raise ValueError("--chunk-jobs: read with --streaming only (without it every job is evaluated in one pass)")
+        if chunk_jobs is not None and chunk_jobs < 1:
+            raise ValueError(f"--chunk-jobs: expected at least 1, got {chunk_jobs}")
+        from ddlscope.population.streaming import DEFAULT_CHUNK_JOBS
+
+        chunk_jobs = DEFAULT_CHUNK_JOBS if chunk_jobs is None else chunk_jobs
         if not trace:
             given = [flag for flag, value, default in (
                 ("--trace-format", trace_format, None), ("--map", map_pairs, None), ("--mapping", mapping, None),

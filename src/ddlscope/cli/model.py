@@ -137,11 +137,31 @@ def _warn_memory(out: pl.DataFrame) -> None:
     unfit = out.filter(pl.col("fits_gpu_memory") == False)  # noqa: E712 (null = unknown stays quiet)
     for r in unfit.iter_rows(named=True):
         where = f" under {r['scenario']}" if r.get("scenario") not in (None, "baseline") else ""
-        need = ("its GPUs' share of the model state and activations (as this placement splits them)"
+        per_gpu = r.get("gpu_memory_needed_bytes")
+        need = ((f"the {per_gpu / 1e9:.1f} GB per GPU of model state and activations (as this placement shards "
+                 "them)" if per_gpu is not None else "its GPUs' share of the model state and activations (as this "
+                 "placement splits them)")
                 if str(r.get("architecture")) in sharded else f"a replica's {r['peak_memory_bytes'] / 1e9:.1f} GB")
         err_console.print(
             f"[yellow]warning:[/yellow] {need}{where} exceeds the {r['gpu']}'s {r['gpu_memory_bytes'] / 1e9:.0f} GB: "
             "this placement does not fit in GPU memory (the times assume it did)")
+
+
+def _warn_precision(out: pl.DataFrame, cat) -> None:
+    """A warning on stderr for every (GPU, precision) of ``out`` whose GEMMs have no tensor cores at
+    that precision (bf16 on Volta or Turing, tf32 before Ampere, any 16-bit type on Pascal and
+    older): the catalog prices them at the FP32 peak (its convention for a GPU without the unit), as
+    such a GPU runs them."""
+    for gpu, precision in out.select("gpu", pl.col("precision").cast(pl.String)).unique().iter_rows():
+        if precision == "fp32":
+            continue
+        spec = cat.gpu(gpu)
+        if not spec.has_tensor_cores(precision):
+            other = [p for p in ("fp16", "bf16", "tf32") if p != precision and spec.has_tensor_cores(p)]
+            hint = f"; its tensor cores take {', '.join(other)}" if other else ""
+            err_console.print(
+                f"[yellow]warning:[/yellow] the {gpu} has no {precision} tensor cores: {precision} GEMMs are priced "
+                f"at its FP32 rate ({getattr(spec.peak_tflops, precision):.1f} TFLOP/s){hint}", emoji=False)
 
 
 def _component_table(row: dict) -> pl.DataFrame:
@@ -231,6 +251,7 @@ def register(app: typer.Typer) -> None:
         out = predict_job(w, arch, sysm, overlap=overlap, ops=ops, catalog=cat)
         row = out.row(0, named=True)
         _warn_memory(out)
+        _warn_precision(out, cat)
         if fmt == "table":
             title = (f"{w.name} | {arch.kind}: {arch.num_gpus} GPU(s) on {row['num_servers']} server(s)"
                      f"{f', {arch.num_ps} PS' if arch.num_ps else ''} | {sysm.name}")
@@ -299,6 +320,7 @@ def register(app: typer.Typer) -> None:
                                                      flash_attention_version)[1]
         out = predict_whatif(w, arch, sysm, scenarios, overlap=overlap, ops=op_tables, catalog=cat)
         _warn_memory(out)
+        _warn_precision(out, cat)
         if fmt == "table":
             table = out.select(
                 "scenario",

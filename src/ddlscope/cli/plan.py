@@ -16,14 +16,13 @@ from ddlscope.cli.common import (
     FormatOpt,
     GpuOpt,
     NicOpt,
-    SystemName,
     err_console,
     user_catalog,
     user_errors,
 )
 from ddlscope.model.plan import search
 from ddlscope.profile.llm import BUILTIN_CONFIGS, DecoderConfig, mpt_configs
-from ddlscope.report.console import emit
+from ddlscope.report.console import FORMATS, emit, expected_one_of
 from ddlscope.shared_data import find_shared_data
 
 PLAN_COLUMNS = ("architecture", "sharding", "tp", "cp", "pp", "virtual_stages", "micro_batch", "microbatches",
@@ -70,14 +69,16 @@ def register(app: typer.Typer) -> None:
     def plan(
         model: Annotated[str, typer.Argument(help="a Hugging Face config.json, mixtral-8x7b, llama-2-70b, or mpt-125m ... "
                                                   "mpt-70b")],
-        gpus: Annotated[int, typer.Option("--gpus", "-n", min=1, help="GPUs of the job (whole servers)")] = 8,
+        gpus: Annotated[int, typer.Option("--gpus", "-n", min=1, help="GPUs of the job: 2 or more, whole servers "
+                                          "(or part of one server)")] = 8,
         global_batch: Annotated[int, typer.Option("--global-batch", min=1, help="sequences per optimizer step")] = 1024,
         seq_len: Annotated[int, typer.Option("--seq-len", min=1, help="tokens per sequence")] = 2048,
-        system: SystemName = None,
+        system: Annotated[str | None, typer.Option("--system", "-s", help="server type from the catalog "
+                                                   "(default dgx-a100)")] = None,
         gpu: GpuOpt = None,
         nic: NicOpt = None,
         catalog: CatalogFiles = None,
-        top: Annotated[int, typer.Option("--top", help="plans to print")] = 10,
+        top: Annotated[int, typer.Option("--top", min=1, help="plans to print")] = 10,
         flash_attention_version: FlashAttentionVersionOpt = 2,
         fmt: FormatOpt = "table",
     ) -> None:
@@ -91,6 +92,7 @@ def register(app: typer.Typer) -> None:
         most time per sequence against the best one.
         Example: `ddlscope plan mpt-70b --gpus 1024 --global-batch 2048 --system dgx-a100`.
         """
+        expected_one_of(fmt, FORMATS)  # before the search, not after it
         cat = user_catalog(catalog)
         cfg = load_config(model, seq_len)
         if cfg.flash_attention:

@@ -17,6 +17,7 @@ def register(app: typer.Typer) -> None:
     rpc_app = typer.Typer(
         help="Parameter-server RPC latency: dissect logs into stages, update skew, in-network offload.",
         no_args_is_help=True,
+        context_settings={"help_option_names": ["-h", "--help"]},
     )
     for name in RPC_COMMAND_MODULES:
         importlib.import_module(name).register(rpc_app)

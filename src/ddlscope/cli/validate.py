@@ -58,9 +58,9 @@ def _published(data: Path, fmt: str) -> None:
                                        "rejected_by_reason": _rejected_counts(mres)}})
         _rejected_note(mres)
         return
-    emit(res.summary.select(
+    emit(_zero_rounding(res.summary.select(
         "source", "table", "role", "rows", "mape", "median_ape", "max_ape", "bias",
-        *[c for c in ("sync_mape", "sync_measured_mean_s", "sync_predicted_mean_s") if c in res.summary.columns]),
+        *[c for c in ("sync_mape", "sync_measured_mean_s", "sync_predicted_mean_s") if c in res.summary.columns])),
         "table", title=f"Published measurements ({data}): MAPE of throughput (dle) and step time (pollux)",
         caption="role fit: rows the efficiencies were fitted on; test: the rest. sync_*: Pollux sync_time vs the "
         "model's exposed communication, multi-GPU rows")
@@ -93,6 +93,14 @@ def _measurement_rows(res) -> pl.DataFrame:
 
 def _rejected_counts(res) -> dict[str, int]:
     return dict(res.rejected.group_by("reason").len().sort("len", descending=True).iter_rows())
+
+
+def _zero_rounding(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with float errors below 1e-12 in magnitude shown as 0 (an exact fit's MAPE is
+    rounding noise such as 5.6e-17, not an error)."""
+    cols = [n for n, t in frame.schema.items() if t.is_float() and n not in ("sync_measured_mean_s",
+                                                                            "sync_predicted_mean_s")]
+    return frame.with_columns(pl.when(pl.col(n).abs() < 1e-12).then(0.0).otherwise(pl.col(n)).alias(n) for n in cols)
 
 
 def _rejected_note(res) -> None:
@@ -139,12 +147,16 @@ def _measurement_report(res, title: str, fmt: str) -> None:
                 err_console.print(f"[yellow]{escape(line)}[/yellow]")
         _rejected_note(res)
         return
-    emit(res.summary, "table", title=title,
-         caption="error = predicted / measured - 1 of the measured quantity; mape = mean |error|; bias = mean error; "
-         "role fit: rows the efficiencies were fitted on")
+    has_fit = "role" in res.summary.columns and (res.summary["role"] == "fit").any()
+    emit(_zero_rounding(res.summary), "table", title=title,
+         caption="error = predicted / measured - 1 of the measured quantity; mape = mean |error|; bias = mean error"
+         + ("; role fit: rows the efficiencies were fitted on, test: the rest" if has_fit else ""))
     if res.ratios.height:
+        kinds = [str(k) for k in res.ratios["kind"].unique(maintain_order=True)] if "kind" in res.ratios.columns else []
+        what = {"gpu": "the GPU", "batch": "the batch", "precision": "the precision"}
+        differ = " or ".join(what.get(k, k) for k in kinds) or "one setting"
         emit(res.ratios, "table", title="Ratio errors of the test rows (absolute calibration cancels)",
-             caption="pairs of rows differing only in the GPU, the batch or the precision; ratio_error = "
+             caption=f"pairs of rows differing only in {differ}; ratio_error = "
              "predicted ratio / measured ratio - 1, faster row over slower")
     for line in res.protocol:
         out_console.print(f"protocol: {escape(line)}")

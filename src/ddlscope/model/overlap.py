@@ -305,9 +305,12 @@ def bucket_timeline(ops: pl.DataFrame, params: pl.DataFrame, *, bucket_bytes: fl
     Returns:
         ``{"timeline_tau": [...], "timeline_buckets_left": [...], "timeline_bytes_left": [...]}``,
         one entry per bucket; empty lists without dense gradients. Buckets are filled in ready order
-        (DDP's reverse parameter order, rebuilt from the first iteration's arrival order), the first
-        up to ``first_bucket_bytes``, the others up to ``bucket_bytes`` (a parameter larger than the
-        room left closes its bucket and opens the next, as DDP's ``compute_bucket_assignment_by_size``).
+        (DDP's reverse parameter order, rebuilt from the first iteration's arrival order). As DDP's
+        ``compute_bucket_assignment_by_size`` (``torch/csrc/distributed/c10d/reducer.cpp``) does,
+        each gradient is added to the open bucket first and the bucket closes once it holds at
+        least its limit (``first_bucket_bytes`` for the first, ``bucket_bytes`` for the others), so
+        the gradient that crosses the limit is in the bucket it closes; what is left after the
+        last such gradient is the last bucket.
     """
     bwd = ops.filter(c("phase") == "backward").sort("op_index")
     total = float(bwd["roofline_s"].sum() or 0.0)
@@ -324,14 +327,17 @@ def bucket_timeline(ops: pl.DataFrame, params: pl.DataFrame, *, bucket_bytes: fl
     taus, sizes = [], []
     cap, fill, last_tau = first_bucket_bytes, 0.0, 0.0
     for tau, nbytes in zip(dense["tau"].to_list(), dense["bytes"].to_list(), strict=True):
-        if fill > 0 and fill + nbytes > cap:
+        # DDP adds the gradient to the open bucket first, then closes the bucket once it holds at
+        # least the limit: the gradient that crosses the limit is in the bucket it closes
+        fill += nbytes
+        last_tau = tau
+        if fill >= cap:
             taus.append(last_tau)
             sizes.append(fill)
             cap, fill = bucket_bytes, 0.0
-        fill += nbytes
-        last_tau = tau
-    taus.append(last_tau)
-    sizes.append(fill)
+    if fill > 0:
+        taus.append(last_tau)
+        sizes.append(fill)
     n = len(sizes)
     left, acc = [], 0.0
     for s in reversed(sizes):

@@ -73,11 +73,15 @@ def placements(cfg: DecoderConfig, gpus: int, server_gpus: int, global_batch: in
     docstring's rules).
 
     Raises:
-        ValueError: ``gpus`` or ``global_batch`` < 1, or GPUs that do not fill whole servers
-            (more than one server and ``gpus`` not a multiple of ``server_gpus``).
+        ValueError: ``gpus`` or ``global_batch`` < 1, one GPU (no plan spreads a model over one), or
+            GPUs that do not fill whole servers (more than one server and ``gpus`` not a multiple of
+            ``server_gpus``).
     """
     if gpus < 1 or global_batch < 1:
         raise ValueError(f"gpus, global_batch: expected >= 1, got {gpus}, {global_batch}")
+    if gpus < 2:
+        raise ValueError("gpus: the plans (fsdp, 3d) spread a model over 2 GPUs or more, got 1; one GPU runs the "
+                         "model whole (ddlscope predict --model NAME -a 1w1g)")
     if gpus > server_gpus and gpus % server_gpus:
         raise ValueError(f"gpus: expected whole servers of {server_gpus} GPUs, got {gpus}")
     rows = []
@@ -168,10 +172,14 @@ REASONS: tuple[tuple[str, str], ...] = (
 
 def rank_plans(evaluated: pl.DataFrame, seq_len: int) -> pl.DataFrame:
     """The plans best first (those that fit the GPU's memory, then by tokens/s), with
-    ``tokens_per_s``, ``tokens_per_s_per_gpu``, ``mfu`` (llm-foundry's definition, BF16 peak),
+    ``step_s`` and ``exposed_comm_s`` per optimizer step (an fsdp row's micro-batch step times its
+    ``microbatches``, the gradient-accumulation steps), ``tokens_per_s``, ``tokens_per_s_per_gpu``,
+    ``mfu`` (llm-foundry's definition, BF16 peak),
     ``bubble_s`` and ``loses_by`` (module docstring): ``(best)`` on the first plan only when it
-    fits, ``does not fit the GPU memory (N GiB > M GiB)`` (``gpu_memory_needed_bytes`` against
-    ``gpu_memory_bytes``, GiB = 2**30 bytes) on every plan that does not."""
+    fits (of plans equally fast, the one needing the least GPU memory), ``ties the best (< 0.05 %)``
+    on a plan within 0.05 % of it, ``does not fit the GPU memory (N GiB > M GiB)``
+    (``gpu_memory_needed_bytes`` against ``gpu_memory_bytes``, GiB = 2**30 bytes) on every plan
+    that does not."""
     f = pl.Float64
     pp = c("pp").fill_null(1).cast(f)
     v, M = c("virtual_stages").fill_null(1).cast(f), c("microbatches").fill_null(1).cast(f)
@@ -193,12 +201,14 @@ def rank_plans(evaluated: pl.DataFrame, seq_len: int) -> pl.DataFrame:
         __network_per_seq=c("network_exposed_s") / c("__seqs"),
         __host_per_seq=(c("host_s") + c("data_io_s")) / c("__seqs"),
         __wait_per_seq=c("sync_wait_s") / c("__seqs"),
-    ).sort([c("fits_gpu_memory").fill_null(True).not_(), c("tokens_per_s")], descending=[False, True])
+    ).sort([c("fits_gpu_memory").fill_null(True).not_(), c("tokens_per_s"), c("gpu_memory_needed_bytes")],
+           descending=[False, True, False], nulls_last=True, maintain_order=True)  # ties: the least memory first
     best = out.row(0, named=True)
     best_per_seq = best["step_s"] / best["__seqs"]
     diffs = [(name, c(col) - best[col]) for name, col in REASONS]
     worst = pl.max_horizontal([d for _, d in diffs])
     label = pl.lit("")
+    share = 100 * worst / best_per_seq
     for name, d in reversed(diffs):
         label = pl.when(d == worst).then(pl.format(f"{name} +{{}} %", (100 * d / best_per_seq).round(1))).otherwise(
             label)
@@ -207,7 +217,13 @@ def rank_plans(evaluated: pl.DataFrame, seq_len: int) -> pl.DataFrame:
                                            (c("gpu_memory_needed_bytes") / 2**30).round(1),
                                            (c("gpu_memory_bytes") / 2**30).round(1)))
                            .when(pl.int_range(pl.len()) == 0).then(pl.lit("(best)"))
+                           .when(share < 0.05).then(pl.lit("ties the best (< 0.05 %)"))
                            .otherwise(label))
+    # the model prices an fsdp row as one micro-batch (module docstring); its optimizer step is M of
+    # them, as a 3d row's step is already its M micro-batches: step_s and exposed_comm_s are per
+    # optimizer step on every row
+    per_step = pl.when(is3d).then(1.0).otherwise(M)
+    out = out.with_columns(step_s=c("step_s") * per_step, exposed_comm_s=c("exposed_comm_s") * per_step)
     return out.drop([x for x in out.columns if x.startswith("__")])
 
 

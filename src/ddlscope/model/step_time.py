@@ -411,8 +411,10 @@ def _step(lf: pl.LazyFrame, scheduled: bool = True, extra: bool = False,
         __inv_step=1.0 / step,
         __exposed_per_comm=pl.when(has_comm).then(c("exposed_comm_s") / c("comm_s")).otherwise(0.0),
         # the links' own exposed time, without the wait for the slowest rank (sync_wait_s, reported apart)
+        # at most 1: exposed and comm are sums of the same terms, and rounding must not make a
+        # link's hidden time (comm x (1 - this)) a tiny negative number
         __link_exposed_per_comm=pl.when(has_comm).then(
-            (c("exposed_comm_s") - c("sync_wait_s")) / c("comm_s")).otherwise(0.0),
+            ((c("exposed_comm_s") - c("sync_wait_s")) / c("comm_s")).clip(upper_bound=1.0)).otherwise(0.0),
     )
 
 

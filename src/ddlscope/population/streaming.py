@@ -89,12 +89,13 @@ class JobChunks:
         """Yield ``(population rows done, Jobs table of the slice)``; sets :attr:`population` at the end."""
         parts = []
         self.assembled = 0
-        for start in range(0, max(self.total, 1), self.chunk_jobs):
-            jobs, part = assemble_jobs(self._population.slice(start, self.chunk_jobs), self._library,
+        step = min(self.chunk_jobs, max(self.total, 1))  # a chunk larger than the population is all of it
+        for start in range(0, max(self.total, 1), step):
+            jobs, part = assemble_jobs(self._population.slice(start, step), self._library,
                                        self._catalog, first_job_id=start, **self._options)
             parts.append(part)
             self.assembled += jobs.height
-            yield min(start + self.chunk_jobs, self.total), jobs
+            yield min(start + step, self.total), jobs
         self.population = pl.concat(parts, how="vertical_relaxed")
 
 
@@ -163,8 +164,9 @@ def characterize_streaming(
     if isinstance(jobs, pl.DataFrame):
         check_population(jobs)
         total = jobs.height
+        step = min(chunk_jobs, max(total, 1))  # a chunk larger than the population is all of it
         slices: Iterator[tuple[int, pl.DataFrame]] | JobChunks = (
-            (min(start + chunk_jobs, total), jobs.slice(start, chunk_jobs)) for start in range(0, total, chunk_jobs))
+            (min(start + step, total), jobs.slice(start, step)) for start in range(0, total, step))
     else:
         total, slices = jobs.total, jobs
     names = ["baseline", *(s.name for s in scenarios)]

@@ -154,20 +154,33 @@ _SLOW_LABELS = {"data_io": "data I/O", "device_copy": "device copies"}
 def straggler_sentence(skew_summary: dict[str, Any]) -> str:
     """The straggler in one sentence, without a final full stop, written once for the console,
     ``summary.json`` and the HTML headline: ``"rank 3: 0.123 ms more non-communication time per
-    iteration than the median rank, mostly compute-bound (+0.100 ms)"``.
+    iteration than the median rank, mostly compute-bound (+0.100 ms)"``. With two ranks the median
+    is their mean, and the sentence says so. "mostly" is said where the component carries at least
+    half of the excess, otherwise the sentence names the largest component; what the other
+    components add together (negative where they are below the median) is said beside it unless it
+    is within 5 % of the excess.
 
     Args:
         skew_summary: :func:`ddlscope.measure.skew.rank_skew`'s summary of two or more ranks
-            (``straggler_rank``, ``straggler_excess_us``, ``slow_component``, ``slow_component_excess_us``).
+            (``ranks``, ``straggler_rank``, ``straggler_excess_us``, ``slow_component``,
+            ``slow_component_excess_us``).
 
     Raises:
         KeyError: a one-rank summary (it names no straggler).
     """
     slow = str(skew_summary["slow_component"])
-    return (f"rank {skew_summary['straggler_rank']}: {straggler_ms(skew_summary['straggler_excess_us'])} more "
-            f"non-communication time per iteration than the median rank, mostly "
-            f"{_SLOW_LABELS.get(slow, slow.replace('_', '-'))} "
-            f"(+{straggler_ms(skew_summary['slow_component_excess_us'])})")
+    label = _SLOW_LABELS.get(slow, slow.replace("_", "-"))
+    total, part = float(skew_summary["straggler_excess_us"]), float(skew_summary["slow_component_excess_us"])
+    median = ("the mean of the 2 ranks (their median)" if skew_summary.get("ranks") == 2
+              else "the median rank")
+    rest = total - part
+    others = f"the others {'+' if rest >= 0 else '-'}{straggler_ms(abs(rest))} together"
+    if part >= 0.5 * total:
+        where = f"mostly {label} (+{straggler_ms(part)}" + (f"; {others})" if abs(rest) > 0.05 * abs(total) else ")")
+    else:
+        where = f"the largest component {label} (+{straggler_ms(part)}; {others})"
+    return (f"rank {skew_summary['straggler_rank']}: {straggler_ms(total)} more non-communication time per "
+            f"iteration than {median}, {where}")
 
 
 def summary(a: TraceAnalysis) -> dict[str, Any]:

@@ -134,7 +134,8 @@ class Architecture(BaseModel):
         if t.model_parallel:
             if n % (self.tp * self.pp * self.cp):
                 what = "tp x pp" if self.cp == 1 else "tp x cp x pp"
-                raise ValueError(f"tp/pp: {k} expects {what} = {self.tp * self.pp * self.cp} to divide the {n} GPUs")
+                raise ValueError(f"{what.replace(' x ', '/')}: {k} expects {what} = {self.tp * self.pp * self.cp} "
+                                 f"to divide the {n} GPUs")
             dp = n // (self.tp * self.pp * self.cp)
             if dp % self.ep:
                 raise ValueError(f"ep: the expert-parallel GPUs are taken from the data-parallel group; expected ep "
