@@ -52,8 +52,8 @@ PrecisionOpt = Annotated[
 ModelOpt = Annotated[
     str | None,
     typer.Option("--model", "-m", help="take the workload from `ddlscope profile` of a zoo model or "
-                 "package.module:factory, or from a decoder LLM's shape (a Hugging Face config.json, mixtral-8x7b, llama-2-70b, "
-                 "mpt-<size>; bf16, sequence --seq-len, default 2048) (instead of --workload-file)"),
+                 "package.module:factory, or from a decoder LLM's shape (a Hugging Face config.json, mixtral-8x7b, "
+                 "llama-2-70b, mpt-<size>; bf16, sequence --seq-len, default 2048) (instead of --workload-file)"),
 ]
 SeqLenOpt = Annotated[int | None, typer.Option("--seq-len", help="with --model: sequence length")]
 ImageSizeOpt = Annotated[int | None, typer.Option("--image-size", help="with --model: image side in pixels")]

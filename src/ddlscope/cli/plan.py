@@ -67,8 +67,8 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @user_errors
     def plan(
-        model: Annotated[str, typer.Argument(help="a Hugging Face config.json, mixtral-8x7b, llama-2-70b, or mpt-125m ... "
-                                                  "mpt-70b")],
+        model: Annotated[str, typer.Argument(help="a Hugging Face config.json, mixtral-8x7b, llama-2-70b, or "
+                                                  "mpt-125m ... mpt-70b")],
         gpus: Annotated[int, typer.Option("--gpus", "-n", min=1, help="GPUs of the job: 2 or more, whole servers "
                                           "(or part of one server)")] = 8,
         global_batch: Annotated[int, typer.Option("--global-batch", min=1, help="sequences per optimizer step")] = 1024,
