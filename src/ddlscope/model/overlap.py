@@ -150,6 +150,9 @@ def _schedule_kernel():
     @numba.njit(nogil=True, cache=True)
     def kernel(is_ps, comm, compute, S, E, k, ranks, sigma, bucket, first, L, pipelined, bf, fraction, exposed,
                wait):
+        # sqrt(2 ln p) per whole rank count up to 1024, computed on first use: the same function of the
+        # same p, so the same bits, without a logarithm per row (about 11 of the loop's 21 ns per row)
+        extreme = np.full(1025, np.nan)
         for i in range(comm.shape[0]):
             c_all = comm[i]
             if not math.isnan(fraction[i]):  # an explicit policy: hidden = min(f comm, compute), no wait
@@ -160,7 +163,16 @@ def _schedule_kernel():
                 exposed[i] = 0.0 if c_all <= 0.0 else c_all
                 wait[i] = 0.0 if c_all <= 0.0 else c_all
                 continue
-            w = sigma[i] * math.sqrt(2.0 * math.log(max(ranks[i], 1.0))) * compute[i]
+            p = max(ranks[i], 1.0)
+            j = int(p) if p <= 1024.0 else 0
+            if j == p:
+                factor = extreme[j]
+                if math.isnan(factor):
+                    factor = math.sqrt(2.0 * math.log(p))
+                    extreme[j] = factor
+            else:
+                factor = math.sqrt(2.0 * math.log(p))
+            w = sigma[i] * factor * compute[i]
             s = S[i]
             C = c_all * s / max(s + E[i], 1.0)  # the dense part; the sparse rest is exposed whole
             T = bf[i] * compute[i]  # the backward
