@@ -48,6 +48,12 @@ def test_pai_reader_fuzz(pai_trace, tmp_path, seed):
     fuzz_pai_reader(pai_trace, seed, tmp_path)
 
 
+def test_pai_reader_fuzz_huge_plan_gpu(pai_trace, tmp_path):
+    """Seed 39137097 once made a plan_gpu of 1e306 overflow the GPU count (a Polars cast error, not a
+    user error); such a row is now rejected as implausible and the accounting balances."""
+    fuzz_pai_reader(pai_trace, 39137097, tmp_path)
+
+
 @SETTINGS
 @given(seed=st.integers(0, 2**32 - 1))
 def test_openb_reader_fuzz(shared_data, tmp_path, seed):

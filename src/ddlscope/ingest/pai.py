@@ -173,6 +173,11 @@ DUPLICATE_KEY = "duplicate key"
 UNKNOWN_STATUS = "unknown status"
 NEGATIVE = "negative value"
 END_BEFORE_START = "end before start"
+IMPLAUSIBLE = "implausible value"
+MAX_PLAN_GPU = 100.0 * 1024
+"""The largest ``plan_gpu`` taken (percent of a GPU): 1,024 GPUs per instance, far above any server
+of the trace (its machines hold at most 8); a larger request is a corrupt row (rejected, not cast
+to an overflowing GPU count)."""
 
 _SUFFIXES = (".csv", ".csv.gz", ".tar.gz", ".tgz")
 
@@ -261,6 +266,9 @@ def _validate(table: str, read: TableRead) -> TableRead:
     if table == "task":
         read = _missing(read, "job_name")
         read = read.reject(pl.col("plan_gpu") < 0, NEGATIVE, pl.format("plan_gpu {}; expected >= 0", "plan_gpu"))
+        read = read.reject(pl.col("plan_gpu") > MAX_PLAN_GPU, IMPLAUSIBLE,
+                           pl.format(f"plan_gpu {{}}; expected <= {MAX_PLAN_GPU:.0f} (1,024 GPUs per instance)",
+                                     "plan_gpu"))
         read = read.reject(pl.col("inst_num") < 0, NEGATIVE, pl.format("inst_num {}; expected >= 0", "inst_num"))
         return _dedupe(_times(read), ["job_name", "task_name"], "task")
     if table == "instance":

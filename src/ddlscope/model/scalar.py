@@ -175,7 +175,7 @@ def breakdown_one(row: Mapping[str, Any]) -> dict[str, Any]:
         memory_bound_s=memory_bound_s, host_s=host_s, pcie_s=pcie_s, nvlink_s=nvlink_s, network_s=network_s,
         comm_s=comm_s, exposed_comm_s=exposed_comm_s, hidden_comm_s=hidden_comm_s, sync_wait_s=sync_wait_s,
         **{f"{x}_exposed_s": link_s[x] * link_exposed_per_comm for x in LINKS},
-        **{f"{x}_hidden_s": link_s[x] * (1 - link_exposed_per_comm) for x in LINKS},
+        **{f"{x}_hidden_s": link_s[x] * max(0.0, 1 - link_exposed_per_comm) for x in LINKS},
         step_s=step_s, samples_per_s=_div(float(r0["batch_size"]) * num_gpus, step_s),
         pcie_bytes=pcie_bytes, nvlink_bytes=nvlink_bytes, network_bytes=network_bytes,
         share_data_io=_div(data_io_s, step_s), share_compute_bound=_div(compute_bound_s, step_s),

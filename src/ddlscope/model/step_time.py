@@ -411,10 +411,8 @@ def _step(lf: pl.LazyFrame, scheduled: bool = True, extra: bool = False,
         __inv_step=1.0 / step,
         __exposed_per_comm=pl.when(has_comm).then(c("exposed_comm_s") / c("comm_s")).otherwise(0.0),
         # the links' own exposed time, without the wait for the slowest rank (sync_wait_s, reported apart)
-        # at most 1: exposed and comm are sums of the same terms, and rounding must not make a
-        # link's hidden time (comm x (1 - this)) a tiny negative number
         __link_exposed_per_comm=pl.when(has_comm).then(
-            ((c("exposed_comm_s") - c("sync_wait_s")) / c("comm_s")).clip(upper_bound=1.0)).otherwise(0.0),
+            (c("exposed_comm_s") - c("sync_wait_s")) / c("comm_s")).otherwise(0.0),
     )
 
 
@@ -436,7 +434,9 @@ def _shares(lf: pl.LazyFrame, priced: bool = False, extra: bool = False) -> pl.L
     lf = lf.with_columns(
         **{f"share_{x}": c(f"__exposed_{x}_s") * inv_step for x in LINKS},
         **{f"{x}_exposed_s": c(f"{x}_s") * link_exposed_per_comm for x in LINKS},
-        **{f"{x}_hidden_s": c(f"{x}_s") * (1 - link_exposed_per_comm) for x in LINKS},
+        # never below 0: the exposed time can exceed the links' (per-collective launch latencies are
+        # exposed but are not link time), and rounding must not give a tiny negative hidden time
+        **{f"{x}_hidden_s": c(f"{x}_s") * (1 - link_exposed_per_comm).clip(lower_bound=0.0) for x in LINKS},
         __best_component=pl.max_horizontal(candidates),
         __best_link=pl.max_horizontal(link_s),
     )
