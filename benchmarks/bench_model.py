@@ -10,13 +10,17 @@ Prints three figures:
   priced once and joined): the population path of issue 14;
 - peak resident memory of the process.
 
-Run: ``python benchmarks/bench_model.py [--jobs 1000000] [--overlap scheduled|none|full|F]`` (the
-scheduled overlap, the default since issue 15, costs about twice the fraction model's passes).
+Run: ``python benchmarks/bench_model.py [--jobs 1000000] [--overlap scheduled|none|full|F]
+[--engine streaming|in-memory|auto]`` (the scheduled overlap, the default since issue 15, costs
+about twice the fraction model's passes; the engine is Polars', default the library's
+:data:`ddlscope.model.step_time.ENGINE`, streaming). The load average is printed with the rows:
+the machine is shared, report it beside every figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import time
 
@@ -25,7 +29,7 @@ import polars as pl
 
 from ddlscope.model.jobs import JOB_SCHEMA, job_row
 from ddlscope.model.scenarios import apply_scenario, whatif
-from ddlscope.model.step_time import breakdown_lazy
+from ddlscope.model.step_time import ENGINE, breakdown_lazy, collect
 from ddlscope.specs.architecture import Architecture
 from ddlscope.specs.catalog import builtin_catalog
 from ddlscope.specs.examples import example_workload
@@ -68,7 +72,7 @@ SCENARIOS = [
 ]
 
 
-def _time_priced(stacked: pl.DataFrame, repeat: int) -> None:
+def _time_priced(stacked: pl.DataFrame, repeat: int, engine: str) -> None:
     """Model-only throughput on ``stacked`` with op-level prices joined (every row priced)."""
     from ddlscope.model.compute import price_jobs
 
@@ -82,7 +86,7 @@ def _time_priced(stacked: pl.DataFrame, repeat: int) -> None:
     for _ in range(repeat):
         out = None
         t = time.perf_counter()
-        out = breakdown_lazy(priced).collect()
+        out = collect(breakdown_lazy(priced), engine)
         times.append(time.perf_counter() - t)
     assert out["host_s"].min() > 0
     best, median = min(times), float(np.median(times))
@@ -97,17 +101,20 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--priced", action="store_true", help="also time the op-priced path")
     ap.add_argument("--overlap", default="scheduled", help="overlap policy of every job (default: scheduled)")
+    ap.add_argument("--engine", choices=("auto", "streaming", "in-memory"), default=ENGINE,
+                    help=f"Polars engine that collects the model (default: the library's, {ENGINE})")
     args = ap.parse_args()
     jobs = random_jobs(args.jobs, overlap=args.overlap)
     stacked = pl.concat([apply_scenario(jobs, s) for s in SCENARIOS], how="vertical_relaxed").collect()
     rows = stacked.height
-    print(f"jobs: {args.jobs:,}  scenarios: {len(SCENARIOS)}  job-scenario rows: {rows:,}")
+    print(f"jobs: {args.jobs:,}  scenarios: {len(SCENARIOS)}  job-scenario rows: {rows:,}  engine: {args.engine}  "
+          f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
     times = []
     for _ in range(args.repeat):
         out = None  # the previous result is freed first: one output in memory at a time
         t = time.perf_counter()
-        out = breakdown_lazy(stacked).collect()
+        out = collect(breakdown_lazy(stacked), args.engine)
         times.append(time.perf_counter() - t)
     assert out.height == rows and out["step_s"].null_count() == 0
     best, median = min(times), float(np.median(times))
@@ -115,13 +122,13 @@ def main() -> None:
           f"median {median:.2f} s = {rows / median / 1e6:.1f} M rows/s (of {args.repeat} runs)")
     del out
     if args.priced:
-        _time_priced(stacked, args.repeat)
+        _time_priced(stacked, args.repeat, args.engine)
 
     times = []
     for _ in range(args.repeat):
         res = None
         t = time.perf_counter()
-        res = whatif(jobs, SCENARIOS)
+        res = whatif(jobs, SCENARIOS, engine=args.engine)
         times.append(time.perf_counter() - t)
     total = res.height
     best, median = min(times), float(np.median(times))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from ddlscope.cli.main import app
@@ -99,6 +100,37 @@ def test_rescaling_a_fixed_workload_warns_that_the_memory_fit_is_not_checked():
     for args in ([], ["-b", str(w.batch_size)]):  # not rescaled: the peak is known, no warning
         res = runner.invoke(app, ["predict", *args])
         assert res.exit_code == 0 and "memory fit is not checked" not in res.output
+
+
+def test_predict_prices_the_flash_attention_release(shared_data):
+    # MPT-125M (12 layers, hidden 768), 8 sequences of 2,048 tokens on one A100-SXM4-80GB (BF16 312 TFLOP/s):
+    # the causal flash-attention forward is 4 b s^2 h / 2 = 5.154e10 FLOPs per layer, its backward 2.5x that;
+    # compute-bound either way (58 us of memory time vs 268 us), so only the efficiency changes, Ampere's
+    # attention_eff 0.615 (flash-attn 2) vs attention_v1_eff 0.325 (flash-attn 1); fills, launches and the
+    # host term are the same
+    args = ["predict", "--model", "mpt-125m", "-b", "8", "--architecture", "1w1g", "--system", "dgx-a100",
+            "--format", "json"]
+    rows = {}
+    for version in ("1", "2", None):
+        res = runner.invoke(app, args + (["--flash-attention-version", version] if version else []))
+        assert res.exit_code == 0, res.output
+        rows[version] = json.loads(res.output)[0]
+    assert rows[None]["step_s"] == rows["2"]["step_s"]  # the default is flash-attn 2, as in `plan`
+    attention_flops = 12 * (1 + 2.5) * 4 * 8 * 2048**2 * 768 / 2
+    delta_s = attention_flops / 312e12 * (1 / 0.325 - 1 / 0.615)
+    assert delta_s == pytest.approx(0.010066, rel=1e-4)
+    assert rows["1"]["compute_bound_s"] - rows["2"]["compute_bound_s"] == pytest.approx(delta_s, rel=1e-9)
+    assert rows["1"]["step_s"] - rows["2"]["step_s"] == pytest.approx(delta_s, rel=1e-9)
+    assert rows["1"]["memory_bound_s"] == rows["2"]["memory_bound_s"] and rows["1"]["host_s"] == rows["2"]["host_s"]
+    # a profiled (non-decoder) model or the example workload has no flash-attn release to choose
+    bad = runner.invoke(app, ["predict", "--flash-attention-version", "1"])
+    assert bad.exit_code != 0 and "--flash-attention-version: only with --model of a decoder LLM" in bad.output
+    # whatif takes it too: its baseline is predict's
+    res = runner.invoke(app, ["whatif", "--model", "mpt-125m", "-b", "8", "--architecture", "1w1g", "--system",
+                              "dgx-a100", "--flash-attention-version", "1", "--scenario", "mixed-precision",
+                              "--format", "json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)[0]["step_s"] == pytest.approx(rows["1"]["step_s"], rel=1e-12)
 
 
 def test_a_precision_without_tensor_cores_is_said():

@@ -5,6 +5,7 @@ import pytest
 from pydantic import ValidationError
 
 from ddlscope.profile.llm import (
+    BUILTIN_CONFIGS,
     MIXTRAL_8X7B,
     DecoderConfig,
     activation_bytes,
@@ -28,6 +29,8 @@ def test_hf_configs_give_the_published_parameter_counts():
     assert small.gated_mlp and not small.tied_embeddings and big.kv == 8
     assert small.num_params == 6_738_415_616
     assert big.num_params == 68_976_648_192
+    builtin = DecoderConfig.from_hf(BUILTIN_CONFIGS["llama-2-70b"], name="llama-2-70b")  # `plan llama-2-70b`
+    assert builtin.num_params == 68_976_648_192 and builtin.kv == 8 and builtin.layers == 80
     with pytest.raises(ValueError, match=r"none of \['vocab_size'\] given"):
         DecoderConfig.from_hf({k: v for k, v in LLAMA2_7B.items() if k != "vocab_size"})
     with pytest.raises(ValidationError, match="kv_heads: expected a divisor of heads"):

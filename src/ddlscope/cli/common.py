@@ -137,6 +137,13 @@ OverlapOpt = Annotated[
                       "the backward, the last one exposed, plus the wait for the slowest rank; fsdp: the prefetch of "
                       "the next unit's parameters; 3d: nothing hidden), none, full, or a fraction")
 ]
+FlashAttentionVersionOpt = Annotated[
+    int | None,
+    typer.Option("--flash-attention-version", min=1, max=2,
+                 help="the flash-attn release the job runs: 2 (flash-attn 2.x, PyTorch's SDPA) or 1 (flash-attn 1.x, "
+                      "the PyTorch 1.13-era stacks); priced at the catalog's attention_eff / attention_v1_eff "
+                      "(a decoder LLM config with flash attention only; default 2)"),
+]
 FormatOpt = Annotated[str, typer.Option("--format", "-f", help="table, json or csv")]
 OverwriteOpt = Annotated[
     bool,

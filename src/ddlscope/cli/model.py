@@ -11,6 +11,7 @@ import typer
 from ddlscope.cli.common import (
     ArchOpt,
     CatalogFiles,
+    FlashAttentionVersionOpt,
     FormatOpt,
     GpuOpt,
     GpusPerWorkerOpt,
@@ -52,7 +53,7 @@ ModelOpt = Annotated[
     str | None,
     typer.Option("--model", "-m", help="take the workload from `ddlscope profile` of a zoo model or "
                  "package.module:factory, or from a decoder LLM's shape (a Hugging Face config.json, mixtral-8x7b, "
-                 "mpt-<size>; bf16, sequence --seq-len, default 2048) (instead of --workload-file)"),
+                 "llama-2-70b, mpt-<size>; bf16, sequence --seq-len, default 2048) (instead of --workload-file)"),
 ]
 SeqLenOpt = Annotated[int | None, typer.Option("--seq-len", help="with --model: sequence length")]
 ImageSizeOpt = Annotated[int | None, typer.Option("--image-size", help="with --model: image side in pixels")]
@@ -68,8 +69,22 @@ def _workload(workload_file: Path | None, batch_size: int | None, precision: str
 
 def _workload_and_ops(workload_file: Path | None, batch_size: int | None, precision: str | None,
                       model: str | None = None, seq_len: int | None = None, image_size: int | None = None,
-                      optimizer: str | None = None) -> tuple[Workload, pl.DataFrame | None]:
-    """The workload and, with ``--model``, its op table (for op-level pricing; ``None`` otherwise)."""
+                      optimizer: str | None = None,
+                      flash_attention_version: int | None = None) -> tuple[Workload, pl.DataFrame | None]:
+    """The workload and, with ``--model``, its op table (for op-level pricing; ``None`` otherwise).
+
+    ``flash_attention_version`` (``--flash-attention-version``, as ``ddlscope plan``'s): the
+    flash-attn release of a decoder LLM config that uses flash attention (1 or 2; ``None``: the
+    config's own, 2); its attention kernels are then priced at the catalog's ``attention_v1_eff``
+    or ``attention_eff``. A config without flash attention ignores it, as ``plan`` does.
+
+    Raises:
+        ValueError: conflicting or misplaced options (``--flash-attention-version`` without a
+            decoder LLM ``--model``), as each message says.
+    """
+    if flash_attention_version is not None and (model is None or not _is_decoder_config(model)):
+        raise ValueError("--flash-attention-version: only with --model of a decoder LLM (a Hugging Face config.json, "
+                         "mixtral-8x7b, mpt-<size>)")
     if model is not None:
         if workload_file is not None:
             raise ValueError("--model, --workload-file: give one of them")
@@ -83,6 +98,8 @@ def _workload_and_ops(workload_file: Path | None, batch_size: int | None, precis
                 if v is not None and v < 1:
                     raise ValueError(f"{flag}: expected a positive integer, got {v}")
             cfg = load_config(model, 2048 if seq_len is None else seq_len)
+            if flash_attention_version is not None and cfg.flash_attention:
+                cfg = cfg.model_copy(update={"flash_attention_version": flash_attention_version})
             return decoder_workload(cfg, 1 if batch_size is None else batch_size, precision=precision or "bf16")
         from ddlscope.profile import profile_model
 
@@ -202,6 +219,7 @@ def register(app: typer.Typer) -> None:
         seq_len: SeqLenOpt = None,
         image_size: ImageSizeOpt = None,
         optimizer: OptimizerOpt = None,
+        flash_attention_version: FlashAttentionVersionOpt = None,
         architecture: ArchOpt = None,
         workers: WorkersOpt = None,
         gpus_per_worker: GpusPerWorkerOpt = None,
@@ -224,7 +242,8 @@ def register(app: typer.Typer) -> None:
         example as PS/Worker (8 workers, 2 PS) on the PAI study's 8 x V100 NVLink server with 25 Gb/s Ethernet.
         """
         parse_parallel(parallel)  # its errors before the (possibly long) profiling
-        w, ops = _workload_and_ops(workload_file, batch_size, precision, model, seq_len, image_size, optimizer)
+        w, ops = _workload_and_ops(workload_file, batch_size, precision, model, seq_len, image_size, optimizer,
+                                   flash_attention_version)
         arch = resolve_architecture(architecture, workers, gpus_per_worker, ps, servers, example_architecture(),
                                     parallel)
         sysm, cat = resolve_system(system, system_file, gpu, nic, nvlink, catalog)
@@ -263,6 +282,7 @@ def register(app: typer.Typer) -> None:
         seq_len: SeqLenOpt = None,
         image_size: ImageSizeOpt = None,
         optimizer: OptimizerOpt = None,
+        flash_attention_version: FlashAttentionVersionOpt = None,
         architecture: ArchOpt = None,
         workers: WorkersOpt = None,
         gpus_per_worker: GpusPerWorkerOpt = None,
@@ -284,7 +304,8 @@ def register(app: typer.Typer) -> None:
         8 x V100 NVLink server with 25 Gb/s Ethernet) under every built-in scenario.
         """
         parse_parallel(parallel)  # its errors before the (possibly long) profiling
-        w, ops = _workload_and_ops(workload_file, batch_size, precision, model, seq_len, image_size, optimizer)
+        w, ops = _workload_and_ops(workload_file, batch_size, precision, model, seq_len, image_size, optimizer,
+                                   flash_attention_version)
         arch = resolve_architecture(architecture, workers, gpus_per_worker, ps, servers, example_architecture(),
                                     parallel)
         sysm, cat = resolve_system(system, system_file, gpu, nic, nvlink, catalog)
@@ -295,7 +316,8 @@ def register(app: typer.Typer) -> None:
             op_tables = {w.precision: ops}
             for p in sorted({s.precision for s in scenarios if s.precision} - {w.precision}):
                 if {p, w.precision} != {"fp32", "tf32"}:
-                    op_tables[p] = _workload_and_ops(None, batch_size, p, model, seq_len, image_size, optimizer)[1]
+                    op_tables[p] = _workload_and_ops(None, batch_size, p, model, seq_len, image_size, optimizer,
+                                                     flash_attention_version)[1]
         out = predict_whatif(w, arch, sysm, scenarios, overlap=overlap, ops=op_tables, catalog=cat)
         _warn_memory(out)
         _warn_precision(out, cat)

@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from ddlscope.cli.common import (
     CatalogFiles,
+    FlashAttentionVersionOpt,
     FormatOpt,
     GpuOpt,
     NicOpt,
@@ -66,8 +67,8 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @user_errors
     def plan(
-        model: Annotated[str, typer.Argument(help="a Hugging Face config.json, mixtral-8x7b, or mpt-125m ... "
-                                                  "mpt-70b")],
+        model: Annotated[str, typer.Argument(help="a Hugging Face config.json, mixtral-8x7b, llama-2-70b, or "
+                                                  "mpt-125m ... mpt-70b")],
         gpus: Annotated[int, typer.Option("--gpus", "-n", min=1, help="GPUs of the job: 2 or more, whole servers "
                                           "(or part of one server)")] = 8,
         global_batch: Annotated[int, typer.Option("--global-batch", min=1, help="sequences per optimizer step")] = 1024,
@@ -78,10 +79,7 @@ def register(app: typer.Typer) -> None:
         nic: NicOpt = None,
         catalog: CatalogFiles = None,
         top: Annotated[int, typer.Option("--top", min=1, help="plans to print")] = 10,
-        flash_attention_version: Annotated[int, typer.Option(
-            "--flash-attention-version", min=1, max=2,
-            help="the flash-attn release the job runs: 2 (flash-attn 2.x, PyTorch's SDPA) or 1 (flash-attn 1.x, "
-                 "the PyTorch 1.13-era stacks); priced at the catalog's attention_eff / attention_v1_eff")] = 2,
+        flash_attention_version: FlashAttentionVersionOpt = 2,
         fmt: FormatOpt = "table",
     ) -> None:
         """Search every valid plan of a decoder LLM on N GPUs and print the best.

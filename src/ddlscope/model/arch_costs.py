@@ -77,23 +77,69 @@ def costed_kinds() -> list[str]:
     return [k for k, t in TRAITS.items() if t.cost is not None]
 
 
-def context(**exprs: pl.Expr) -> dict[str, pl.Expr]:
+COUNT_COLUMNS: dict[str, int] = {"tp": 1, "cp": 1, "pp": 1, "virtual_stages": 1, "microbatches": 1,
+                                 "num_layers": 1, "ep": 1, "experts_per_token": 0}
+"""The integer architecture columns the cost functions read as floats, and the value a null takes
+(:func:`ddlscope.model.pipeline.pipeline_terms`' ``fill_null(...).cast(Float64)``)."""
+
+
+def count_column(name: str) -> str:
+    """The temporary Float64 column of :func:`count_columns` for ``name``."""
+    return f"__ctx_{name}"
+
+
+def count_columns() -> dict[str, pl.Expr]:
+    """:data:`COUNT_COLUMNS` as Float64 columns, nulls filled, and ``sharding`` with its null as
+    ``zero3`` (FSDP's default, :func:`ddlscope.model.sharded.fsdp_terms`' own fill), each named by
+    :func:`count_column`: computed once in a pass before the terms, where each cost expression
+    otherwise filled and cast them again (Polars' common-sub-expression elimination keeps repeated
+    pieces inside the larger pieces it shares)."""
+    return {**{count_column(k): c(k).fill_null(v).cast(pl.Float64) for k, v in COUNT_COLUMNS.items()},
+            count_column("sharding"): c("sharding").fill_null("zero3")}
+
+
+def context(counts: bool = False, **exprs: pl.Expr) -> dict[str, pl.Expr]:
     """The context a cost function reads: the step-time model's expressions plus the optional
     architecture columns (:data:`ddlscope.model.jobs.ARCHITECTURE_OPTION_COLUMNS`: ``sharding``,
-    ``num_params``, and ``precision``)."""
+    ``num_params``, and ``precision``). ``counts``: the :data:`COUNT_COLUMNS` and ``sharding`` as
+    the columns of :func:`count_columns` (filled; a cost function's own fill and cast then change
+    nothing)."""
     cols = ("sharding", "num_params", "tp", "pp", "cp", "virtual_stages", "microbatches", "num_layers",
             "layer_activation_bytes", "layer_kv_bytes", "ep", "experts_per_token", "expert_params")
-    return {**{k: c(k) for k in cols}, "precision": c("precision"), **exprs}
+    filled = (*COUNT_COLUMNS, "sharding")
+    return {**{k: c(count_column(k) if counts and k in filled else k) for k in cols},
+            "precision": c("precision"), **exprs}
 
 
-def extra_terms(arch: pl.Expr, ctx: dict[str, pl.Expr]) -> dict[str, pl.Expr]:
+def term_column(kind: str, term: str) -> str:
+    """The temporary column of :func:`term_columns` holding ``kind``'s ``term``."""
+    return f"__cost_{kind}_{term}"
+
+
+def term_columns(ctx: dict[str, pl.Expr]) -> dict[str, pl.Expr]:
+    """Every costed kind's terms (its cost function's expressions over ``ctx``) as temporary
+    columns, name (:func:`term_column`) -> expression: evaluated in a pass of their own, where
+    Polars' common-sub-expression elimination shares what the terms have in common (the casts of
+    ``tp``, ``cp``, ``pp``, their products); inside :func:`extra_terms`' ``when`` branches it does
+    not, and each term re-evaluated them (128 Float64 casts in one plan search's query)."""
+    return {term_column(kind, t): e for kind in costed_kinds()
+            for t, e in COSTS[TRAITS[kind].cost](ctx).items()}  # type: ignore[index]
+
+
+def extra_terms(arch: pl.Expr, ctx: dict[str, pl.Expr], columns: bool = False) -> dict[str, pl.Expr]:
     """Per link term, the costed architectures' contribution (0 on other rows); ``needed``: the
     memory a GPU needs, the costed kinds' rule where they apply, ``ctx["needed"]`` elsewhere;
-    ``compute_scale`` (1 elsewhere) and ``replicas`` (``ctx["p"]`` elsewhere)."""
+    ``compute_scale`` (1 elsewhere) and ``replicas`` (``ctx["p"]`` elsewhere).
+
+    ``columns``: read each kind's terms from the columns of :func:`term_columns` (computed by an
+    earlier pass over the same ``ctx``) instead of building the expressions here; the values are the
+    same."""
     out = {t: pl.lit(0.0) for t in TERMS}
     needed, scale, replicas = ctx["needed"], pl.lit(1.0), ctx["p"]
     for kind in costed_kinds():
         terms = COSTS[TRAITS[kind].cost](ctx)  # type: ignore[index]
+        if columns:
+            terms = {t: c(term_column(kind, t)) for t in terms}
         is_kind = arch == kind
         for t in TERMS:
             out[t] = pl.when(is_kind).then(terms[t]).otherwise(out[t])

@@ -153,7 +153,7 @@ def pipeline_terms(ctx: dict[str, pl.Expr]) -> dict[str, pl.Expr]:
     a2a_net = pl.when(moe_ep).then(n_a2a * X * (ep - g_e) / ep).otherwise(0.0)
     a2a_intra_msgs = pl.when(moe_ep).then(n_a2a * (g_e - 1)).otherwise(0.0)
     a2a_net_msgs = pl.when(moe_ep).then(n_a2a * (ep - g_e)).otherwise(0.0)
-    w = pl.when(ctx["precision"].cast(pl.String).is_in(["fp16", "bf16"])).then(2.0).otherwise(4.0)
+    w = pl.when(ctx["precision"].is_in(["fp16", "bf16"])).then(2.0).otherwise(4.0)  # no String cast per row
     K = pl.when(w == 2.0).then(ADAM_STATE_BYTES_PER_PARAM_MIXED).otherwise(ADAM_STATE_BYTES_PER_PARAM_FP32)
     U = (w + K) * N + S
     U_e = pl.when(moe_ep).then((w + K) * Ne + S_e).otherwise(0.0)

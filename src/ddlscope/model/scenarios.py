@@ -23,7 +23,7 @@ from ddlscope.model.jobs import (
     link_columns,
     system_columns,
 )
-from ddlscope.model.step_time import breakdown_lazy
+from ddlscope.model.step_time import breakdown_lazy, collect
 from ddlscope.specs.catalog import Catalog, builtin_catalog
 from ddlscope.specs.efficiency import ComputeEfficiency
 from ddlscope.specs.overlap import overlap_fraction
@@ -274,13 +274,14 @@ def whatif_blocks(
     catalog: Catalog | None = None,
     columns: Sequence[str] | None = None,
     pricing: OpPricing | None = None,
+    engine: str | None = None,
 ) -> Iterator[pl.DataFrame]:
     """The rows of :func:`whatif`, one block per scenario (baseline first), each computed when
     asked for: a population of millions of jobs never holds more than one scenario's breakdown
     beside the results kept.
 
     Args:
-        jobs, scenarios, catalog, pricing: as :func:`whatif`.
+        jobs, scenarios, catalog, pricing, engine: as :func:`whatif`.
         columns: keep only these columns of each block (the model computes only what they need).
 
     Raises:
@@ -304,7 +305,7 @@ def whatif_blocks(
     costed_kinds = arch_costs.costed_kinds()
     in_jobs = bool(jobs["architecture"].is_in(costed_kinds).any())
     base_jobs = jobs.with_columns(scenario=pl.lit("baseline").cast(order), scenario_applied=pl.lit(False))
-    base = breakdown_lazy(pricing.price(base_jobs) if pricing else base_jobs, costed=in_jobs).collect()
+    base = collect(breakdown_lazy(pricing.price(base_jobs) if pricing else base_jobs, costed=in_jobs), engine)
     base_step = base["step_s"]
     base = base.with_columns(speedup=pl.lit(1.0))
     out = base.select(keep) if keep else base
@@ -319,7 +320,7 @@ def whatif_blocks(
             block = pricing.price(block.collect()).lazy()
         block = breakdown_lazy(block, costed=in_jobs or s.architecture in costed_kinds)
         block = block.with_columns(speedup=pl.lit(base_step) / c("step_s"))
-        yield (block.select(keep) if keep else block).collect()
+        yield collect(block.select(keep) if keep else block, engine)
 
 
 @dataclass(frozen=True)
@@ -352,6 +353,7 @@ def whatif(
     scenarios: Sequence[Scenario],
     catalog: Catalog | None = None,
     pricing: OpPricing | None = None,
+    engine: str | None = None,
 ) -> pl.DataFrame:
     """Every job under the baseline and every scenario, with its speedup.
 
@@ -362,6 +364,9 @@ def whatif(
             baseline's and each scenario's, is priced op by op on its own GPU and precision
             (rows of workloads without a table keep the totals path). Without it, priced columns
             already in ``jobs`` serve the rows whose GPU and precision they were priced for.
+        engine: the Polars engine of each block's model query
+            (:func:`ddlscope.model.step_time.collect`; default streaming); the output does not
+            depend on it.
 
     Returns:
         One row per job x (baseline + scenarios), baseline rows first, then each scenario's in the
@@ -374,4 +379,5 @@ def whatif(
     Raises:
         ValueError: duplicate scenario names, a missing column, a duplicate ``job_id``.
     """
-    return pl.concat(list(whatif_blocks(jobs, scenarios, catalog, pricing=pricing)), how="vertical_relaxed")
+    return pl.concat(list(whatif_blocks(jobs, scenarios, catalog, pricing=pricing, engine=engine)),
+                     how="vertical_relaxed")

@@ -170,7 +170,7 @@ def fsdp_terms(ctx: dict[str, pl.Expr]) -> dict[str, pl.Expr]:
     """
     p, g, m, k, S, nics = (ctx[x] for x in ("p", "g", "m", "k", "S", "nics"))
     sh, psi = ctx["sharding"], ctx["num_params"]
-    w = pl.when(ctx["precision"].cast(pl.String).is_in(["fp16", "bf16"])).then(2.0).otherwise(4.0)
+    w = pl.when(ctx["precision"].is_in(["fp16", "bf16"])).then(2.0).otherwise(4.0)  # no String cast per row
     P = pl.coalesce(psi * w, S)
     hybrid, zero3 = _sharding_is(sh, "hybrid"), _sharding_is(sh, "zero3")
     ag = pl.when(hybrid | zero3).then(2.0).otherwise(1.0)  # COLLECTIVES_PER_UNIT; one reduce-scatter each

@@ -101,7 +101,7 @@ from ddlscope.model.jobs import (
     check_jobs_frame,
     with_known_architectures,
 )
-from ddlscope.model.overlap import schedule_passes, with_schedule_defaults
+from ddlscope.model.overlap import SCHEDULE_COLUMNS, schedule_passes, with_schedule_defaults
 from ddlscope.specs.traits import kinds_where
 
 COMPONENTS: tuple[str, ...] = ("data_io", "compute_bound", "memory_bound", "pcie", "nvlink", "network")
@@ -122,7 +122,35 @@ OUTPUT_COLUMNS: tuple[str, ...] = (
     *(f"share_{c}" for c in COMPONENTS), "share_comm", "share_host", "bottleneck", "bottleneck_link",
 )
 
+ENGINE = "streaming"
+"""The Polars engine that collects the model (:func:`collect`): ``"streaming"`` evaluates the passes
+batch by batch (morsels of rows that stay in the CPU's caches, spread over the cores, the compiled
+schedule called per batch) instead of one whole-table column per operation; the results are
+bit-identical to ``"in-memory"``'s (every output column compared bit for bit on the benchmark's 10 M
+rows and on the model's tests) in about half the wall time on the 2-core development machine
+(docs/model.md, Speed)."""
+
 c = pl.col
+
+
+def collect(lf: pl.LazyFrame, engine: str | None = None) -> pl.DataFrame:
+    """Collect a model query (:func:`breakdown_lazy` and what is built on it) with ``engine``
+    (default :data:`ENGINE`; ``"in-memory"``, ``"streaming"`` or ``"auto"``, Polars' names).
+
+    Raises:
+        ValueError: an engine Polars does not know (Polars' own error).
+    """
+    return lf.collect(engine=engine or ENGINE)
+
+
+def _indicator(cond: pl.Expr, nullable: bool = True) -> pl.Expr:
+    """``cond`` as a 0/1 Float64 factor: 1.0 where true, 0.0 where false, null where null (the
+    values of ``cond.cast(pl.Float64)``, which costs about 4x this ``when`` in Polars 2.1: 28 vs
+    7 ms on 10 M rows). ``nullable`` false (the caller knows ``cond`` has no null): one branch,
+    and a result without a validity mask for the terms it multiplies to carry."""
+    if not nullable:
+        return pl.when(cond).then(1.0).otherwise(0.0)
+    return pl.when(cond).then(1.0).when(cond.not_()).then(0.0)
 
 
 def _argmax(names: tuple[str, ...], cols: list[pl.Expr], best: pl.Expr, dtype: pl.DataType,
@@ -175,6 +203,12 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame, costed: bool | None = None
         costed = not isinstance(jobs_in, pl.DataFrame) or bool(
             jobs_in["architecture"].is_in(arch_costs.costed_kinds()).any())
     extra = costed
+    # a DataFrame tells whether the indicators' inputs hold a null (a LazyFrame: assume so)
+    if isinstance(jobs_in, pl.DataFrame):
+        null_arch = jobs_in["architecture"].null_count() > 0
+        null_sparse = jobs_in["sparse_bytes_per_step"].null_count() > 0
+    else:
+        null_arch = null_sparse = True
     jobs = with_model_defaults(with_known_architectures(jobs))
     f = pl.Float64
     arch = c("architecture")
@@ -205,14 +239,13 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame, costed: bool | None = None
         __workers_per_server=((c("num_workers") + c("num_servers") - 1) // c("num_servers")).cast(f),
         __ps_shards=pl.max_horizontal(c("num_ps"), 1).cast(f),
         __flat=pl.when(c("num_servers") > 1).then(c("flat_ring")).otherwise(0.0),
-        # architecture indicators as 0/1 factors, stored once: a bool cast to Float64 costs about as
-        # much as a multiplication, and each is read by several terms below
+        # architecture indicators as 0/1 factors, stored once (each is read by several terms below)
         # (the architectures' flags from the traits table, ddlscope.specs.traits)
-        __sp=(E > 0).cast(f),
-        __is_host_ps=arch.is_in(kinds_where("host_parameters")).cast(f),
-        __is_ring=arch.is_in(kinds_where("dense_ring")).cast(f),
-        __is_gather=arch.is_in(kinds_where("sparse_allgather")).cast(f),
-        __is_pearl=arch.is_in(kinds_where("sparse_alltoall")).cast(f),
+        __sp=_indicator(E > 0, null_sparse),
+        __is_host_ps=_indicator(arch.is_in(kinds_where("host_parameters")), null_arch),
+        __is_ring=_indicator(arch.is_in(kinds_where("dense_ring")), null_arch),
+        __is_gather=_indicator(arch.is_in(kinds_where("sparse_allgather")), null_arch),
+        __is_pearl=_indicator(arch.is_in(kinds_where("sparse_alltoall")), null_arch),
     )
     p, g, m, r, k = c("__p"), c("__g"), c("__m"), c("__r"), c("__k")
     B_pcie, B_nv, B_nic = c("__B_pcie"), c("__B_nv"), c("__B_nic")
@@ -221,8 +254,8 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame, costed: bool | None = None
     # cheap per row (an Enum or a number compared): recomputed where used rather than stored
     has_nv = c("nvlink_bandwidth_bytes_per_s") > 0
     is_ps = arch.is_in(kinds_where("parameter_servers"))
-    tables_on_ps = arch.is_in(kinds_where("tables_off_gpu", "ps")).cast(f)
-    tables_split = arch.is_in(kinds_where("tables_off_gpu", "split")).cast(f)
+    tables_on_ps = _indicator(arch.is_in(kinds_where("tables_off_gpu", "ps")), null_arch)
+    tables_split = _indicator(arch.is_in(kinds_where("tables_off_gpu", "split")), null_arch)
 
     # -- pass 2: data I/O, computation, bytes and messages per link class ------------------------
     # host traffic (GPU <-> host memory over the shared PCIe uplink): up, then down
@@ -278,7 +311,13 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame, costed: bool | None = None
                 + is_gather * sp * ring_allgather_steps(m)
                 + is_pearl * sp * 2 * (p - g))
     if extra:  # the architectures with their own cost function (0 on the other rows)
-        x = arch_costs.extra_terms(arch, arch_costs.context(p=p, g=g, m=m, k=k, S=S, nics=nics, needed=needed))
+        # their terms in passes of their own (the default memory need, then every term as a column), so
+        # that what the terms share is evaluated once (arch_costs.term_columns)
+        ctx = arch_costs.context(counts=True, p=p, g=g, m=m, k=k, S=S, nics=nics, needed=c("__needed_default"))
+        lf = (lf.with_columns(__needed_default=needed, **arch_costs.count_columns())
+              .with_columns(**arch_costs.term_columns(ctx)))
+        needed = c("__needed_default")
+        x = arch_costs.extra_terms(arch, ctx, columns=True)
         intra_bytes, intra_msgs = intra_bytes + x["intra_bytes"], intra_msgs + x["intra_msgs"]
         ring_net_bytes, net_msgs = ring_net_bytes + x["network_bytes"], net_msgs + x["network_msgs"]
         needed = x["needed"]
@@ -302,9 +341,12 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame, costed: bool | None = None
     )
 
     # -- pass 3: the intra-server traffic goes on NVLink where the server has it, else on PCIe ---
+    # (its PCIe share once, as a column: read by pcie_bytes and by the PCIe time below)
+    lf = lf.with_columns(__intra_on_pcie=pl.when(has_nv).then(0.0).otherwise(c("__intra_bytes")))
+    intra_on_pcie = c("__intra_on_pcie")
     lf = lf.with_columns(
         data_io_s=c("storage_s") + c("h2d_s"),
-        pcie_bytes=c("__host_bytes") + pl.when(has_nv).then(0.0).otherwise(c("__intra_bytes")),
+        pcie_bytes=c("__host_bytes") + intra_on_pcie,
         __pcie_msgs=c("__host_msgs") + pl.when(has_nv).then(0.0).otherwise(c("__intra_msgs")),
         nvlink_bytes=pl.when(has_nv).then(c("__intra_bytes")).otherwise(0.0),
         nvlink_s=pl.when(has_nv).then(
@@ -312,14 +354,15 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame, costed: bool | None = None
         ).otherwise(0.0),
         network_s=alpha_beta_s(c("__network_msgs"), c("nic_latency_s"), c("network_bytes"), B_nic),
     )
-    intra_on_pcie = pl.when(has_nv).then(0.0).otherwise(c("__intra_bytes"))
     host_pcie_s = alpha_beta_s(c("__pcie_msgs"), c("pcie_latency_s"), c("pcie_bytes") - intra_on_pcie, B_pcie)
     lf = lf.with_columns(pcie_s=host_pcie_s
                          + intra_on_pcie / c("__B_pcie_coll"))
     lf = lf.with_columns(comm_s=c("pcie_s") + c("nvlink_s") + c("network_s"))
     # a DataFrame knows its null count for free: without a scheduled row the schedule is not built
     scheduled = not isinstance(jobs_in, pl.DataFrame) or jobs_in["overlap_fraction"].null_count() > 0
-    out = _shares(_step(lf, scheduled, extra), priced, extra)
+    # the schedule's parameters the table lacks are one default on every row (with_model_defaults)
+    constants = {k: v for k, (_, v, _) in SCHEDULE_COLUMNS.items() if k not in in_cols}
+    out = _shares(_step(lf, scheduled, extra, constants), priced, extra)
     return out.select(*in_cols, *(o for o in OUTPUT_COLUMNS if o not in in_cols))
 
 
@@ -333,8 +376,12 @@ def with_model_defaults(lf: pl.LazyFrame) -> pl.LazyFrame:
     return with_schedule_defaults(lf.with_columns(**missing) if missing else lf)
 
 
-def _step(lf: pl.LazyFrame, scheduled: bool = True, extra: bool = False) -> pl.LazyFrame:
+def _step(lf: pl.LazyFrame, scheduled: bool = True, extra: bool = False,
+          constants: dict[str, float] | None = None) -> pl.LazyFrame:
     """Pass 2: overlap and step time from the components.
+
+    ``constants``: the schedule's parameters at their defaults on every row (the Jobs table lacked
+    them), passed to :func:`~ddlscope.model.overlap.schedule_passes` as scalars.
 
     ``overlap_fraction`` null: the scheduled overlap of :mod:`ddlscope.model.overlap` (buckets
     queued behind the backward, the last exposed, plus the wait for the slowest rank); a number
@@ -347,11 +394,12 @@ def _step(lf: pl.LazyFrame, scheduled: bool = True, extra: bool = False) -> pl.L
         lf = lf.with_columns(sync_wait_s=pl.lit(0.0), exposed_comm_s=fraction)
     else:  # the compiled schedule prices both kinds of row (a fraction where one is given)
         lf = schedule_passes(lf, compute_s=compute_s, ranks=c("__p"),
-                             timeline="timeline_tau" in lf.collect_schema().names())
+                             timeline="timeline_tau" in lf.collect_schema().names(), constants=constants,
+                             tensors=c("__k"))
         exposed = c("__sched_exposed_s")
         if extra:  # an architecture's own overlap (FSDP's prefetch, ddlscope.model.arch_costs), scheduled rows
             own = arch_costs.scheduled_exposed(c("architecture"), exposed, c("comm_s"), compute_s,
-                                               c("num_gradient_tensors").cast(pl.Float64), c("__sched_wait_s"))
+                                               c("__k"), c("__sched_wait_s"))
             exposed = pl.when(c("overlap_fraction").is_null()).then(own).otherwise(exposed)
         lf = lf.with_columns(sync_wait_s=c("__sched_wait_s"), exposed_comm_s=exposed)
     step = c("data_io_s") + compute_s + c("exposed_comm_s") + c("host_s")
@@ -398,12 +446,14 @@ def _shares(lf: pl.LazyFrame, priced: bool = False, extra: bool = False) -> pl.L
     )
 
 
-def breakdown(jobs: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+def breakdown(jobs: pl.DataFrame | pl.LazyFrame, engine: str | None = None) -> pl.DataFrame:
     """Evaluate the step-time model on every row of ``jobs``; see the module docstring.
 
     Args:
         jobs: a Jobs table (:data:`ddlscope.model.jobs.JOB_SCHEMA` columns), one row per job x
             scenario. Extra columns are kept.
+        engine: the Polars engine (:func:`collect`; default :data:`ENGINE`, streaming); the
+            output does not depend on it.
 
     Returns:
         ``jobs`` with :data:`OUTPUT_COLUMNS` appended (seconds, bytes, shares in [0, 1]).
@@ -411,4 +461,4 @@ def breakdown(jobs: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
     Raises:
         ValueError: a required column is missing.
     """
-    return breakdown_lazy(jobs).collect()
+    return collect(breakdown_lazy(jobs), engine)

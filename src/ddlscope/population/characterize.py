@@ -17,7 +17,7 @@ import polars as pl
 
 from ddlscope.model.jobs import check_jobs_frame
 from ddlscope.model.scenarios import whatif_blocks
-from ddlscope.model.step_time import OUTPUT_COLUMNS, breakdown_lazy
+from ddlscope.model.step_time import OUTPUT_COLUMNS, breakdown_lazy, collect
 from ddlscope.population.aggregates import bottleneck_mix, component_shares, scenario_speedups, weighted_mean
 from ddlscope.specs.catalog import Catalog
 from ddlscope.specs.scenario import Scenario
@@ -173,9 +173,9 @@ def prepare_jobs(jobs: pl.DataFrame, require_gpu_memory: bool = True) -> tuple[p
     """
     # only what the GPU-time fill and the memory check read: the lazy query skips the rest of the
     # model (shares, bottlenecks), which the baseline block of whatif_blocks computes in full
-    baseline = breakdown_lazy(jobs).select(
+    baseline = collect(breakdown_lazy(jobs).select(
         "job_id", "step_s", "num_gpus", "fits_gpu_memory", "peak_memory_bytes", "gpu", "gpu_memory_bytes"
-    ).collect()
+    ))
     jobs = _fill_gpu_time(jobs, baseline)
     excluded = pl.DataFrame(schema={"job_id": pl.Int64, "reason": pl.String})
     if require_gpu_memory:

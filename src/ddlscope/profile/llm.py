@@ -100,8 +100,19 @@ shape reads and their published values): 32 layers, hidden 4096, 32 heads, 8 key
 SwiGLU experts of 14336, top-2, vocabulary 32000, untied embeddings. ``DecoderConfig.from_hf``
 gives 46,702,792,704 parameters, 12,879,925,248 active per token (Mistral AI, "Mixtral of
 experts", 2023: 46.7B total, 12.9B per token)."""
-BUILTIN_CONFIGS: dict[str, dict[str, Any]] = {"mixtral-8x7b": MIXTRAL_8X7B}
-"""Hugging Face configs known by name (``ddlscope plan mixtral-8x7b``)."""
+LLAMA_2_70B: dict[str, Any] = {
+    "_name_or_path": "meta-llama/Llama-2-70b-hf", "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama", "hidden_act": "silu", "hidden_size": 8192, "intermediate_size": 28672,
+    "max_position_embeddings": 4096, "num_attention_heads": 64, "num_hidden_layers": 80,
+    "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "tie_word_embeddings": False, "torch_dtype": "float16",
+    "vocab_size": 32000,
+}
+"""The Hugging Face ``config.json`` of Llama-2-70B (``meta-llama/Llama-2-70b-hf``; the keys the shape
+reads and their published values): 80 layers, hidden 8192, 64 heads, 8 key/value heads (grouped-query
+attention), SwiGLU MLP of 28672, vocabulary 32000, untied embeddings. ``DecoderConfig.from_hf`` gives
+68,976,648,192 parameters, the count of Meta's Llama 2 model card."""
+BUILTIN_CONFIGS: dict[str, dict[str, Any]] = {"mixtral-8x7b": MIXTRAL_8X7B, "llama-2-70b": LLAMA_2_70B}
+"""Hugging Face configs known by name (``ddlscope plan mixtral-8x7b``, ``ddlscope plan llama-2-70b``)."""
 
 
 class DecoderConfig(BaseModel):
