@@ -167,7 +167,8 @@ def test_bucket_timeline_closes_a_bucket_on_the_gradient_that_fills_it():
     # (20 < 25 open, 30 >= 25 closes with both): two buckets, nothing left over
     ops = pl.DataFrame({"op_index": [0, 1, 2, 3], "phase": ["backward"] * 4,
                         "module": ["a", "b", "c", "d"], "roofline_s": [1.0, 1.0, 1.0, 1.0]})
-    params = pl.DataFrame({"name": ["d.w", "c.w", "b.w", "a.w"], "bytes": [10.0 * MIB, 20.0 * MIB, 0.6 * MIB, 0.6 * MIB],
+    params = pl.DataFrame({"name": ["d.w", "c.w", "b.w", "a.w"],
+                           "bytes": [10.0 * MIB, 20.0 * MIB, 0.6 * MIB, 0.6 * MIB],
                            "kind": ["dense"] * 4})
     tl = bucket_timeline(ops, params)
     assert tl["timeline_tau"] == pytest.approx([0.5, 1.0])

@@ -66,7 +66,8 @@ unsharded Adam state of :func:`ddlscope.model.sharded.unsharded_state_bytes` plu
 Korthikanti et al. 2022, eq. 2: ``s b h (34 + 5 a s / h)`` bytes per layer (``34 s b h`` with flash
 attention, which keeps no scores), ``2 s b h`` per layer with full recomputation plus one layer's
 full activations, ``34 s b h`` with selective; plus the logits ``4 T V x 2`` (FP32 logits and
-their gradient; ``2 T V x 2`` with ``fused_cross_entropy``, which keeps them in 16 bit). A mixture of experts keeps the MLP's ``19 s b h`` (Korthikanti's MLP share of the
+their gradient; ``2 T V x 2`` with ``fused_cross_entropy``, which keeps them in 16 bit). A mixture
+of experts keeps the MLP's ``19 s b h`` (Korthikanti's MLP share of the
 34) for each of the ``k`` copies of a token: ``34 + 19 (k - 1)`` (our reconstruction).
 """
 

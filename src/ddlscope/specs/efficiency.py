@@ -22,7 +22,8 @@ is not a GEMM: it interleaves two matrix products with an online softmax and rea
 fraction of the tensor peak, ``attention_eff`` for FlashAttention-2-class kernels and
 ``attention_v1_eff`` for FlashAttention (v1), counted in the FLOPs the kernel executes (the causal
 half skipped); Dao, "FlashAttention-2", 2023, abstract and sec. 4.1: on A100 FlashAttention-2
-reaches 50-73 % of the theoretical maximum, about 2x FlashAttention's 25-40 %. The host issues the ops asynchronously, ``cpu_dispatch_us`` each (eager PyTorch's
+reaches 50-73 % of the theoretical maximum, about 2x FlashAttention's 25-40 %. The host issues the
+ops asynchronously, ``cpu_dispatch_us`` each (eager PyTorch's
 per-op dispatch and launch cost): where the GPU's kernels are shorter, the step waits for the host,
 ``host = step_overhead + max(0, ops * cpu_dispatch - GPU time)``; ``step_overhead_us`` is host
 time per step (framework, zero_grad, loss-scaler check, data-loader hand-off) that does not scale
