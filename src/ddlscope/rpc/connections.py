@@ -16,6 +16,14 @@ CONNECTION_KEY: tuple[str, ...] = ("worker_id", "server_id", "connection_id")
 """A connection is identified by (worker, server, connection id)."""
 
 
+def inferred_event_count(frame: pl.DataFrame) -> int:
+    """How many RPCs of ``frame`` :func:`add_connection_events` infers a ``connection_event`` for:
+    the nulls of the column, or every row without it."""
+    if "connection_event" in frame.columns:
+        return int(frame.get_column("connection_event").null_count())
+    return frame.height
+
+
 def add_connection_events(frame: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     """Make sure every RPC has a ``connection_event`` and add the set-up time columns.
 
@@ -35,11 +43,10 @@ def add_connection_events(frame: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     """
     first = pl.col("client_issue_ns").rank("ordinal").over(list(CONNECTION_KEY)) == 1
     guess = pl.when(first).then(pl.lit("new")).otherwise(pl.lit("reuse")).cast(ConnectionEventEnum)
+    inferred = inferred_event_count(frame)
     if "connection_event" in frame.columns:
-        inferred = int(frame.get_column("connection_event").null_count())
         event = pl.coalesce(pl.col("connection_event"), guess) if inferred else pl.col("connection_event")
     else:
-        inferred = frame.height
         event = guess
     frame = frame.with_columns(event.alias("connection_event"))
     if "client_connect_start_ns" in frame.columns and "client_connect_end_ns" in frame.columns:

@@ -44,7 +44,12 @@ from ddlscope.rpc.analyzers import (
     tail_levels,
 )
 from ddlscope.rpc.concurrency import add_concurrency, concurrency_fit, concurrency_profile, in_flight_columns
-from ddlscope.rpc.connections import add_connection_events, connection_summary, connections_per_server
+from ddlscope.rpc.connections import (
+    add_connection_events,
+    connection_summary,
+    connections_per_server,
+    inferred_event_count,
+)
 from ddlscope.rpc.decompose import decompose, stage_percentiles, stage_summary, substage_split
 from ddlscope.rpc.readers import RpcLog, read_rpc_log
 from ddlscope.rpc.schema import LATENCY_COLUMN, stages_of
@@ -227,7 +232,8 @@ def inferred_events_note(inferred: int) -> str:
 
 
 def annotate(frame: pl.DataFrame, threads: int = 2, *, steps: pl.DataFrame | None = None,
-             substage_bad: dict[str, int] | None = None) -> tuple[pl.DataFrame, list[str]]:
+             substage_bad: dict[str, int] | None = None, measures: tuple[str, ...] | None = None,
+             contributors: bool = True) -> tuple[pl.DataFrame, list[str]]:
     """Decompose every RPC and add all contributor columns (the one table the analyzers share).
 
     The streaming path (:mod:`ddlscope.rpc.streaming`) calls it on each part of a log that holds
@@ -241,6 +247,11 @@ def annotate(frame: pl.DataFrame, threads: int = 2, *, steps: pl.DataFrame | Non
             (:func:`~ddlscope.rpc.size_phase.iteration_steps`); default ``frame``'s own.
         substage_bad: the whole log's :func:`~ddlscope.rpc.decompose.substage_bad_rows` when
             ``frame`` is a part; default ``frame``'s own.
+        measures: the in-flight measures to add (default all,
+            :data:`~ddlscope.rpc.concurrency.CONCURRENCY_MEASURES`; each with the same counts).
+        contributors: add the connection events and set-up times and ``message_bytes`` (the
+            streamed path, whose tables read neither, passes False; the inference note is written
+            either way, from the same count).
 
     Returns:
         ``(rpcs, notes)``: the table of :attr:`Dissection.rpcs` and notes on inferred columns.
@@ -251,11 +262,16 @@ def annotate(frame: pl.DataFrame, threads: int = 2, *, steps: pl.DataFrame | Non
     notes: list[str] = []
     rpcs = decompose(frame, substage_bad=substage_bad)
     notes.extend(substage_split(rpcs, substage_bad)[1])
-    rpcs = add_concurrency(rpcs, threads=threads)
-    rpcs, inferred = add_connection_events(rpcs)
+    rpcs = add_concurrency(rpcs, threads=threads) if measures is None else add_concurrency(
+        rpcs, threads=threads, measures=measures)
+    if contributors:
+        rpcs, inferred = add_connection_events(rpcs)
+    else:
+        inferred = inferred_event_count(rpcs)
     if inferred:
         notes.append(inferred_events_note(inferred))
-    rpcs = add_message_bytes(rpcs)
+    if contributors:
+        rpcs = add_message_bytes(rpcs)
     rpcs = add_iteration_phase(rpcs, steps)
     return rpcs, notes
 

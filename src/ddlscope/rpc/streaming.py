@@ -8,8 +8,9 @@ partition (:func:`scatter_partitions`); otherwise a partition is read lazily (a 
 filtered on its servers; Parquet row groups whose statistics exclude them are skipped). Each
 partition goes through the same per-partition code as the in-memory path
 (:func:`~ddlscope.rpc.validate.normalize`, :func:`~ddlscope.rpc.dissect.split_implausible`,
-:func:`annotate_streamed`, the in-memory :func:`~ddlscope.rpc.dissect.annotate` cut to the
-columns the streamed tables read); only mergeable partial results leave a partition.
+:func:`~ddlscope.rpc.dissect.annotate` with ``contributors=False`` and the in-flight
+measures of :data:`STREAM_MEASURES`: cut to the columns the streamed tables read); only
+mergeable partial results leave a partition.
 
 Three passes over the partitions:
 
@@ -18,7 +19,7 @@ Three passes over the partitions:
    so the log-wide decisions of the in-memory path are taken once for the whole log; the checked
    rows (:data:`SPILLED_COLUMNS`) are spilled to a temporary Arrow IPC file per partition
    (``spill``), which the next passes read instead of the input;
-2. **sketch**: :func:`annotate_streamed` per partition, then: the percentiles of the
+2. **sketch**: :func:`~ddlscope.rpc.dissect.annotate` (cut as above) per partition, then: the percentiles of the
    groupings whose groups lie in one partition (server, connection: :data:`DISJOINT_GROUPINGS`),
    by the in-memory code itself; for the others (all, op, iteration quarter:
    :data:`MERGED_GROUPINGS`) the count per (group, stage, value bin) and the count, sum and
@@ -66,7 +67,6 @@ import numpy as np
 import polars as pl
 
 from ddlscope.rpc.concurrency import (
-    add_concurrency,
     concurrency_moments,
     fit_from_moments,
     merge_concurrency_moments,
@@ -76,14 +76,13 @@ from ddlscope.rpc.decompose import (
     decompose,
     quantile_label,
     substage_bad_rows,
-    substage_split,
     type7_ranks,
     type7_value,
 )
 from ddlscope.rpc.dissect import (
     MAX_PLAUSIBLE_LATENCY_US,
     PERCENTILE_GROUPS,
-    inferred_events_note,
+    annotate,
     no_rows_message,
     percentile_table,
     split_implausible,
@@ -385,7 +384,7 @@ def _spill_path(ctx: dict[str, Any], part: Partition) -> Path | None:
 SPILLED_COLUMNS: tuple[str, ...] = (
     "log_file", "log_line", "worker_id", "server_id", "connection_id", "iteration", "op", "connection_event",
     *CLIENT_TIMESTAMPS, *SERVER_TIMESTAMPS, *SUBSTAGE_COLUMNS)
-"""The checked columns the sketch and refine passes read (:func:`annotate_streamed`,
+"""The checked columns the sketch and refine passes read (:func:`~ddlscope.rpc.dissect.annotate`,
 :func:`~ddlscope.rpc.dissect.split_implausible`, the group keys): the only ones spilled."""
 
 
@@ -443,29 +442,6 @@ def _keys(labels: list[str], codes: np.ndarray, g: str) -> pl.Series:
     return pl.Series("key", np.asarray(labels, dtype=object)[codes], pl.String).cast(_KEY_DTYPES[g])
 
 
-def annotate_streamed(frame: pl.DataFrame, threads: int, steps: pl.DataFrame,
-                      substage_bad: dict[str, int]) -> tuple[pl.DataFrame, list[str]]:
-    """:func:`~ddlscope.rpc.dissect.annotate` cut to the columns the streamed tables use: the
-    stages (:func:`~ddlscope.rpc.decompose.decompose`), the in-flight counts of
-    :data:`STREAM_MEASURES` (not ``worker``) and the iteration phase; the same values in them and
-    the same notes (the ``connection_event`` inference note is written from its count, the
-    connection events themselves and ``message_bytes`` are not added: no streamed table reads them).
-
-    Args:
-        frame: checked rows of whole servers; threads: of the concurrency sweep; steps,
-            substage_bad: the whole log's (as :func:`~ddlscope.rpc.dissect.annotate` takes them).
-    """
-    notes: list[str] = []
-    rpcs = decompose(frame, substage_bad=substage_bad)
-    notes.extend(substage_split(rpcs, substage_bad)[1])
-    rpcs = add_concurrency(rpcs, threads=threads, measures=STREAM_MEASURES)
-    inferred = int(rpcs.get_column("connection_event").null_count()) if "connection_event" in rpcs.columns \
-        else rpcs.height
-    if inferred:  # as add_connection_events counts them
-        notes.append(inferred_events_note(inferred))
-    return add_iteration_phase(rpcs, steps), notes
-
-
 def pass_sketch(plan: StreamPlan, part: Partition, ctx: dict[str, Any]) -> dict[str, Any]:
     """Pass 2 on one partition: per merged grouping, the (group, stage, bin) counts and the (group,
     stage) counts, sums and maxima; the percentiles of the disjoint groupings (whole in this
@@ -474,7 +450,10 @@ def pass_sketch(plan: StreamPlan, part: Partition, ctx: dict[str, Any]) -> dict[
     if rows.height == 0:
         return {"hist": {}, "stats": {}, "percentiles": None, "moments": None, "set_aside": set_aside,
                 "implausible": info, "notes": [], "stages": None}
-    rpcs, notes = annotate_streamed(rows, threads=ctx["threads"], steps=ctx["steps"], substage_bad=ctx["substage_bad"])
+    # cut to what the streamed tables read: no worker in-flight sweep, no connection events or
+    # message bytes (the same values in the columns kept, the same notes)
+    rpcs, notes = annotate(rows, threads=ctx["threads"], steps=ctx["steps"], substage_bad=ctx["substage_bad"],
+                           measures=STREAM_MEASURES, contributors=False)
     codes = {g: _key_codes(rpcs, g) for g in MERGED_GROUPINGS}
     hist: dict[str, list[pl.DataFrame]] = {g: [] for g in MERGED_GROUPINGS}
     for stage, _, bins in _stage_values(rpcs):
