@@ -62,3 +62,22 @@ def toy_system(toy_catalog: Catalog) -> System:
 def toy_system_no_nvlink(toy_catalog: Catalog) -> System:
     """The toy system without NVLink: GPU-to-GPU traffic goes over PCIe."""
     return toy_catalog.system("toy-server", nvlink="none", efficiency=ONES)
+
+
+@pytest.fixture()
+def mixed_precision_pair(toy_catalog: Catalog):
+    """Two 1w1g jobs on the toy server (efficiencies 1) that differ only in precision: an FP32 one
+    (4 TFLOP, 100 GB memory-bound per step, batch 8) and its FP16 copy, with the toy catalog's
+    ``mixed-precision`` what-if applied to both: ``whatif`` rows, baseline then scenario."""
+    from ddlscope.model.jobs import job_row, jobs_frame
+    from ddlscope.model.scenarios import whatif
+    from ddlscope.specs.architecture import Architecture
+    from ddlscope.specs.scenario import BUILTIN_SCENARIOS
+    from ddlscope.specs.workload import Workload
+
+    system = toy_catalog.system("toy-server", efficiency=ONES)
+    w32 = Workload(batch_size=8, compute_bound_flops=4e12, memory_bound_bytes=100e9)
+    w16 = w32.model_copy(update={"precision": "fp16"})
+    jobs = jobs_frame([job_row(w32, Architecture(kind="1w1g"), system, job_id=0),
+                       job_row(w16, Architecture(kind="1w1g"), system, job_id=1)])
+    return whatif(jobs, [BUILTIN_SCENARIOS["mixed-precision"]], toy_catalog)

@@ -64,16 +64,11 @@ def test_streaming_is_the_default_and_bit_identical_to_in_memory():
     _assert_bit_identical(breakdown(plans), breakdown(plans, engine="in-memory"))
 
 
-def test_streaming_divides_exactly_where_in_memory_multiplied_by_the_reciprocal(toy_catalog):
+def test_streaming_divides_exactly_where_in_memory_multiplied_by_the_reciprocal(mixed_precision_pair):
     # the one frame of tests/model where the engines differed (Polars 2.1): in this whatif block the
     # in-memory engine divided the memory-bound bytes by the bandwidth as x * (1 / d), giving
     # 0.049999999999999996, one unit in the last place under the correctly rounded 0.05
-    system = toy_catalog.system("toy-server", efficiency=ONES)
-    w32 = Workload(batch_size=8, compute_bound_flops=4e12, memory_bound_bytes=100e9)
-    w16 = w32.model_copy(update={"precision": "fp16"})
-    jobs = jobs_frame([job_row(w32, Architecture(kind="1w1g"), system, job_id=0),
-                       job_row(w16, Architecture(kind="1w1g"), system, job_id=1)])
-    out = whatif(jobs, [BUILTIN_SCENARIOS["mixed-precision"]], toy_catalog)
+    out = mixed_precision_pair
     # fp32 -> fp16 halves the first job's memory-bound bytes: 50 GB at 1000 GB/s; the fp16 job keeps 100 GB;
     # step = compute 4e12 / 40e12 + memory (1w1g: nothing else)
     assert out["memory_bound_s"].to_list() == [100e9 / 1000e9, 100e9 / 1000e9, 50e9 / 1000e9, 100e9 / 1000e9]

@@ -84,13 +84,8 @@ def test_server_swap_respreads_multi_server_jobs(toy_catalog, toy_entries):
     assert small["num_servers"] == 4 and small["gpus_per_server_used"] == 2 and small["fits_placement"]
 
 
-def test_mixed_precision_scales_memory_bytes_once(toy_catalog):
-    system = toy_catalog.system("toy-server", efficiency=ONES)
-    w32 = Workload(batch_size=8, compute_bound_flops=4e12, memory_bound_bytes=100e9)
-    w16 = w32.model_copy(update={"precision": "fp16"})
-    jobs = jobs_frame([job_row(w32, Architecture(kind="1w1g"), system, job_id=0),
-                       job_row(w16, Architecture(kind="1w1g"), system, job_id=1)])
-    out = whatif(jobs, [BUILTIN_SCENARIOS["mixed-precision"]], toy_catalog)
+def test_mixed_precision_scales_memory_bytes_once(mixed_precision_pair, toy_catalog):
+    out = mixed_precision_pair
     mp = out.filter(pl.col("scenario") == "mixed-precision").sort("job_id")
     # fp32 -> fp16: peak 10 -> 40 TFLOP/s, memory-bound bytes halved; the fp16 job is unchanged
     assert mp["compute_bound_s"].to_list() == pytest.approx([4e12 / 40e12, 4e12 / 40e12])
@@ -98,7 +93,8 @@ def test_mixed_precision_scales_memory_bytes_once(toy_catalog):
     assert mp["speedup"][1] == pytest.approx(1.0)
     # only the FP32 job is changed: the one already in mixed precision is not counted as applied
     assert mp["scenario_applied"].to_list() == [True, False]
-    w_bf16 = w32.model_copy(update={"precision": "bf16"})
+    w_bf16 = Workload(batch_size=8, compute_bound_flops=4e12, memory_bound_bytes=100e9, precision="bf16")
+    system = toy_catalog.system("toy-server", efficiency=ONES)
     bf = whatif(jobs_frame([job_row(w_bf16, Architecture(kind="1w1g"), system, job_id=0)]),
                 [BUILTIN_SCENARIOS["mixed-precision"]], toy_catalog)
     assert bf.filter(pl.col("scenario") == "mixed-precision")["scenario_applied"].to_list() == [False]
