@@ -143,3 +143,24 @@ def test_a_precision_without_tensor_cores_is_said():
     res = runner.invoke(app, ["predict", "-m", "mpt-125m", "-a", "3d", "-w", "8", "--gpu", "A100-SXM4-80GB",
                               "-f", "json"])
     assert res.exit_code == 0 and "tensor cores" not in res.stderr
+
+
+def test_a_pipeline_with_fewer_microbatches_than_stages_is_said():
+    # pp = 8 with 2 micro-batches: bubble (pp - 1) / M = 7 / 2 = 3.5 x the ideal step
+    args = ["predict", "-m", "mpt-125m", "-a", "3d", "-w", "16", "--gpu", "A100-SXM4-80GB", "-f", "json"]
+    res = runner.invoke(app, [*args, "--parallel", "tp=2,pp=8,microbatches=2"])
+    assert res.exit_code == 0, res.output
+    err = " ".join(res.stderr.split())
+    assert "warning: pp=8 with 2 micro-batch(es) x 1 virtual stage(s): the pipeline bubble is 3.50 x" in err
+    assert "microbatches=32" in err
+    # as many micro-batches as stages (bubble 7/8 < 1): no warning; nor without a pipeline
+    for parallel in ("tp=2,pp=8,microbatches=8", "tp=2,pp=1,microbatches=1"):
+        res = runner.invoke(app, [*args, "--parallel", parallel])
+        assert res.exit_code == 0 and "bubble" not in res.stderr, (parallel, res.output)
+
+
+def test_the_title_names_the_gpu_an_alias_resolved_to():
+    # "V100" is an alias of the V100-SXM2-16GB (catalog); the title says which GPU was priced
+    res = runner.invoke(app, ["predict", "--gpu", "V100"])
+    assert res.exit_code == 0, res.output
+    assert "pai-v100-nvlink-8[gpu=V100-SXM2-16GB]" in res.output

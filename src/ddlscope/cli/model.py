@@ -164,6 +164,24 @@ def _warn_precision(out: pl.DataFrame, cat) -> None:
                 f"at its FP32 rate ({getattr(spec.peak_tflops, precision):.1f} TFLOP/s){hint}", emoji=False)
 
 
+def _warn_pipeline(arch) -> None:
+    """A warning on stderr when a pipeline-parallel placement has fewer micro-batches than stages
+    (``microbatches * virtual_stages < pp``): the 1F1B pipeline never reaches its steady state and
+    its bubble, ``(pp - 1) / (M v)`` of the ideal step (Narayanan et al., SC 2021, sec. 2.2,
+    :func:`ddlscope.model.pipeline.bubble_fraction`), is larger than the work itself; the prediction
+    prices it, but such a placement is rarely what was meant."""
+    pp, m, v = int(getattr(arch, "pp", 1) or 1), int(getattr(arch, "microbatches", 1) or 1), int(
+        getattr(arch, "virtual_stages", 1) or 1)
+    if pp > 1 and m * v < pp:
+        from ddlscope.model.pipeline import bubble_fraction
+
+        err_console.print(
+            f"[yellow]warning:[/yellow] pp={pp} with {m} micro-batch(es) x {v} virtual stage(s): the pipeline "
+            f"bubble is {bubble_fraction(pp, m, v):.2f} x the ideal step (each stage idles at least as long as "
+            f"it works); the bubble shrinks as microbatches grow past pp (Narayanan et al., SC 2021: M >> pp, "
+            f"e.g. --parallel ...,microbatches={4 * pp})", emoji=False)
+
+
 def _component_table(row: dict) -> pl.DataFrame:
     """One row per component: its time, share of the step, bytes per step (links), and for the links
     the communication exposed (on the step's critical path) and hidden behind computation, plus the
@@ -252,6 +270,7 @@ def register(app: typer.Typer) -> None:
         row = out.row(0, named=True)
         _warn_memory(out)
         _warn_precision(out, cat)
+        _warn_pipeline(arch)
         if fmt == "table":
             title = (f"{w.name} | {arch.kind}: {arch.num_gpus} GPU(s) on {row['num_servers']} server(s)"
                      f"{f', {arch.num_ps} PS' if arch.num_ps else ''} | {sysm.name}")
@@ -321,6 +340,7 @@ def register(app: typer.Typer) -> None:
         out = predict_whatif(w, arch, sysm, scenarios, overlap=overlap, ops=op_tables, catalog=cat)
         _warn_memory(out)
         _warn_precision(out, cat)
+        _warn_pipeline(arch)
         if fmt == "table":
             table = out.select(
                 "scenario",

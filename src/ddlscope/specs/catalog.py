@@ -281,7 +281,9 @@ class Catalog:
         if gpus_per_pcie_root is None and parts["gpus_per_server"] >= 1:
             # a smaller server than the type's: its GPUs cannot share a root with more GPUs than it has
             parts["gpus_per_pcie_root"] = min(parts["gpus_per_pcie_root"], parts["gpus_per_server"])
-        changed = [f"{k}={v}" for k, v in (("gpu", gpu), ("nic", nic), ("nvlink", nvlink), ("pcie", pcie)) if v]
+        # the label names what each override resolved to (an alias such as "V100" is one catalog GPU)
+        resolved = {"gpu": parts["gpu"].name if gpu else None, "nic": nic, "nvlink": nvlink, "pcie": pcie}
+        changed = [f"{k}={v}" for k, v in resolved.items() if v]
         label = name or (base.name + (f"[{','.join(changed)}]" if changed else ""))
         try:
             return System(name=label, efficiency=Efficiency.model_validate(dict(efficiency or {})), **parts)
