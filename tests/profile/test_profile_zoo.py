@@ -156,7 +156,8 @@ LAMBDA_MODELS = {"ssd300", "bert_base_squad", "bert_large_squad", "gnmt", "ncf_d
 def test_zoo_names():
     assert set(ZOO) == PROFILED_ABOVE | LAMBDA_MODELS | {
         "transformer_nmt", "bert_large", "mind", "wav2vec2_base", "resnet18_cifar", "ncf", "resnet101", "resnet152",
-        "vgg16", "mobilenet_v2", "shufflenet_v2", "transformer_big", "lstm_lm", "deepspeech2", "inception_v3"}
+        "vgg16", "mobilenet_v2", "shufflenet_v2", "transformer_big", "lstm_lm", "deepspeech2", "inception_v3",
+        "dcgan"}
 
 
 @pytest.mark.parametrize("name", sorted(set(ZOO) - PROFILED_ABOVE))

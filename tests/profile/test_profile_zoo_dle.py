@@ -244,3 +244,23 @@ def test_deepspeech2_parameters_and_rnn_flops():
     steps = t // 2
     assert fwd["flops"].to_list() == [2 * 2 * 4 * (i + 1024) * 1024 * b * steps for i in (1312, 1024, 1024, 1024, 1024)]
     assert (fwd["class_by_type"] == "compute_bound").all()
+
+
+def test_dcgan_parameters_and_flops_by_hand():
+    # PyTorch examples/dcgan: generator 3,576,704 and discriminator 2,765,568 parameters
+    # (G: 100x512x16 + 512x256x16 + 256x128x16 + 128x64x16 + 64x3x16 weights, BN 2 x (512+256+128+64);
+    #  D: 3x64x16 + 64x128x16 + 128x256x16 + 256x512x16 + 512x16, BN 2 x (128+256+512))
+    g = 16 * (100 * 512 + 512 * 256 + 256 * 128 + 128 * 64 + 64 * 3) + 2 * (512 + 256 + 128 + 64)
+    d = 16 * (3 * 64 + 64 * 128 + 128 * 256 + 256 * 512 + 512) + 2 * (128 + 256 + 512)
+    assert (g, d) == (3_576_704, 2_765_568) and _params("dcgan") == g + d
+    # forward multiply-adds per sample, convolution and transposed convolution = C_in x C_out x k^2 x
+    # (the smaller side's positions): G 100x512x16x1 + 512x256x16x16 + 256x128x16x64 + 128x64x16x256
+    # + 64x3x16x1024; D 3x64x16x1024 + 64x128x16x256 + 128x256x16x64 + 256x512x16x16 + 512x16;
+    # one iteration runs G once and D three times
+    g_mac = 100 * 512 * 16 + 512 * 256 * 16 * 16 + 256 * 128 * 16 * 64 + 128 * 64 * 16 * 256 + 64 * 3 * 16 * 1024
+    d_mac = 3 * 64 * 16 * 1024 + 64 * 128 * 16 * 256 + 128 * 256 * 16 * 64 + 256 * 512 * 16 * 16 + 512 * 16
+    r = profile_model("dcgan", batch_size=2, optimizer="adam")
+    fwd = r.ops.filter((pl.col("phase") == "forward") & (pl.col("class_by_type") == "compute_bound"))
+    assert fwd["flops"].sum() == pytest.approx(2 * 2 * (g_mac + 3 * d_mac), rel=1e-6)
+    with pytest.raises(ValueError, match="64 x 64"):
+        profile_model("dcgan", batch_size=2, image_size=128)

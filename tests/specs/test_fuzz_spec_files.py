@@ -44,7 +44,7 @@ def test_examples_are_the_docs_and_load(tmp_path):
         "nic-100g-and-a100", "port-to-ring", "fp16-fused"]
     system, _ = load_system(tmp_path / "system.toml")
     assert (system.gpu.name, system.gpus_per_server, system.nvlink) == ("A100-SXM4-40GB", 4, None)
-    assert load_catalog(tmp_path / "catalog.toml").system("my-a5000-box").gpu.name == "RTX-A5000"
+    assert load_catalog(tmp_path / "catalog.toml").system("my-a4500-box").gpu.name == "RTX-A4500"
 
 
 @SETTINGS

@@ -117,3 +117,32 @@ def test_with_values_replaces_and_records_the_fit():
     assert eff.memory_eff == 0.9 and eff.source["memory_eff"] == "fitted on rows a, b"
     with pytest.raises(ValueError, match="unknown parameter"):
         eff.with_values({"peak": 1.0}, "x")
+
+
+# FP32 lanes per SM and dense FP16 tensor FLOPs per SM per clock (FP32 accumulate) by chip family:
+# Pascal GP10x 128 lanes; Volta, Turing and GA100 64; GA10x and AD10x 128 (whitepapers); tensor
+# Volta/Turing 1,024 (GeForce Turing 512), GA100 2,048, GA10x/AD10x professional 1,024 (GeForce and the
+# L40: 512)
+PER_SM = {
+    "GTX-1080-Ti": (128, None), "TITAN-Xp": (128, None), "Quadro-P4000": (128, None), "P4": (128, None),
+    "V100S-PCIE-32GB": (64, 1024), "TITAN-RTX": (64, 1024), "RTX-2070": (64, 512), "RTX-2080": (64, 512),
+    "RTX-3080": (128, 512), "RTX-A4000": (128, 1024), "RTX-A5000": (128, 1024), "A30": (64, 2048),
+    "RTX-4080": (128, 512), "L40": (128, 512),  # L40 datasheet: 181 dense FP16/FP32-accumulate (L40S: 362)
+    "TITAN-V": (64, None),  # NVIDIA quotes 110 TFLOPS tensor, below SMs x 1,024 x boost (119): not checked
+}
+
+
+@pytest.mark.parametrize("name", sorted(PER_SM))
+def test_added_boards_peaks_are_their_sms_times_clock(name):
+    # peak = SMs x FLOPs per SM per clock x boost clock, within 1.5 % (datasheets round)
+    g = builtin_catalog().gpu(name)
+    lanes, tensor = PER_SM[name]
+    clock_hz = g.boost_clock_mhz * 1e6
+    assert g.peak_tflops.fp32 * 1e12 == pytest.approx(g.sm_count * lanes * 2 * clock_hz, rel=0.015)
+    if tensor is not None:
+        assert g.peak_tflops.fp16 * 1e12 == pytest.approx(g.sm_count * tensor * clock_hz, rel=0.015)
+        if g.has_tensor_cores("tf32"):
+            assert g.peak_tflops.tf32 == pytest.approx(g.peak_tflops.fp16 / 2, rel=0.015)
+    else:
+        assert not g.has_tensor_cores("fp16") or name == "TITAN-V"
+    assert g.generation in GENERATIONS and g.source

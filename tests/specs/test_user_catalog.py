@@ -25,10 +25,10 @@ def test_the_catalog_example_in_the_docs_loads_and_resolves(tmp_path):
     f.write_text(_docs_example())
     cat = load_catalog(f)
     assert cat.overrides == []
-    system = cat.system("my-a5000-box")
-    assert system.gpu.name == "RTX-A5000" and system.gpu.peak_tflops.bf16 == 111.1
+    system = cat.system("my-a4500-box")
+    assert system.gpu.name == "RTX-A4500" and system.gpu.peak_tflops.bf16 == 94.6
     assert system.gpu.generation == "ampere" and system.gpu.has_tensor_cores("tf32")
-    assert cat.gpu("nvidia rtx a5000") is system.gpu  # alias, case-insensitive
+    assert cat.gpu("nvidia rtx a4500") is system.gpu  # alias, case-insensitive
     assert system.nvlink is None and system.pcie.name == "pcie4-x16"
     assert system.nic.name == "eth-50g" and system.nic.bandwidth_gb_s == 6.25  # 50 Gb/s / 8 = 6.25 GB/s
     assert system.gpus_per_server == 4 and system.gpus_per_pcie_root == 2
@@ -77,7 +77,7 @@ def test_a_server_entry_with_a_link_in_the_wrong_slot_names_the_file_and_entry(t
     f = tmp_path / "cat1.toml"
     f.write_text(_docs_example().replace('nvlink = "none"', 'nvlink = "pcie4-x16"'))
     with pytest.raises(CatalogError, match=re.escape(
-            f"{f}: [server.\"my-a5000-box\"]: nvlink: expected a link of kind 'nvlink' or none, "
+            f"{f}: [server.\"my-a4500-box\"]: nvlink: expected a link of kind 'nvlink' or none, "
             "got 'pcie4-x16' (pcie)")):
         load_catalog(f)
 

@@ -67,15 +67,15 @@ efficiency = {compute = 0.5}   # a table of factors in (0, 1]
 """The system file of docs/model.md."""
 
 CATALOG_EXAMPLE = '''\
-# my-catalog.toml: ddlscope predict --catalog my-catalog.toml -s my-a5000-box
-[gpu."RTX-A5000"]
-aliases = ["NVIDIA RTX A5000"]                   # a list of other names traces use
-peak_tflops = {fp32 = 27.8, tf32 = 55.6, fp16 = 111.1, bf16 = 111.1}   # dense, per precision
-memory_bandwidth_gb_s = 768.0                    # 1 GB = 1e9 bytes
-memory_gb = 24.0
+# my-catalog.toml: ddlscope predict --catalog my-catalog.toml -s my-a4500-box
+[gpu."RTX-A4500"]
+aliases = ["NVIDIA RTX A4500"]                   # a list of other names traces use
+peak_tflops = {fp32 = 23.7, tf32 = 47.3, fp16 = 94.6, bf16 = 94.6}   # dense, per precision
+memory_bandwidth_gb_s = 640.0                    # 1 GB = 1e9 bytes
+memory_gb = 20.0
 generation = "ampere"                            # optional: selects the compute-efficiency curves
 tensor_core_precisions = ["tf32", "fp16", "bf16"]  # optional
-source = "NVIDIA RTX A5000 datasheet (2021): 27.8 TFLOPS FP32, 111.1 dense tensor, 768 GB/s, 24 GB"
+source = "NVIDIA RTX A4500 datasheet (2021): 23.7 TFLOPS FP32, 189.2 tensor with sparsity (94.6 dense), 640 GB/s, 20 GB"
 
 [link."eth-50g"]
 kind = "ethernet"                                # pcie, nvlink, ethernet, infiniband or host
@@ -84,8 +84,8 @@ bandwidth_gb_s = 6.25                            # bytes/s per direction
 latency_us = 20.0                                # alpha of the alpha-beta model (assumed)
 source = "IEEE 802.3cd 50GBASE"
 
-[server."my-a5000-box"]
-gpu = "RTX-A5000"                                # names of entries, built-in or in this file
+[server."my-a4500-box"]
+gpu = "RTX-A4500"                                # names of entries, built-in or in this file
 gpus_per_server = 4
 pcie = "pcie4-x16"
 gpus_per_pcie_root = 2                           # GPUs sharing one x16 uplink to the host
@@ -93,7 +93,7 @@ nvlink = "none"                                  # or an nvlink entry
 nic = "eth-50g"
 nics_per_server = 1
 storage_read_gb_s = 2.0
-source = "my lab's 4 x RTX A5000 server"
+source = "my lab's 4 x RTX A4500 server"
 '''
 """The catalog file of docs/model.md."""
 

@@ -27,6 +27,7 @@ vgg16              VGG-16 (Simonyan and Zisserman 2015), 138.4 M           batch
 mobilenet_v2       MobileNetV2 1.0 (Sandler et al. 2018), 3.5 M            batch 64, 224 x 224
 shufflenet_v2      ShuffleNet V2 1.0x (Ma et al. 2018), 2.3 M              batch 64, 224 x 224
 inception_v3       Inception-v3 (Szegedy et al. 2016), 27.2 M              batch 64, 299 x 299
+dcgan              DCGAN (Radford et al. 2016), PyTorch example, 6.3 M     batch 128, 64 x 64
 transformer_big    Transformer big (Vaswani et al. 2017), 214.2 M          batch 96 pairs, 32 tokens
 lstm_lm            2 x 1500 LSTM language model (Zaremba et al. 2014)      batch 20, 35 steps
 ssd300             SSD300 v1.1, ResNet-50 trunk (NVIDIA DLE), COCO         batch 48, 300 x 300
@@ -250,6 +251,13 @@ ZOO: dict[str, ZooEntry] = {e.name: e for e in (
         _lazy("vision", "inception_v3"), batch_size=64, image_size=299,
         size_meaning="batch_size images of image_size x image_size x 3",
         stored_input_bytes_per_sample=IMAGENET_MEAN_JPEG_BYTES),
+    ZooEntry(
+        "dcgan", "vision", "DCGAN generator + discriminator on 64 x 64 images, one adversarial iteration",
+        "Radford, Metz and Chintala, 'Unsupervised Representation Learning with Deep Convolutional GANs', "
+        "ICLR 2016; the layout and training loop of PyTorch's examples/dcgan/main.py (nz 100, ngf = ndf = 64, "
+        "batch 128, Adam beta1 0.5): 3,576,704 + 2,765,568 parameters; a Habitat (USENIX ATC 2021) benchmark model",
+        _lazy("vision", "dcgan"), batch_size=128, image_size=64,
+        size_meaning="batch_size real 64 x 64 x 3 images and as many latent vectors"),
     ZooEntry(
         "transformer_big", "nlp", "Transformer big encoder-decoder for translation, label-smoothed cross-entropy",
         "Vaswani et al., NeurIPS 2017, Table 3 'big': d_model 1024, 16 heads, d_ff 4096, dropout 0.3, 6 + 6 layers "

@@ -507,3 +507,59 @@ class InceptionV3(nn.Module):
 def inception_v3(batch_size: int = 64, image_size: int = 299) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     """Inception-v3 and a batch of FP32 images with int64 labels (299 x 299 by default)."""
     return InceptionV3(), _batch(batch_size, image_size)
+
+
+class DCGAN(nn.Module):
+    """DCGAN (Radford, Metz and Chintala, "Unsupervised Representation Learning with Deep Convolutional
+    Generative Adversarial Networks", ICLR 2016) as PyTorch's ``examples/dcgan/main.py`` trains it on
+    64 x 64 RGB images: latent ``nz = 100``, ``ngf = ndf = 64``. The generator is five transposed
+    4x4 convolutions (100 -> 512 -> 256 -> 128 -> 64 -> 3; batch norm and ReLU between, tanh out),
+    the discriminator five 4x4 convolutions (3 -> 64 -> 128 -> 256 -> 512 -> 1; batch norm from the
+    second, leaky ReLU 0.2, sigmoid out); 3,576,704 + 2,765,568 = 6,342,272 parameters.
+
+    One training iteration of the example is one step here: ``forward(real (B, 3, 64, 64), noise
+    (B, 100, 1, 1)) -> loss`` returns ``BCE(D(real), 1) + BCE(D(G(noise).detach()), 0) +
+    BCE(D(G(noise)), 1)``: the generator runs once, the discriminator three times (real, the detached
+    fake for its own loss, the fake again for the generator's), and one backward of the sum computes
+    the gradients the example's two backward passes compute (the discriminator's from all three
+    terms, as the example's ``errG.backward()`` also fills them; the generator's from the last);
+    one optimizer over both networks has the same per-parameter update work as the example's two
+    (``Adam(lr=2e-4, betas=(0.5, 0.999))`` each: profile with ``--optimizer adam``)."""
+
+    def __init__(self, nz: int = 100, ngf: int = 64, ndf: int = 64, nc: int = 3):
+        super().__init__()
+
+        def up(cin: int, cout: int, stride: int, pad: int) -> list[nn.Module]:
+            return [nn.ConvTranspose2d(cin, cout, 4, stride, pad, bias=False), nn.BatchNorm2d(cout), nn.ReLU(True)]
+
+        def down(cin: int, cout: int, bn: bool) -> list[nn.Module]:
+            return [nn.Conv2d(cin, cout, 4, 2, 1, bias=False), *([nn.BatchNorm2d(cout)] if bn else []),
+                    nn.LeakyReLU(0.2, inplace=True)]
+
+        self.generator = nn.Sequential(*up(nz, ngf * 8, 1, 0), *up(ngf * 8, ngf * 4, 2, 1), *up(ngf * 4, ngf * 2, 2, 1),
+                                       *up(ngf * 2, ngf, 2, 1), nn.ConvTranspose2d(ngf, nc, 4, 2, 1, bias=False),
+                                       nn.Tanh())
+        self.discriminator = nn.Sequential(*down(nc, ndf, False), *down(ndf, ndf * 2, True),
+                                           *down(ndf * 2, ndf * 4, True), *down(ndf * 4, ndf * 8, True),
+                                           nn.Conv2d(ndf * 8, 1, 4, 1, 0, bias=False), nn.Sigmoid())
+
+    def forward(self, real: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """The iteration's three losses summed (a scalar; class docstring)."""
+        fake = self.generator(noise)
+        d_real = self.discriminator(real).view(-1)
+        d_fake = self.discriminator(fake.detach()).view(-1)
+        d_gen = self.discriminator(fake).view(-1)
+        return (F.binary_cross_entropy(d_real, torch.ones_like(d_real))
+                + F.binary_cross_entropy(d_fake, torch.zeros_like(d_fake))
+                + F.binary_cross_entropy(d_gen, torch.ones_like(d_gen)))
+
+
+def dcgan(batch_size: int = 128, image_size: int = 64) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """DCGAN and a batch of FP32 64 x 64 images with their latent noise (``(B, 100, 1, 1)``).
+
+    Raises:
+        ValueError: ``image_size`` other than 64 (the generator's five layers make 64 x 64 images).
+    """
+    if image_size != 64:
+        raise ValueError(f"image_size: DCGAN's generator makes 64 x 64 images, got {image_size}")
+    return DCGAN(), (torch.empty(batch_size, 3, 64, 64), torch.empty(batch_size, 100, 1, 1))
