@@ -13,8 +13,11 @@ Measurements (kept apart from the team: nothing here is fitted on them; defaults
   FP32/AMP, A100 80 GB TF32/AMP, at the table's batch per GPU.
 - Pollux (OSDI'21) ``placements.csv`` rows with placement ``1``: one T4 (AWS g4dn), ResNet-50
   (``imagenet``) and ResNet-18 on CIFAR-10 (``cifar10``, zoo ``resnet18_cifar``) at 8-11 batch
-  sizes; compute time = ``step_time - sync_time``; assumed FP32 (AdaptDL's examples do not enable
-  AMP).
+  sizes; compute time = ``step_time - sync_time``; precision as adaptdl's ``benchmark/models`` run
+  them: ImageNet AMP (``imagenet/main.py`` calls apex ``amp.initialize(model, optimizer)``, opt level
+  O1 by default: priced as ``fp16`` with autocast casts), CIFAR-10 FP32 (``cifar10/main.py``, no AMP).
+  Until 2026-12-06 this benchmark priced the ImageNet rows as FP32 (an unchecked assumption; the
+  Pollux validation of ``ddlscope.validate.published`` already ran them as AMP).
 
 Activation layout (``conv_layout``): NCHW everywhere (PyTorch's default; Lambda's configuration,
 ``pytorch/scripts/config_v1/config_pytorch_80GB.sh`` of lambdal/deeplearning-benchmark, passes no
@@ -119,12 +122,14 @@ def measurements(data: Path) -> list[dict]:
                 rows.append({"table": f"dle-{fname.stem.split('_')[-1]}", "model": "resnet50", "gpu": gpu,
                              "precision": p, "batch": int(r["batch_per_gpu"]),
                              "measured": float(r["throughput_img_s"]), "layout": "nhwc" if nhwc else "nchw"})
-    for folder, model in (("imagenet", "resnet50"), ("cifar10", "resnet18_cifar")):
+    # adaptdl's benchmark/models: imagenet/main.py calls apex amp.initialize(model, optimizer) (opt_level
+    # O1 by default: the GEMMs in FP16, casts per call, as autocast); cifar10/main.py trains in FP32
+    for folder, model, precision in (("imagenet", "resnet50", "fp16"), ("cifar10", "resnet18_cifar", "fp32")):
         with open(data / "pollux" / folder / "placements.csv") as f:
             for r in csv.DictReader(f):
                 if r["placement"] == "1":
                     b = int(r["local_bsz"])
-                    rows.append({"table": f"pollux-{folder}", "model": model, "gpu": "T4", "precision": "fp32",
+                    rows.append({"table": f"pollux-{folder}", "model": model, "gpu": "T4", "precision": precision,
                                  "batch": b, "measured": b / (float(r["step_time"]) - float(r["sync_time"])),
                                  "layout": "nchw"})
     return rows
