@@ -69,9 +69,10 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
 
     Args:
         address: an existing cluster's address (``ray start --head`` prints it; ``auto`` finds one
-            running on this machine); None: a local cluster of ``num_cpus`` workers is started here
-            (and shut down on exit), whose tasks import this ddlscope (its ``src`` folder put first
-            on the workers' ``PYTHONPATH``). If Ray is already initialised in this process, that
+            running on this machine); None: a new local cluster of ``num_cpus`` workers is started
+            here (``ray.init(address="local")``: never one that ``ray start`` left running, nor
+            ``RAY_ADDRESS``'s) and shut down on exit, whose tasks import this ddlscope (its ``src``
+            folder put first on the workers' ``PYTHONPATH``). If Ray is already initialised in this process, that
             session is used as it is (and left running).
         num_cpus: CPUs of a local cluster (None: every core); ignored with ``address``.
 
@@ -88,7 +89,9 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
         env = {"PYTHONPATH": os.pathsep.join([src, *filter(None, [os.environ.get("PYTHONPATH")])])}
         kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": False,
                                   "include_dashboard": False} if address is None else {}
-        ray.init(address=address, num_cpus=num_cpus if address is None else None, **kwargs)
+        # "local": a new cluster even where `ray start` left one running (or its address file behind)
+        ray.init(address="local" if address is None else address, num_cpus=num_cpus if address is None else None,
+                 **kwargs)
         started = True
     try:
         yield ray

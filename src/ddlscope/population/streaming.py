@@ -246,10 +246,12 @@ def _evaluate_on_ray(ray: Any, pieces: Iterator[tuple[int, pl.DataFrame | None]]
             submitted += 1
         while pending:
             collect_one()
-    except ray.exceptions.RayTaskError as e:
-        for ref in pending:
+    except BaseException as e:  # a task's error, or this process's (assembling a slice, an interrupt)
+        for ref in pending:  # on an existing cluster, the chunks still running would go on writing
             ray.cancel(ref)
-        raise unwrap_task_error(ray, e) from None
+        if isinstance(e, ray.exceptions.RayTaskError):
+            raise unwrap_task_error(ray, e) from None
+        raise
     return [results[i] for i in range(submitted)]
 
 
