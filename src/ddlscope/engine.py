@@ -101,13 +101,28 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
 
 
 def ray_cpus(ray: Any) -> int:
-    """CPUs of the connected Ray cluster (at least 1)."""
+    """CPUs of the connected Ray cluster.
+
+    Args:
+        ray: the ``ray`` module, initialised (:func:`ray_session`).
+
+    Returns:
+        The cluster's ``CPU`` resource, at least 1 (tasks of one CPU each run this many at a time).
+    """
     return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
 
 def unwrap_task_error(ray: Any, exc: BaseException) -> BaseException:
-    """The exception a Ray task raised, out of Ray's wrapper (``RayTaskError.cause``), so that a
-    user error inside a task (a ValueError of the analysis) reads as it does with the local engine;
-    ``exc`` itself when there is no cause."""
+    """The exception a Ray task raised, out of Ray's wrapper, so that a user error inside a task (a
+    ValueError of the analysis) reads as it does with the local engine.
+
+    Args:
+        ray: the ``ray`` module.
+        exc: what ``ray.get`` raised.
+
+    Returns:
+        ``exc.cause`` for a ``ray.exceptions.RayTaskError`` whose cause is an Exception; else ``exc``
+        itself (a lost worker, an interrupt).
+    """
     cause = getattr(exc, "cause", None) if isinstance(exc, ray.exceptions.RayTaskError) else None
     return cause if isinstance(cause, Exception) else exc

@@ -147,3 +147,20 @@ def test_refusals(tmp_path, monkeypatch):
     res = runner.invoke(app, ["characterize", "--engine", "ray", "--out", str(tmp_path / "e")])
     assert res.exit_code == 2 and "pip install 'ddlscope[ray]'" in res.output and "Traceback" not in res.output
     assert issubclass(MissingExtraError, ImportError)
+
+
+def test_progress_line_gives_chunks_jobs_rate_and_eta():
+    from rich.progress import Progress
+
+    from ddlscope.cli.characterize import _chunk_progress
+
+    with Progress(disable=True) as progress:
+        step = progress.add_task("reading", total=None)
+        on_chunk = _chunk_progress(progress, step, chunks=4, scenarios=9, engine="ray")
+        on_chunk(0, 336)  # the start: the clock starts, no rate yet
+        first = progress.tasks[0].description
+        assert first == "evaluating chunk 0/4 on ray: 0/336 jobs x 9 scenarios (0 jobs/s, ETA -)"
+        on_chunk(100, 336)
+        text = progress.tasks[0].description
+    assert text.startswith("evaluating chunk 1/4 on ray: 100/336 jobs x 9 scenarios (") and " jobs/s, ETA " in text
+    assert text.endswith(" s)")
