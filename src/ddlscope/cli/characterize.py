@@ -40,6 +40,7 @@ from ddlscope.cli.ingest import (
     TraceFormatOpt,
     read_trace,
 )
+from ddlscope.engine import check_engine, require_ray
 from ddlscope.report.console import FORMATS, emit, expected_one_of, terminal
 from ddlscope.specs.examples import EXAMPLE_SERVER
 from ddlscope.specs.files import parse_pairs
@@ -102,6 +103,13 @@ def register(app: typer.Typer) -> None:
             int | None, typer.Option("--chunk-jobs", help="with --streaming: jobs evaluated together "
                                      "[default: 250,000]")
         ] = None,
+        engine: Annotated[str, typer.Option(
+            "--engine", help="with --streaming (implies it): local (this process) or ray (each chunk of jobs a Ray "
+            "task; pip install 'ddlscope[ray]')")] = "local",
+        address: Annotated[str | None, typer.Option(
+            "--address", help="with --engine ray: the cluster's address (ray start --head prints it; auto: the one "
+            "on this machine; default: a local cluster); the report folder must be on a disk every node sees")
+        ] = None,
         trace_format: TraceFormatOpt = None,
         map_pairs: MapOpt = None,
         mapping: MappingOpt = None,
@@ -136,6 +144,12 @@ def register(app: typer.Typer) -> None:
         if precision not in PRECISIONS:
             raise ValueError(f"--precision: expected one of {', '.join(PRECISIONS)}, got {precision!r}")
         check_report_dir(out, "--out", overwrite)
+        check_engine(engine, "--engine")
+        if address is not None and engine != "ray":
+            raise ValueError("--address: read with --engine ray only (the address of the Ray cluster to run on)")
+        if engine == "ray":
+            require_ray()  # before the trace is read: the message says how to install it
+            streaming = True  # the engine runs the chunks of the streaming path (as rpc dissect --engine ray)
         if chunk_jobs is not None and not streaming:
             raise ValueError("--chunk-jobs: read with --streaming only (without it every job is evaluated in one pass)")
         if chunk_jobs is not None and chunk_jobs < 1:
@@ -198,18 +212,14 @@ def register(app: typer.Typer) -> None:
                 clear_previous_report(out)
                 # the Jobs table is assembled slice by slice as the chunks are evaluated, never held whole
                 source_jobs = JobChunks(population, library, cat, chunk_jobs=chunk_jobs, **assemble)
-                progress.update(step, description=f"evaluating {population.height:,} jobs x {len(scenarios) + 1} "
-                                "scenarios")
-
-                def on_chunk(done: int, total: int) -> None:
-                    rate = done / max(time.perf_counter() - started, 1e-9)
-                    progress.update(step, description=f"evaluating {done:,}/{total:,} jobs x {len(scenarios) + 1} "
-                                    f"scenarios ({rate:,.0f} jobs/s, ETA {(total - done) / rate:.0f} s)")
-
+                n_chunks = max(1, -(-population.height // chunk_jobs))
+                on_chunk = _chunk_progress(progress, step, n_chunks, len(scenarios) + 1, engine)
+                on_chunk(0, population.height)
                 try:
                     ch = characterize_streaming(source_jobs, scenarios, out / "tables" / "job_scenarios", cat,
                                                 notes=notes, require_gpu_memory=not keep_unfit,
-                                                chunk_jobs=chunk_jobs, on_chunk=on_chunk)
+                                                chunk_jobs=chunk_jobs, on_chunk=on_chunk, engine=engine,
+                                                address=address)
                 except ValueError:
                     if source_jobs.population is not None and source_jobs.assembled == 0:
                         raise no_jobs(source_jobs.population) from None
@@ -245,7 +255,7 @@ def register(app: typer.Typer) -> None:
                        "model_wall_time_s": round(time.perf_counter() - started, 2)}
             index = None
             if streaming:
-                summary["streaming"] = {"chunks": ch.chunks, "chunk_jobs": chunk_jobs,
+                summary["streaming"] = {"chunks": ch.chunks, "chunk_jobs": chunk_jobs, "engine": ch.engine,
                                         "results": str(ch.results_dir)}
                 _write_streamed(ch, accounting, summary, out)
                 summary["wall_time_s"] = round(time.perf_counter() - started, 2)
@@ -262,6 +272,25 @@ def register(app: typer.Typer) -> None:
             index = written if figures else None
         summary["wall_time_s"] = round(time.perf_counter() - started, 2)
         _print(ch, accounting, malformed, summary, index, out, fmt)
+
+
+def _chunk_progress(progress: Progress, step, chunks: int, scenarios: int, engine: str):
+    """The ``on_chunk`` callback of :func:`~ddlscope.population.streaming.characterize_streaming`
+    for the progress line on stderr: chunks done of ``chunks``, jobs done, the rate (jobs/s since the
+    first call) and the ETA (seconds, at that rate); each call is one chunk done, the first (with 0
+    jobs done) starts the clock."""
+    t0 = time.perf_counter()
+    calls = -1
+
+    def on_chunk(done: int, total: int) -> None:
+        nonlocal calls
+        calls += 1
+        rate = done / max(time.perf_counter() - t0, 1e-9)
+        eta = f"ETA {(total - done) / rate:.0f} s" if rate > 0 else "ETA -"
+        progress.update(step, description=f"evaluating chunk {min(calls, chunks):,}/{chunks:,} on {engine}: "
+                        f"{done:,}/{total:,} jobs x {scenarios} scenarios ({rate:,.0f} jobs/s, {eta})")
+
+    return on_chunk
 
 
 def _write_streamed(ch, accounting: pl.DataFrame, summary: dict, out: Path) -> None:

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
+from ddlscope.engine import MissingExtraError
 from ddlscope.specs.architecture import ARCHITECTURES, Architecture
 from ddlscope.specs.catalog import Catalog, CatalogError, load_catalog, load_system
 from ddlscope.specs.errors import describe_validation
@@ -33,7 +34,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def user_errors(func: F) -> F:
-    """Turn the errors a user can cause into a red message and exit code 2 (no traceback)."""
+    """Turn the errors a user can cause (bad input, and an optional extra not installed:
+    :class:`~ddlscope.engine.MissingExtraError`) into a red message and exit code 2 (no traceback)."""
 
     @wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -41,7 +43,7 @@ def user_errors(func: F) -> F:
             return func(*args, **kwargs)
         except ValidationError as exc:
             err_console.print(f"[red]error:[/red] {escape(describe_validation(exc, exc.title.lower()))}", emoji=False)
-        except (ValueError, CatalogError, FileNotFoundError, OSError) as exc:
+        except (ValueError, CatalogError, FileNotFoundError, OSError, MissingExtraError) as exc:
             err_console.print(f"[red]error:[/red] {escape(str(exc))}", emoji=False)
         sys.exit(2)
 

@@ -50,7 +50,7 @@ def register(rpc_app: typer.Typer) -> None:
             "docs/streaming.md)")] = False,
         engine: Annotated[str, typer.Option(
             "--engine", help="with --streaming: local (this process) or ray (partitions as Ray tasks; "
-            "pip install 'ddlscope\\[ray]')")] = "local",
+            "pip install 'ddlscope[ray]')")] = "local",
         address: Annotated[str | None, typer.Option(
             "--address", help="with --engine ray: the cluster's address (ray start --head prints it; "
             "default: a local cluster)")] = None,

@@ -20,19 +20,29 @@ population (a dozen columns a job) whose Jobs table is assembled slice by slice
 are evaluated; the population's reasons are gathered from the slices (the same ids, reasons and
 Jobs rows as one whole-population call: the workload and system look-ups are per distinct key and
 the placement checks per job).
+
+Engines (``engine=``, :data:`ddlscope.engine.ENGINES`): ``local`` evaluates the chunks one after
+another in this process; ``ray`` runs each chunk's :func:`evaluate_chunk` -- the local engine's
+per-chunk code, as it is -- as a Ray task, which writes the chunk's rows to the same dataset
+(``part-<chunk>.parquet``, the chunk numbered as the local engine numbers it). The slices are cut
+here, and a :class:`JobChunks`' Jobs slices assembled here (the workload library, which may profile
+a model, stays in this process), while the tasks evaluate the earlier chunks; the aggregates are
+then computed here from the dataset by the same code. Both engines therefore write the same files
+and give the same tables and figures, bit for bit.
 """
 
 from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from ddlscope.engine import check_engine, ray_cpus, ray_session, require_ray, unwrap_task_error
 from ddlscope.model.scenarios import whatif_blocks
 from ddlscope.model.step_time import COMPONENTS
 from ddlscope.population.aggregates import bottleneck_mix, component_shares, scenario_speedups
@@ -109,7 +119,8 @@ class StreamedCharacterization:
         results_dir: the Parquet dataset of every job x scenario row (hive-partitioned by
             ``scenario``; ``pl.scan_parquet(results_dir / "scenario=baseline")`` reads one scenario).
         scenarios: the scenario names, baseline first.
-        chunks: chunks evaluated; jobs: jobs evaluated; wall_s: wall time.
+        chunks: chunks evaluated (with at least one job kept); jobs: jobs evaluated; wall_s: wall
+            time, seconds; engine: where the chunks ran (``local`` or ``ray``).
     """
 
     shares: pl.DataFrame
@@ -124,10 +135,124 @@ class StreamedCharacterization:
     excluded: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema={"job_id": pl.Int64,
                                                                                 "reason": pl.String}))
     wall_s: float = 0.0
+    engine: str = "local"
 
     def scan(self, scenario: str) -> pl.LazyFrame:
         """One scenario's rows, lazily, in job order."""
         return pl.scan_parquet(self.results_dir / f"scenario={scenario}" / "*.parquet", hive_partitioning=False)
+
+
+def evaluate_chunk(
+    part: pl.DataFrame,
+    index: int,
+    scenarios: Sequence[Scenario],
+    results_dir: str | Path,
+    catalog: Catalog | None = None,
+    require_gpu_memory: bool = True,
+    check: bool = False,
+) -> tuple[int, pl.DataFrame]:
+    """Evaluate one chunk of jobs and write its rows: the per-chunk code of both engines of
+    :func:`characterize_streaming` (a Ray task runs this function as it is).
+
+    Args:
+        part: the chunk's Jobs rows (a slice of the Jobs table, in job order).
+        index: the chunk's position among the chunks evaluated (0-based): its rows go to
+            ``<results_dir>/scenario=<name>/part-<index, 6 digits>.parquet``, one file per scenario
+            (baseline first), in job order.
+        scenarios, catalog, require_gpu_memory: as :func:`characterize_streaming`.
+        results_dir: the results dataset's folder (it exists; the ``scenario=`` folders are made
+            here when missing). With a Ray cluster of several machines: a folder every node sees
+            at this path.
+        check: run :func:`~ddlscope.population.characterize.check_population` on the chunk first
+            (the slices of a :class:`JobChunks`; a whole Jobs table is checked once beforehand).
+
+    Returns:
+        ``(kept, excluded)``: the number of jobs evaluated (their rows written; 0: nothing
+        written), and the jobs set aside (``job_id``, ``reason``: the replica exceeds the GPU's
+        memory), in job order.
+
+    Raises:
+        ValueError: as ``check_population`` (with ``check``) and ``whatif_blocks``.
+    """
+    if check:
+        check_population(part)
+    chunk, excluded = prepare_jobs(part, require_gpu_memory)
+    if chunk.height:
+        out = Path(results_dir)
+        names = ["baseline", *(s.name for s in scenarios)]
+        for name, block in zip(names, whatif_blocks(chunk, scenarios, catalog, columns=result_columns(chunk)),
+                               strict=True):
+            folder = out / f"scenario={name}"
+            folder.mkdir(exist_ok=True)  # concurrent tasks may make it at once
+            block.write_parquet(folder / f"part-{index:06d}.parquet")
+            del block  # not held while the next scenario's block is computed
+    return chunk.height, excluded
+
+
+def _pieces(jobs: pl.DataFrame | JobChunks, chunk_jobs: int) -> Iterator[tuple[int, pl.DataFrame | None]]:
+    """``(rows of the slice, its Jobs rows or None when it has none)`` for every slice of ``jobs``
+    (population rows for a :class:`JobChunks`, whose slices are assembled as they are asked for)."""
+    if isinstance(jobs, pl.DataFrame):
+        step = min(chunk_jobs, max(jobs.height, 1))  # a chunk larger than the population is all of it
+        for start in range(0, jobs.height, step):
+            part = jobs.slice(start, step)
+            yield part.height, part
+        return
+    before = 0
+    for done, part in jobs:
+        yield done - before, (part if part.height else None)
+        before = done
+
+
+def _evaluate_here(pieces: Iterator[tuple[int, pl.DataFrame | None]], args: dict[str, Any],
+                   progress: Callable[[int], None]) -> list[tuple[int, pl.DataFrame]]:
+    """The local engine: every chunk in this process, one after another."""
+    results = []
+    for rows, part in pieces:
+        if part is not None:
+            results.append(evaluate_chunk(part, len(results), **args))
+        progress(rows)
+    return results
+
+
+def _evaluate_on_ray(ray: Any, pieces: Iterator[tuple[int, pl.DataFrame | None]], args: dict[str, Any],
+                     progress: Callable[[int], None]) -> list[tuple[int, pl.DataFrame]]:
+    """The Ray engine: every chunk an :func:`evaluate_chunk` task; the slices are cut (or, for a
+    :class:`JobChunks`, assembled) here while the tasks run, at most one more in flight than the
+    cluster has CPUs (the object store holds those chunks); the results in chunk order."""
+    remote = ray.remote(evaluate_chunk)
+    shared = {k: ray.put(v) for k, v in args.items() if k in ("scenarios", "catalog")}  # sent once
+    args = {**args, **shared}
+    limit = ray_cpus(ray) + 1
+    pending: dict[Any, tuple[int, int]] = {}  # task -> (chunk index, rows)
+    results: dict[int, tuple[int, pl.DataFrame]] = {}
+    submitted = 0
+
+    def collect_one() -> None:
+        ready, _ = ray.wait(list(pending), num_returns=1)
+        for ref in ready:
+            index, rows = pending.pop(ref)
+            results[index] = ray.get(ref)
+            progress(rows)
+
+    try:
+        for rows, part in pieces:
+            if part is None:
+                progress(rows)
+                continue
+            while len(pending) >= limit:
+                collect_one()
+            pending[remote.remote(part, submitted, **args)] = (submitted, rows)
+            submitted += 1
+        while pending:
+            collect_one()
+    except BaseException as e:  # a task's error, or this process's (assembling a slice, an interrupt)
+        for ref in pending:  # on an existing cluster, the chunks still running would go on writing
+            ray.cancel(ref)
+        if isinstance(e, ray.exceptions.RayTaskError):
+            raise unwrap_task_error(ray, e) from None
+        raise
+    return [results[i] for i in range(submitted)]
 
 
 def characterize_streaming(
@@ -138,7 +263,10 @@ def characterize_streaming(
     notes: Sequence[str] = (),
     require_gpu_memory: bool = True,
     chunk_jobs: int = DEFAULT_CHUNK_JOBS,
-    on_chunk=None,
+    on_chunk: Callable[[int, int], None] | None = None,
+    engine: str = "local",
+    address: str | None = None,
+    num_cpus: int | None = None,
 ) -> StreamedCharacterization:
     """Characterize ``jobs`` chunk by chunk (see the module docstring).
 
@@ -151,24 +279,39 @@ def characterize_streaming(
             ``scenario=*`` folders in it are replaced).
         chunk_jobs: jobs per chunk (>= 1; a :class:`JobChunks` has its own).
         on_chunk: called as ``on_chunk(jobs_done, jobs_total)`` after each chunk (progress; for a
-            :class:`JobChunks`, population rows).
+            :class:`JobChunks`, population rows; with ``ray``, as the tasks finish, the jobs of
+            the chunks finished so far).
+        engine: ``local`` (the chunks one after another in this process) or ``ray`` (each chunk an
+            :func:`evaluate_chunk` Ray task; the slices are cut, or assembled, in this process):
+            :data:`~ddlscope.engine.ENGINES`. Both write the same files and give the same results,
+            bit for bit (the aggregates are computed here, from the dataset, either way).
+        address: ``ray`` only: an existing cluster's address (``auto``: the one started on this
+            machine by ``ray start --head``); None: a local cluster of ``num_cpus`` workers
+            (:func:`~ddlscope.engine.ray_session`). The tasks write to ``results_dir``: on a
+            cluster of several machines, a folder every node sees at the same path.
+        num_cpus: CPUs of a local Ray cluster (None: every core).
+
+    Returns:
+        A :class:`StreamedCharacterization` (``wall_s`` in seconds, evaluation and aggregation).
 
     Raises:
         ValueError: as ``characterize`` (an empty population, missing columns, duplicate job ids or
             scenario names, no job fitting its GPU; for a :class:`JobChunks` whose population has
-            no evaluable job: "no job of the population can be evaluated"); ``chunk_jobs`` below 1.
+            no evaluable job: "no job of the population can be evaluated"); ``chunk_jobs`` below 1;
+            an unknown ``engine``. With ``ray``, the error a task raised, as the local engine
+            raises it. MissingExtraError (an ImportError): ``ray`` without Ray installed.
     """
+    check_engine(engine)
+    if engine == "ray":
+        require_ray()  # before any work
     if chunk_jobs < 1:
         raise ValueError(f"chunk_jobs: expected at least 1, got {chunk_jobs}")
     t0 = time.perf_counter()
     if isinstance(jobs, pl.DataFrame):
         check_population(jobs)
         total = jobs.height
-        step = min(chunk_jobs, max(total, 1))  # a chunk larger than the population is all of it
-        slices: Iterator[tuple[int, pl.DataFrame]] | JobChunks = (
-            (min(start + step, total), jobs.slice(start, step)) for start in range(0, total, step))
     else:
-        total, slices = jobs.total, jobs
+        total = jobs.total
     names = ["baseline", *(s.name for s in scenarios)]
     if len(set(names)) != len(names):
         raise ValueError(f"scenarios: names must be unique, got {names[1:]}")
@@ -176,32 +319,26 @@ def characterize_streaming(
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("scenario=*"):
         shutil.rmtree(old)
-    excluded_parts = []
-    kept = chunks = 0
-    for done, part in slices:
-        if not isinstance(jobs, pl.DataFrame):
-            if part.height == 0:
-                if on_chunk is not None:
-                    on_chunk(done, total)
-                continue
-            check_population(part)
-        chunk, excluded = prepare_jobs(part, require_gpu_memory)
-        excluded_parts.append(excluded)
-        if chunk.height:
-            for name, block in zip(names, whatif_blocks(chunk, scenarios, catalog, columns=result_columns(chunk)),
-                                   strict=True):
-                folder = out / f"scenario={name}"
-                folder.mkdir(exist_ok=True)
-                block.write_parquet(folder / f"part-{chunks:06d}.parquet")
-                del block  # not held while the next scenario's block is computed
-            chunks += 1
-            kept += chunk.height
+    done = 0
+
+    def progress(rows: int) -> None:
+        nonlocal done
+        done += rows
         if on_chunk is not None:
             on_chunk(done, total)
+
+    args = {"scenarios": list(scenarios), "results_dir": str(out.resolve()), "catalog": catalog,
+            "require_gpu_memory": require_gpu_memory, "check": not isinstance(jobs, pl.DataFrame)}
+    if engine == "ray":
+        with ray_session(address, num_cpus) as ray:
+            results = _evaluate_on_ray(ray, _pieces(jobs, chunk_jobs), args, progress)
+    else:
+        results = _evaluate_here(_pieces(jobs, chunk_jobs), args, progress)
     if isinstance(jobs, JobChunks) and jobs.assembled == 0:
         raise ValueError("jobs: no job of the population can be evaluated (every job is accounted for in "
                          "JobChunks.population's reasons)")
-    excluded = pl.concat(excluded_parts)
+    excluded = pl.concat([e for _, e in results])
+    kept = sum(k for k, _ in results)
     if kept == 0:
         raise ValueError("jobs: no job fits its GPU's memory; nothing to characterize")
 
@@ -221,5 +358,6 @@ def characterize_streaming(
     nic = scan(NIC_SCENARIO).select("job_id", "speedup").collect() if NIC_SCENARIO in names else base.head(0)
     return StreamedCharacterization(
         shares=shares, bottlenecks=bottlenecks, speedups=speedups,
-        headline=_headline(base, nic, speedups), results_dir=out, scenarios=names, chunks=chunks, jobs=kept,
-        notes=list(notes), excluded=excluded, wall_s=time.perf_counter() - t0)
+        headline=_headline(base, nic, speedups), results_dir=out, scenarios=names,
+        chunks=sum(1 for k, _ in results if k), jobs=kept, notes=list(notes), excluded=excluded,
+        wall_s=time.perf_counter() - t0, engine=engine)

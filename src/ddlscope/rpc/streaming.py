@@ -48,13 +48,13 @@ with line breaks shift the line numbers).
 
 Engines: ``local`` runs the partitions one after another in this process; ``ray`` runs each
 partition as a Ray task (``pip install ddlscope[ray]``; ``address`` of an existing cluster, or a
-local one) and merges the partial results in partition order, exactly as the local engine does.
+local one: :func:`ddlscope.engine.ray_session`) and merges the partial results in partition
+order, exactly as the local engine does.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -66,6 +66,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from ddlscope.engine import ENGINES, check_engine, ray_available, ray_session  # noqa: F401 (re-exported)
 from ddlscope.rpc.concurrency import (
     concurrency_moments,
     fit_from_moments,
@@ -109,8 +110,6 @@ STREAM_MEASURES: tuple[str, ...] = ("server", "server_other_conn", "connection")
 """In-flight measures the streaming path fits (exact per server partition; ``worker`` spans servers)."""
 DEFAULT_PARTITION_ROWS = 2_000_000
 """Rows a partition aims at (whole servers: a server with more rows is a partition of its own)."""
-ENGINES: tuple[str, ...] = ("local", "ray")
-"""``--engine`` values."""
 
 
 @dataclass(frozen=True)
@@ -563,43 +562,6 @@ def _run_local(fn: Callable, plan: StreamPlan, ctx: Any, progress: _Progress, na
     return out
 
 
-def ray_available() -> bool:
-    """Whether Ray can be imported (``pip install ddlscope[ray]``)."""
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-@contextlib.contextmanager
-def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iterator[Any]:
-    """Ray connected for the streaming passes: ``address`` of an existing cluster (``ray start
-    --head`` prints it; ``auto`` finds a local one), else a local cluster of ``num_cpus`` workers
-    started here (and shut down after) whose tasks import this ddlscope (``PYTHONPATH`` set to it).
-
-    Raises:
-        ImportError: Ray is not installed (the message says how to install it).
-    """
-    try:
-        import ray
-    except ImportError as e:
-        raise ImportError("--engine ray needs Ray: pip install 'ddlscope[ray]'") from e
-    started = False
-    if not ray.is_initialized():
-        src = str(Path(__file__).resolve().parents[2])
-        env = {"PYTHONPATH": os.pathsep.join([src, *filter(None, [os.environ.get("PYTHONPATH")])])}
-        kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": False,
-                                  "include_dashboard": False} if address is None else {}
-        ray.init(address=address, num_cpus=num_cpus if address is None else None, **kwargs)
-        started = True
-    try:
-        yield ray
-    finally:
-        if started:
-            ray.shutdown()
-
-
 def _run_ray(fn: Callable, plan: StreamPlan, ctx: Any, progress: _Progress, name: str) -> list[Any]:
     import ray
 
@@ -788,8 +750,7 @@ def dissect_streaming(
         ValueError: no RPC left after the checks (the rejection counts), an unknown engine, text
             ids, or the reader's errors; ImportError: ``ray`` without Ray installed.
     """
-    if engine not in ENGINES:
-        raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
+    check_engine(engine)
     t0 = time.perf_counter()
     quantiles = QUANTILES  # those of the in-memory percentile table
     plan = plan_stream(paths, mapping=mapping, input_format=input_format, partition_rows=partition_rows)
