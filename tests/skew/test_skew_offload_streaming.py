@@ -222,6 +222,10 @@ def test_cli_refusals(shared_data: Path, tmp_path: Path) -> None:
         res = runner.invoke(app, ["rpc", "offload", src, *extra])
         assert res.exit_code == 2, res.output
         assert msg in " ".join(res.output.split()), res.output
+    lines = tmp_path / "k.jsonl"
+    lines.write_text('{"k": "a"}\n')
+    res = runner.invoke(app, ["rpc", "offload", str(lines), "-c", "k", "--streaming"])
+    assert res.exit_code == 2 and "k.jsonl: JSON lines are not streamed" in " ".join(res.output.split())
     # the same hint as in memory when the replay gives one iteration
     res = runner.invoke(app, ["rpc", "offload", src, "-c", "C3", "--streaming", "--no-progress"])
     assert res.exit_code == 2

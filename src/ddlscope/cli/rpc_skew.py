@@ -115,7 +115,7 @@ def _skew_streamed(source: Path, column: str | None, kind: str, vocabulary: Path
     from ddlscope.cli.common import err_console
     from ddlscope.skew.streaming import analyze_skew_streaming
 
-    _check_streaming_source(column, kind)
+    _check_streaming_source(source, column, kind)
     if vocabulary is not None:
         raise ValueError(f"{vocabulary}: a vocabulary names integer keys; a column stream has none")
     with _batch_progress(show_progress) as on_batch:
@@ -132,14 +132,17 @@ STREAMING_SOURCES = ("--streaming reads one key column of CSV/TSV/Parquet files 
 """Why ``--streaming`` refuses a source (``rpc skew`` and ``rpc offload``)."""
 
 
-def _check_streaming_source(column: str | None, kind: str) -> None:
-    """``--streaming`` needs ``--column`` (and ``--kind`` auto or column), before anything is read.
+def _check_streaming_source(source: Path, column: str | None, kind: str) -> None:
+    """``--streaming`` needs ``--column`` (and ``--kind`` auto or column) of CSV/TSV/Parquet files,
+    checked before anything is read.
 
     Raises:
-        ValueError: no column, or another kind (the message says what is supported).
+        ValueError: no column, another kind, or a JSON-lines file (the message says what is supported).
     """
     if column is None or kind not in ("auto", "column"):
         raise ValueError(STREAMING_SOURCES if column is None else f"--kind {kind}: {STREAMING_SOURCES}")
+    if source.suffix.lower() in (".jsonl", ".ndjson", ".json"):
+        raise ValueError(f"{source}: JSON lines are not streamed; {STREAMING_SOURCES}")
 
 
 @contextmanager
@@ -354,7 +357,7 @@ def register(rpc_app: typer.Typer) -> None:
         if chunk_rows < 1:
             raise ValueError(f"--chunk-rows: expected >= 1, got {chunk_rows}")
         if streaming:
-            _check_streaming_source(column, kind)
+            _check_streaming_source(source, column, kind)
         from ddlscope.skew.offload import SwitchLayout
 
         budgets = [parse_bytes(b) for b in budget] if budget else None
