@@ -206,10 +206,16 @@ def test_cli_streaming_equals_in_memory(shared_data: Path) -> None:
             assert out["evaluation_iterations"] == 15 and out["embedding_dim"] == 4
         else:
             assert streamed.stdout == mem.stdout
+def test_cli_streaming_table_and_report(shared_data: Path, tmp_path: Path) -> None:
+    src = str(shared_data / "criteo" / "criteo_sample.txt")
     table = runner.invoke(app, ["rpc", "offload", src, "-c", "C1", "--workers", "3", "--batch-events", "4",
-                                "--dim", "4", "-p", "lfu", "--streaming", "--no-progress"])
+                                "--dim", "4", "-p", "lfu", "--streaming", "--no-progress",
+                                "--report", str(tmp_path / "rep")])
     assert table.exit_code == 0, table.output
-    assert "Switch offload what-if: " in table.output and "(exact: equal to the in-memory simulation)" in table.output
+    out = " ".join(table.output.split())
+    assert f"Switch offload what-if: {src}:C1 (" in out and "(exact: equal to the in-memory simulation)" in out
+    assert "replayed as training: 3 workers x 4 events per mini-batch = 17 iterations" in out
+    assert (tmp_path / "rep" / "figures" / "offload.png").exists()
 
 
 def test_cli_refusals(shared_data: Path, tmp_path: Path) -> None:
