@@ -16,7 +16,7 @@ and prints wall time, CPU time (user + system), rows/s, peak RSS and whether the
 Usage::
 
     PYTHONPATH=src python benchmarks/bench_offload_streaming.py [--rows 3000000] [--support 200000] \
-        [--chunk-rows 500000] [--policy lfu --policy space_saving] [--streamed-only]
+        [--chunk-rows 500000] [--policy lfu --policy space_saving] [--keep DIR] [--streamed-only]
 """
 
 from __future__ import annotations
@@ -82,6 +82,7 @@ def main() -> None:
     ap.add_argument("--chunk-rows", type=int, default=500_000)
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--policy", action="append", default=[], help="policies (default all)")
+    ap.add_argument("--keep", type=Path, help="write the partitions here and keep them")
     ap.add_argument("--streamed-only", action="store_true", help="skip the in-memory run (RSS against rows)")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -89,7 +90,7 @@ def main() -> None:
         _child(*args.child, args.dim, args.chunk_rows, args.policy)
         return
     with tempfile.TemporaryDirectory() as tmp:
-        folder, one = Path(tmp) / "parts", Path(tmp) / "all.parquet"
+        folder, one = args.keep or Path(tmp) / "parts", Path(tmp) / "all.parquet"
         write_partitions(folder, args.rows, args.files, args.support)
         pl.scan_parquet(f"{folder}/*.parquet").sink_parquet(one)
         print(f"wrote {args.rows:,} rows (SYNTHETIC Zipf s = 1.1 over {args.support:,} ranks) in {args.files} "

@@ -118,7 +118,7 @@ def _skew_streamed(source: Path, column: str | None, kind: str, vocabulary: Path
     _check_streaming_source(source, column, kind)
     if vocabulary is not None:
         raise ValueError(f"{vocabulary}: a vocabulary names integer keys; a column stream has none")
-    with _batch_progress(show_progress) as on_batch:
+    with _batch_progress(show_progress, lambda name: "rows" if name.startswith("pass 1") else "events") as on_batch:
         s = analyze_skew_streaming(source, column, events=events, window=window, hot_fraction=hot_fraction,
                                    support=support, chunk_rows=chunk_rows, on_batch=on_batch)
     err_console.print(f"streamed: {s.rows:,} rows of {len(s.files)} file(s) in {s.batches} batch(es), two passes, "
@@ -146,16 +146,19 @@ def _check_streaming_source(source: Path, column: str | None, kind: str) -> None
 
 
 @contextmanager
-def _batch_progress(show: bool) -> Iterator[Callable[[str, int], None]]:
-    """An ``on_batch(pass_name, rows)`` callback drawing one progress line per pass on stderr (rows
-    done, rows/s, elapsed) while the block runs; a no-op callback when ``show`` is False."""
+def _batch_progress(show: bool, unit_of: Callable[[str], str] = lambda name: "rows",
+                    ) -> Iterator[Callable[[str, int], None]]:
+    """An ``on_batch(pass_name, count)`` callback drawing one progress line per pass on stderr
+    (count done, per second, elapsed; counted in ``unit_of(pass_name)``: rows read, events or pushes
+    replayed) while the block runs; a no-op callback when ``show`` is False."""
     bar = None
     if show:
         from rich.console import Console
         from rich.progress import Progress, TextColumn, TimeElapsedColumn
 
-        bar = Progress(TextColumn("{task.description}"), TextColumn("{task.fields[rows]} rows"),
-                       TextColumn("{task.fields[rate]} rows/s"), TimeElapsedColumn(), console=Console(stderr=True))
+        bar = Progress(TextColumn("{task.description}"), TextColumn("{task.fields[rows]} {task.fields[unit]}"),
+                       TextColumn("{task.fields[rate]} {task.fields[unit]}/s"), TimeElapsedColumn(),
+                       console=Console(stderr=True))
         bar.start()
     tasks: dict[str, tuple[int, int, float]] = {}
 
@@ -165,7 +168,7 @@ def _batch_progress(show: bool) -> Iterator[Callable[[str, int], None]]:
         import time
 
         if name not in tasks:
-            tasks[name] = (bar.add_task(name, rows="0", rate="-"), 0, time.perf_counter())
+            tasks[name] = (bar.add_task(name, rows="0", rate="-", unit=unit_of(name)), 0, time.perf_counter())
         task, done, t0 = tasks[name]
         done += rows
         tasks[name] = (task, done, t0)
@@ -428,7 +431,7 @@ def _offload_streamed(source: Path, column: str, dim: int | None, value_bytes: i
     _warn_dim(chosen)
     layout = SwitchLayout(chosen.dim, value_bytes, key_bytes, metadata_bytes, wire_value_bytes)
     check_budgets(layout)
-    with _batch_progress(show_progress) as on_batch:
+    with _batch_progress(show_progress, lambda name: "rows" if name.startswith("read") else "pushes") as on_batch:
         s = simulate_offload_streaming(source, column, layout, budgets, policies, warmup, refresh, ss_counters,
                                        workers, batch_events, chunk_rows, on_batch)
     err_console.print(f"streamed: {s.rows:,} rows of {len(s.files)} file(s) in {s.batches} batch(es), "

@@ -233,7 +233,8 @@ def simulate_offload_streaming(
             :func:`~ddlscope.skew.offload.budgets_for` the distinct keys (as ``rpc offload``).
         workers, batch_events: the replay as data-parallel training (>= 1 each).
         chunk_rows: input rows per batch, and about the events per replayed block (>= 1).
-        on_batch: called as ``on_batch(pass_name, rows_or_events)`` after each batch or block (progress).
+        on_batch: called as ``on_batch(pass_name, count)`` after each batch read (``count``: its rows;
+            pass names starting with ``read``) or block replayed (its pushes; ``replay ...``), for progress.
 
     Returns:
         :class:`StreamedOffload`.
@@ -356,7 +357,7 @@ def _run(files: list, column: str, source: str, spill: Path, layout: SwitchLayou
                         per_event[a - split:b - split] = lfu_ranks[blk.keys[a:b]]
                         lfu_counts += np.bincount(blk.keys[a:b], minlength=n)
                     hits["lfu"].add_ranks(per_event, first)
-            progress("replay 1: static, lfu, oracle counts", blk)
+            progress(f"replay 1: {', '.join(p if p != 'oracle' else 'oracle counts' for p in rank_policies)}", blk)
         if "static" in hits and static_ranks is not None:  # (warmup < n_iter: set by the first evaluated block)
             installs = _count_leq(np.sort(static_ranks[static_ranks != _NOT_RANKED]), caps)
             per_policy["static"] = ([hits["static"].metrics(j) for j in range(caps.size)],
