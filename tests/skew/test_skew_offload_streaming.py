@@ -236,3 +236,15 @@ def test_cli_refusals(shared_data: Path, tmp_path: Path) -> None:
     res = runner.invoke(app, ["rpc", "offload", src, "-c", "C3", "--streaming", "--no-progress"])
     assert res.exit_code == 2
     assert "--workers 8 --batch-events 2 gives 12 iterations" in " ".join(res.output.split())
+
+
+def test_more_keys_than_the_int32_spill_holds_is_refused(shared_data: Path, monkeypatch, tmp_path: Path) -> None:
+    """The limit lowered to 5 keys: C3 of the Criteo sample has 171, so the first batch of 50 rows
+    (more than 5 distinct values) stops the run, and the spill is removed."""
+    import ddlscope.skew.offload_streaming as mod
+
+    monkeypatch.setattr(mod, "MAX_SPILL_KEYS", 5)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(ValueError, match="more than 5 distinct keys: the streamed simulation spills int32 key ids"):
+        simulate_offload_streaming(shared_data / "criteo" / "criteo_sample.txt", "C3", LAYOUT, chunk_rows=50)
+    assert _spill_dirs(tmp_path) == []
