@@ -8,6 +8,8 @@ Polars and NumPy are loaded by the CLI anyway, SciPy only when a fit runs); the 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -113,19 +115,50 @@ def _skew_streamed(source: Path, column: str | None, kind: str, vocabulary: Path
     from ddlscope.cli.common import err_console
     from ddlscope.skew.streaming import analyze_skew_streaming
 
-    if column is None or kind not in ("auto", "column"):
-        raise ValueError("--streaming reads one key column of CSV/TSV/Parquet files (give --column NAME); text, "
-                         "RPC logs and update-count tables are ordered over the whole input: run without "
-                         "--streaming")
+    _check_streaming_source(source, column, kind)
     if vocabulary is not None:
         raise ValueError(f"{vocabulary}: a vocabulary names integer keys; a column stream has none")
+    with _batch_progress(show_progress, lambda name: "rows" if name.startswith("pass 1") else "events") as on_batch:
+        s = analyze_skew_streaming(source, column, events=events, window=window, hot_fraction=hot_fraction,
+                                   support=support, chunk_rows=chunk_rows, on_batch=on_batch)
+    err_console.print(f"streamed: {s.rows:,} rows of {len(s.files)} file(s) in {s.batches} batch(es), two passes, "
+                      f"{s.wall_s:.1f} s (exact: equal to the in-memory analysis)")
+    return s.analysis
+
+
+STREAMING_SOURCES = ("--streaming reads one key column of CSV/TSV/Parquet files or a folder of them (give --column "
+                     "NAME); text, RPC logs and update-count tables are ordered over the whole input: run without "
+                     "--streaming")
+"""Why ``--streaming`` refuses a source (``rpc skew`` and ``rpc offload``)."""
+
+
+def _check_streaming_source(source: Path, column: str | None, kind: str) -> None:
+    """``--streaming`` needs ``--column`` (and ``--kind`` auto or column) of CSV/TSV/Parquet files,
+    checked before anything is read.
+
+    Raises:
+        ValueError: no column, another kind, or a JSON-lines file (the message says what is supported).
+    """
+    if column is None or kind not in ("auto", "column"):
+        raise ValueError(STREAMING_SOURCES if column is None else f"--kind {kind}: {STREAMING_SOURCES}")
+    if source.suffix.lower() in (".jsonl", ".ndjson", ".json"):
+        raise ValueError(f"{source}: JSON lines are not streamed; {STREAMING_SOURCES}")
+
+
+@contextmanager
+def _batch_progress(show: bool, unit_of: Callable[[str], str] = lambda name: "rows",
+                    ) -> Iterator[Callable[[str, int], None]]:
+    """An ``on_batch(pass_name, count)`` callback drawing one progress line per pass on stderr
+    (count done, per second, elapsed; counted in ``unit_of(pass_name)``: rows read, events or pushes
+    replayed) while the block runs; a no-op callback when ``show`` is False."""
     bar = None
-    if show_progress:
+    if show:
         from rich.console import Console
         from rich.progress import Progress, TextColumn, TimeElapsedColumn
 
-        bar = Progress(TextColumn("{task.description}"), TextColumn("{task.fields[rows]} rows"),
-                       TextColumn("{task.fields[rate]} rows/s"), TimeElapsedColumn(), console=Console(stderr=True))
+        bar = Progress(TextColumn("{task.description}"), TextColumn("{task.fields[rows]} {task.fields[unit]}"),
+                       TextColumn("{task.fields[rate]} {task.fields[unit]}/s"), TimeElapsedColumn(),
+                       console=Console(stderr=True))
         bar.start()
     tasks: dict[str, tuple[int, int, float]] = {}
 
@@ -135,21 +168,17 @@ def _skew_streamed(source: Path, column: str | None, kind: str, vocabulary: Path
         import time
 
         if name not in tasks:
-            tasks[name] = (bar.add_task(name, rows="0", rate="-"), 0, time.perf_counter())
+            tasks[name] = (bar.add_task(name, rows="0", rate="-", unit=unit_of(name)), 0, time.perf_counter())
         task, done, t0 = tasks[name]
         done += rows
         tasks[name] = (task, done, t0)
         bar.update(task, rows=f"{done:,}", rate=f"{done / max(time.perf_counter() - t0, 1e-9):,.0f}")
 
     try:
-        s = analyze_skew_streaming(source, column, events=events, window=window, hot_fraction=hot_fraction,
-                                   support=support, chunk_rows=chunk_rows, on_batch=on_batch)
+        yield on_batch
     finally:
         if bar is not None:
             bar.stop()
-    err_console.print(f"streamed: {s.rows:,} rows of {len(s.files)} file(s) in {s.batches} batch(es), two passes, "
-                      f"{s.wall_s:.1f} s (exact: equal to the in-memory analysis)")
-    return s.analysis
 
 
 def register(rpc_app: typer.Typer) -> None:
@@ -289,6 +318,16 @@ def register(rpc_app: typer.Typer) -> None:
         batch_events: Annotated[int, typer.Option("--batch-events", help="events per worker mini-batch when "
                                                                          "replaying a raw stream")
                                 ] = DEFAULT_REPLAY_BATCH_EVENTS,
+        streaming: Annotated[bool, typer.Option(
+            "--streaming", help="never hold the whole key stream: read the column in batches, spill the key ids "
+            "and replay the iterations block by block, exact (a --column of CSV/TSV/Parquet files or a folder of "
+            "them; see docs/streaming.md)")] = False,
+        chunk_rows: Annotated[int, typer.Option(
+            "--chunk-rows", help="with --streaming: input rows per batch (and about the events per replayed "
+            "block)")] = 1_000_000,
+        progress: Annotated[bool, typer.Option(
+            "--progress/--no-progress", help="with --streaming: rows read and events replayed per pass, on "
+            "stderr")] = True,
         report: ReportOpt = None,
         overwrite: OverwriteOpt = False,
         fmt: FormatOpt = "table",
@@ -318,13 +357,11 @@ def register(rpc_app: typer.Typer) -> None:
             raise ValueError(f"--warmup-iterations: expected >= 1, got {warmup}")
         if not ss_counters >= 1:
             raise ValueError(f"--ss-counters: expected >= 1 counter per switch entry, got {ss_counters}")
-        from ddlscope.skew.offload import (
-            SwitchLayout,
-            budgets_for,
-            choose_embedding_dim,
-            prepare_trace,
-            simulate_offload,
-        )
+        if chunk_rows < 1:
+            raise ValueError(f"--chunk-rows: expected >= 1, got {chunk_rows}")
+        if streaming:
+            _check_streaming_source(source, column, kind)
+        from ddlscope.skew.offload import SwitchLayout
 
         budgets = [parse_bytes(b) for b in budget] if budget else None
 
@@ -340,63 +377,115 @@ def register(rpc_app: typer.Typer) -> None:
             check_budgets(SwitchLayout(dim, value_bytes, key_bytes, metadata_bytes, wire_value_bytes))
 
         from ddlscope.report.console import emit
-        from ddlscope.rpc import decompose
-        from ddlscope.skew.streams import (
-            emulate_training,
-            load_stream,
-            read_rpc_log_with_keys,
-            replay_hint,
-            resolve_kind,
-        )
 
-        resolved = resolve_kind(source, kind, column)
-        _warn_if_table_read_as_text(source, kind, resolved)
-        log_read = read_rpc_log_with_keys(source) if resolved == "rpc_log" else None  # one read: keys and stages
-        stream = log_read.stream if log_read is not None else load_stream(source, resolved, column)
-        if (hint := replay_hint(stream, workers, batch_events)) is not None:
-            raise ValueError(f"{stream.source}: the offload simulation needs at least 2 iterations (warm-up + "
-                             f"evaluation): {hint}")
-        chosen = choose_embedding_dim(dim, source if resolved == "rpc_log" else None,
-                                      log_read.log.frame if log_read is not None and log_read.log is not None else None,
-                                      wire_value_bytes)
-        if chosen.assumed:
-            err_console.print(f"[yellow]warning:[/yellow] {chosen.detail}")
-        elif chosen.source != "option":
-            err_console.print(f"note: {chosen.detail}")
-        layout = SwitchLayout(chosen.dim, value_bytes, key_bytes, metadata_bytes, wire_value_bytes)
-        check_budgets(layout)
-        trained = emulate_training(stream, workers=workers, batch_events=batch_events)
-        trace = prepare_trace(trained)
-        budgets = budgets or budgets_for(stream.num_keys, layout)
-        stages = None
-        if log_read is not None and log_read.log is None:
-            err_console.print(f"note: no latency estimate ({log_read.log_error})")
-        elif log_read is not None and log_read.log is not None:
-            log = log_read.log
-            try:
-                stages = decompose(log.frame)
-            except ValueError as exc:
-                err_console.print(f"note: no latency estimate ({exc})")
-            if stages is not None and log.rejected.height:
-                err_console.print(
-                    f"note: latency estimate from {log.frame.height:,} RPCs; {log.rejected.height:,} rejected "
-                    "rows of the log left out (ddlscope rpc dissect lists them with file:line and reason)")
-        res = simulate_offload(trace, layout, budgets, policies, warmup, refresh, stages, ss_counters)
+        if streaming:
+            res, source_name, num_keys, replay_notes, chosen = _offload_streamed(
+                source, column, dim, value_bytes, key_bytes, metadata_bytes, wire_value_bytes, check_budgets, budgets,
+                policies, warmup, refresh, ss_counters, workers, batch_events, chunk_rows, progress and fmt == "table")
+        else:
+            res, source_name, num_keys, replay_notes, chosen = _offload_in_memory(
+                source, column, kind, dim, value_bytes, key_bytes, metadata_bytes, wire_value_bytes, check_budgets,
+                budgets, policies, warmup, refresh, ss_counters, workers, batch_events)
         cols = ["policy", "budget_bytes", "capacity_keys", "push_aggregated_fraction", "pull_served_fraction",
                 "server_updates_saved_fraction", "server_bytes_saved_fraction", "switch_installs"]
         cols += [c for c in ("latency_mean_us_before", "latency_mean_us_after", "latency_speedup")
                  if c in res.table.columns]
         if fmt == "table":
             emit(res.table.select(cols), "table",
-                 title=f"Switch offload what-if: {stream.source} ({trace.num_keys:,} keys, "
+                 title=f"Switch offload what-if: {source_name} ({num_keys:,} keys, "
                        f"{res.evaluation_iterations} evaluated iterations)",
                  extra={"embedding dimension": f"{chosen.dim} ({chosen.source})",
-                        "notes": " | ".join([*trained.notes[len(stream.notes):], *res.notes])})
+                        "notes": " | ".join([*replay_notes, *res.notes])})
         else:
             emit(res.table, fmt, extra=None if fmt == "csv" else {
                 **{k: v for k, v in res.summary().items() if k != "curve"},
                 "embedding_dim": chosen.dim, "embedding_dim_source": chosen.source,
                 "embedding_dim_detail": chosen.detail})
         if report is not None:
-            path = _write_report(report, overwrite, "offload_report", res, stream.source)
+            path = _write_report(report, overwrite, "offload_report", res, source_name)
             err_console.print(f"report: {path}")
+
+
+def _warn_dim(chosen) -> None:
+    """The embedding dimension's warning (assumed) or note (read from the log) on stderr."""
+    from ddlscope.cli.common import err_console
+
+    if chosen.assumed:
+        err_console.print(f"[yellow]warning:[/yellow] {chosen.detail}")
+    elif chosen.source != "option":
+        err_console.print(f"note: {chosen.detail}")
+
+
+def _offload_streamed(source: Path, column: str, dim: int | None, value_bytes: int, key_bytes: int,
+                      metadata_bytes: int, wire_value_bytes: int, check_budgets: Callable, budgets: list[int] | None,
+                      policies: tuple[str, ...], warmup: int | None, refresh: int, ss_counters: float, workers: int,
+                      batch_events: int, chunk_rows: int, show_progress: bool):
+    """``rpc offload --streaming``: :func:`ddlscope.skew.offload_streaming.simulate_offload_streaming`
+    with a progress line per pass on stderr. Returns ``(result, source name, distinct keys, replay
+    notes, embedding dimension)``, as :func:`_offload_in_memory`."""
+    from ddlscope.cli.common import err_console
+    from ddlscope.skew.offload import SwitchLayout, choose_embedding_dim
+    from ddlscope.skew.offload_streaming import simulate_offload_streaming
+
+    chosen = choose_embedding_dim(dim, None, None, wire_value_bytes)  # a column has no message sizes
+    _warn_dim(chosen)
+    layout = SwitchLayout(chosen.dim, value_bytes, key_bytes, metadata_bytes, wire_value_bytes)
+    check_budgets(layout)
+    with _batch_progress(show_progress, lambda name: "rows" if name.startswith("read") else "pushes") as on_batch:
+        s = simulate_offload_streaming(source, column, layout, budgets, policies, warmup, refresh, ss_counters,
+                                       workers, batch_events, chunk_rows, on_batch)
+    err_console.print(f"streamed: {s.rows:,} rows of {len(s.files)} file(s) in {s.batches} batch(es), "
+                      f"{s.spill_bytes / 2**20:,.1f} MiB spilled, {s.passes} replay(s), {s.wall_s:.1f} s "
+                      "(exact: equal to the in-memory simulation)")
+    return s.result, s.source, s.num_keys, [s.replay_note], chosen
+
+
+def _offload_in_memory(source: Path, column: str | None, kind: str, dim: int | None, value_bytes: int,
+                       key_bytes: int, metadata_bytes: int, wire_value_bytes: int, check_budgets: Callable,
+                       budgets: list[int] | None, policies: tuple[str, ...], warmup: int | None, refresh: int,
+                       ss_counters: float, workers: int, batch_events: int):
+    """``rpc offload``: read the whole source, replay a raw stream as training, simulate; with an
+    RPC log, the latency estimate from its stage breakdown. Returns ``(result, source name,
+    distinct keys, replay notes, embedding dimension)``."""
+    from ddlscope.cli.common import err_console
+    from ddlscope.rpc import decompose
+    from ddlscope.skew.offload import SwitchLayout, budgets_for, choose_embedding_dim, prepare_trace, simulate_offload
+    from ddlscope.skew.streams import (
+        emulate_training,
+        load_stream,
+        read_rpc_log_with_keys,
+        replay_hint,
+        resolve_kind,
+    )
+
+    resolved = resolve_kind(source, kind, column)
+    _warn_if_table_read_as_text(source, kind, resolved)
+    log_read = read_rpc_log_with_keys(source) if resolved == "rpc_log" else None  # one read: keys and stages
+    stream = log_read.stream if log_read is not None else load_stream(source, resolved, column)
+    if (hint := replay_hint(stream, workers, batch_events)) is not None:
+        raise ValueError(f"{stream.source}: the offload simulation needs at least 2 iterations (warm-up + "
+                         f"evaluation): {hint}")
+    chosen = choose_embedding_dim(dim, source if resolved == "rpc_log" else None,
+                                  log_read.log.frame if log_read is not None and log_read.log is not None else None,
+                                  wire_value_bytes)
+    _warn_dim(chosen)
+    layout = SwitchLayout(chosen.dim, value_bytes, key_bytes, metadata_bytes, wire_value_bytes)
+    check_budgets(layout)
+    trained = emulate_training(stream, workers=workers, batch_events=batch_events)
+    trace = prepare_trace(trained)
+    budgets = budgets or budgets_for(stream.num_keys, layout)
+    stages = None
+    if log_read is not None and log_read.log is None:
+        err_console.print(f"note: no latency estimate ({log_read.log_error})")
+    elif log_read is not None and log_read.log is not None:
+        log = log_read.log
+        try:
+            stages = decompose(log.frame)
+        except ValueError as exc:
+            err_console.print(f"note: no latency estimate ({exc})")
+        if stages is not None and log.rejected.height:
+            err_console.print(
+                f"note: latency estimate from {log.frame.height:,} RPCs; {log.rejected.height:,} rejected "
+                "rows of the log left out (ddlscope rpc dissect lists them with file:line and reason)")
+    res = simulate_offload(trace, layout, budgets, policies, warmup, refresh, stages, ss_counters)
+    return res, stream.source, trace.num_keys, trained.notes[len(stream.notes):], chosen

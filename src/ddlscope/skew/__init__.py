@@ -11,4 +11,8 @@ The data flow, one module per arrow::
 Sources: RPC logs with a ``keys`` column (:mod:`ddlscope.rpc.schema`), per-key update-count
 tables written by the instrumented parameter-server training, a categorical column of a CTR
 dataset, or the word tokens of a text.
+
+A key column larger than memory: ``streaming`` (the frequency model, ``rpc skew --streaming``) and
+``offload_streaming`` (the switch what-if, ``rpc offload --streaming``) read it in batches and give
+the in-memory results exactly (docs/streaming.md).
 """

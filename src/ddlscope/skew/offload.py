@@ -533,12 +533,18 @@ def _space_saving_policy(trace: OffloadTrace, hot: _HotEvents, warmup: int, refr
 # -- metrics ------------------------------------------------------------------------------------
 def _metrics(trace: OffloadTrace, lo: int, resident: np.ndarray, layout: SwitchLayout) -> dict[str, float]:
     push, cnt = trace.push[lo:], trace.count[lo:]
-    pushes = int(cnt[push].sum())
-    pulls = int(cnt[~push].sum())
-    push_hits = int(cnt[push & resident].sum())
-    pull_hits = int(cnt[~push & resident].sum())
-    forwards = int((trace.first_push[lo:] & resident).sum())
-    writebacks = forwards if trace.has_pulls else 0
+    return _metrics_of_counts(
+        pushes=int(cnt[push].sum()), pulls=int(cnt[~push].sum()), push_hits=int(cnt[push & resident].sum()),
+        pull_hits=int(cnt[~push & resident].sum()), forwards=int((trace.first_push[lo:] & resident).sum()),
+        has_pulls=trace.has_pulls)
+
+
+def _metrics_of_counts(pushes: int, pulls: int, push_hits: int, pull_hits: int, forwards: int,
+                       has_pulls: bool) -> dict[str, float]:
+    """The figures of one (policy, capacity) from its event counts over the evaluated iterations
+    (the module docstring's model); shared by :func:`simulate_offload` and the streamed simulation
+    (:mod:`ddlscope.skew.offload_streaming`), so both compute them alike."""
+    writebacks = forwards if has_pulls else 0
     updates = pushes - push_hits + forwards
     return {
         "pushes": pushes, "pulls": pulls,
@@ -550,6 +556,23 @@ def _metrics(trace: OffloadTrace, lo: int, resident: np.ndarray, layout: SwitchL
         "_baseline_messages": pushes + pulls,
         "switch_writebacks": writebacks,
     }
+
+
+def _offload_row(policy: str, budget: int, capacity: int, metrics: dict[str, float], installs: int,
+                 refreshes: int, layout: SwitchLayout) -> dict[str, Any]:
+    """One row of :attr:`OffloadResult.table` (without the latency columns) from
+    :func:`_metrics_of_counts`' figures; ``metrics`` is consumed (its ``_`` entries removed)."""
+    messages = metrics.pop("_row_messages") + installs
+    base = metrics.pop("_baseline_messages")
+    row: dict[str, Any] = {"policy": policy, "budget_bytes": int(budget), "capacity_keys": int(capacity), **metrics}
+    row |= {
+        "server_bytes_baseline": base * layout.message_bytes,
+        "server_bytes": messages * layout.message_bytes,
+        "server_bytes_saved": (base - messages) * layout.message_bytes,
+        "server_bytes_saved_fraction": 1 - messages / base if base else float("nan"),
+        "switch_installs": installs, "refreshes": refreshes,
+    }
+    return row
 
 
 @dataclass
@@ -668,6 +691,43 @@ def budgets_for(num_keys: int, layout: SwitchLayout, min_bytes: int = 64 * 1024,
     return out
 
 
+def _sweep_setup(n_iter: int, layout: SwitchLayout, budgets_bytes: list[int] | None, policies: tuple[str, ...],
+                 warmup_iterations: int | None, refresh_iterations: int, space_saving_counters: float,
+                 ) -> tuple[list[int], int, np.ndarray]:
+    """The checked sweep of :func:`simulate_offload` for a trace of ``n_iter`` iterations: the
+    budgets (bytes), the warm-up iterations and the capacity (keys) per budget.
+
+    Raises:
+        ValueError: as :func:`simulate_offload` (budgets, policies, warm-up, refresh, counters).
+    """
+    budgets = list(budgets_bytes) if budgets_bytes is not None else default_budgets()
+    if not budgets or any(b < 0 for b in budgets):
+        raise ValueError(f"budgets_bytes: expected one or more budgets >= 0, got {budgets}")
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown or not policies:
+        raise ValueError(f"policies: expected some of {', '.join(POLICIES)}, got {list(policies)}")
+    warmup = max(1, math.ceil(0.1 * n_iter)) if warmup_iterations is None else int(warmup_iterations)
+    if not 1 <= warmup < n_iter:
+        raise ValueError(f"warmup_iterations: expected 1..{n_iter - 1} (the trace has {n_iter} iterations), "
+                         f"got {warmup}")
+    if space_saving_counters < 1:
+        raise ValueError(f"space_saving_counters: expected >= 1 counter per entry, got {space_saving_counters}")
+    if refresh_iterations < 1:
+        raise ValueError(f"refresh_iterations: expected >= 1, got {refresh_iterations}")
+    caps = np.array([layout.capacity_keys(b) for b in budgets], dtype=np.int64)
+    return budgets, warmup, caps
+
+
+def _sweep_notes(layout: SwitchLayout, warmup: int, n_iter: int, refresh_iterations: int) -> list[str]:
+    """The layout and time-split notes of an :class:`OffloadResult`."""
+    return [
+        f"entry = {layout.embedding_dim} x {layout.value_bytes} B + {layout.key_bytes} B key + "
+        f"{layout.metadata_bytes} B metadata = {layout.entry_bytes} B; row message = {layout.message_bytes} B",
+        f"iterations: {warmup} warm-up, {n_iter - warmup} evaluated; hot set refreshed every "
+        f"{refresh_iterations} iteration(s) (lfu, space_saving)",
+    ]
+
+
 def simulate_offload(
     trace: OffloadTrace,
     layout: SwitchLayout | None = None,
@@ -704,22 +764,9 @@ def simulate_offload(
             without RPCs, or stage times without ``worker_id``/``rpc_id`` columns.
     """
     layout = layout or SwitchLayout()
-    budgets = list(budgets_bytes) if budgets_bytes is not None else default_budgets()
-    if not budgets or any(b < 0 for b in budgets):
-        raise ValueError(f"budgets_bytes: expected one or more budgets >= 0, got {budgets}")
-    unknown = [p for p in policies if p not in POLICIES]
-    if unknown or not policies:
-        raise ValueError(f"policies: expected some of {', '.join(POLICIES)}, got {list(policies)}")
     n_iter = trace.num_iterations
-    warmup = max(1, math.ceil(0.1 * n_iter)) if warmup_iterations is None else int(warmup_iterations)
-    if not 1 <= warmup < n_iter:
-        raise ValueError(f"warmup_iterations: expected 1..{n_iter - 1} (the trace has {n_iter} iterations), "
-                         f"got {warmup}")
-    if space_saving_counters < 1:
-        raise ValueError(f"space_saving_counters: expected >= 1 counter per entry, got {space_saving_counters}")
-    if refresh_iterations < 1:
-        raise ValueError(f"refresh_iterations: expected >= 1, got {refresh_iterations}")
-    caps = np.array([layout.capacity_keys(b) for b in budgets], dtype=np.int64)
+    budgets, warmup, caps = _sweep_setup(n_iter, layout, budgets_bytes, policies, warmup_iterations,
+                                         refresh_iterations, space_saving_counters)
     lo = int(trace.starts[warmup])
     latency = _LatencyIndex.build(trace, lo, stage_times) if stage_times is not None else None
     hot = _HotEvents.of(trace) if "space_saving" in policies else None
@@ -733,26 +780,12 @@ def simulate_offload(
             ranks, installs, refreshes = _rank_policy(trace, policy, warmup, refresh_iterations, caps)
             per_cap = [(ranks <= c, int(installs[j]), refreshes) for j, c in enumerate(caps)]
         for (resident, installs_c, refreshes), budget, cap in zip(per_cap, budgets, caps, strict=True):
-            m = _metrics(trace, lo, resident, layout)
-            messages = m.pop("_row_messages") + installs_c
-            base = m.pop("_baseline_messages")
-            row: dict[str, Any] = {"policy": policy, "budget_bytes": int(budget), "capacity_keys": int(cap), **m}
-            row |= {
-                "server_bytes_baseline": base * layout.message_bytes,
-                "server_bytes": messages * layout.message_bytes,
-                "server_bytes_saved": (base - messages) * layout.message_bytes,
-                "server_bytes_saved_fraction": 1 - messages / base if base else float("nan"),
-                "switch_installs": installs_c, "refreshes": refreshes,
-            }
+            row = _offload_row(policy, budget, cap, _metrics(trace, lo, resident, layout), installs_c, refreshes,
+                               layout)
             if latency is not None:
                 row |= estimate_latency_gain(latency.stages, latency.handled_fraction(resident))
             rows.append(row)
-    notes = [
-        f"entry = {layout.embedding_dim} x {layout.value_bytes} B + {layout.key_bytes} B key + "
-        f"{layout.metadata_bytes} B metadata = {layout.entry_bytes} B; row message = {layout.message_bytes} B",
-        f"iterations: {warmup} warm-up, {n_iter - warmup} evaluated; hot set refreshed every "
-        f"{refresh_iterations} iteration(s) (lfu, space_saving)",
-    ]
+    notes = _sweep_notes(layout, warmup, n_iter, refresh_iterations)
     if latency is not None:
         notes.append(f"latency: over the {latency.stages.height:,} RPCs with keys in the evaluated iterations; server "
                      "stages scaled by the share of each RPC's keys left to the server")

@@ -37,7 +37,8 @@ Alimama samples of the shared data and on synthetic Zipf streams written as Parq
 CSV (``tests/skew/test_skew_streaming.py``).
 
 Not streamed: text files, RPC logs and update-count tables (their event order is a sort over the
-whole input), ``--vocabulary`` (a column has no integer keys), and ``rpc offload``. The CSV reader
+whole input) and ``--vocabulary`` (a column has no integer keys); ``rpc offload --streaming`` reads
+the same sources with this reader (:mod:`ddlscope.skew.offload_streaming`). The CSV reader
 is Polars' plain one: a line with more fields than the header stops the run with an error naming
 the file, and lines with fewer fields are read with nulls (empty values), as the in-memory reader
 pads them.

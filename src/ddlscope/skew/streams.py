@@ -672,11 +672,17 @@ def emulate_training(stream: KeyStream, workers: int = DEFAULT_REPLAY_WORKERS,
         .with_columns(pl.lit(None, dtype=pl.Int64).alias("rpc_id"))
         .select([pl.col(n).cast(t) for n, t in EVENT_SCHEMA.items()])
     )
-    n_iter = math.ceil(stream.num_events / (workers * batch_events))
-    note = (f"replayed as training: {workers} workers x {batch_events} events per mini-batch = "
+    return KeyStream(events, stream.keys, stream.source, stream.kind, stream.skipped,
+                     (*stream.notes, replay_note(stream.num_events, workers, batch_events)), stream.used_rows)
+
+
+def replay_note(num_events: int, workers: int, batch_events: int) -> str:
+    """The note :func:`emulate_training` adds for ``num_events`` raw events replayed by ``workers``
+    workers of ``batch_events`` events per mini-batch (``ceil(M / (workers * batch_events))``
+    iterations)."""
+    n_iter = math.ceil(num_events / (workers * batch_events))
+    return (f"replayed as training: {workers} workers x {batch_events} events per mini-batch = "
             f"{n_iter} iterations; per worker and iteration one pull and one push per distinct key")
-    return KeyStream(events, stream.keys, stream.source, stream.kind, stream.skipped, (*stream.notes, note),
-                     stream.used_rows)
 
 
 def replay_hint(stream: KeyStream, workers: int, batch_events: int, target_iterations: int = 10) -> str | None:
@@ -691,7 +697,12 @@ def replay_hint(stream: KeyStream, workers: int, batch_events: int, target_itera
     """
     if (stream.events["op"] != "access").all():
         return None
-    m = stream.num_events
+    return replay_hint_events(stream.num_events, workers, batch_events, target_iterations)
+
+
+def replay_hint_events(m: int, workers: int, batch_events: int, target_iterations: int = 10) -> str | None:
+    """:func:`replay_hint` for a raw stream of ``m`` events (the streamed offload simulation knows
+    only the count): the hint, or None when the replay gives 2 or more iterations."""
     iterations = math.ceil(m / (workers * batch_events))
     if iterations >= 2:
         return None
