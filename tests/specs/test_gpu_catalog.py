@@ -119,10 +119,10 @@ def test_with_values_replaces_and_records_the_fit():
         eff.with_values({"peak": 1.0}, "x")
 
 
-# FP32 lanes per SM and dense FP16 tensor FLOPs per SM per clock (FP32 accumulate) by chip family:
-# Kepler GK110 192 lanes per SMX; Maxwell GM200 and Pascal GP10x 128; Volta, Turing and GA100 64; GA10x and AD10x 128 (whitepapers); tensor
-# Volta/Turing 1,024 (GeForce Turing 512), GA100 2,048, GA10x/AD10x professional 1,024 (GeForce and the
-# L40: 512)
+# FP32 lanes per SM and dense FP16 tensor FLOPs per SM per clock (FP32 accumulate) by chip family
+# (whitepapers): Kepler GK110 192 lanes per SMX; Maxwell GM200 and Pascal GP10x 128; Volta, Turing
+# and GA100 64; GA10x and AD10x 128. Tensor: Volta/Turing 1,024 (GeForce Turing 512), GA100 2,048,
+# GA10x/AD10x professional 1,024 (GeForce and the L40: 512)
 PER_SM = {
     "K40": (192, None), "GTX-TITAN-X": (128, None), "GTX-1080": (128, None), "TITAN-X-Pascal": (128, None),
     "GTX-1080-Ti": (128, None), "TITAN-Xp": (128, None), "Quadro-P4000": (128, None), "P4": (128, None),
