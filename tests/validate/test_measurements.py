@@ -286,3 +286,24 @@ def test_a_size_the_model_does_not_take_rejects_that_row_only(tmp_path):
     assert bad["line"].to_list() == [2, 4]
     assert bad["detail"][0].startswith(f"{path}:2: seq_len: model 'resnet18' has no sequence length")
     assert bad["detail"][1].startswith(f"{path}:4: ") and "512 positions" in bad["detail"][1]
+
+
+def test_unit_spellings_and_milliseconds_per_step(tmp_path):
+    header = "model,gpu,gpus,batch_per_gpu,precision,throughput,throughput_unit,step_time_ms,seq_len\n"
+    path = _write(tmp_path, header +
+                  "resnet18_cifar,V100,2,64,fp32,1000,Images/sec,,\n"          # 2 x 64 / 1000 = 0.128 s
+                  "resnet18_cifar,V100,2,64,fp32,1000,samples per second,,\n"  # the same
+                  "resnet18_cifar,V100,1,64,fp32,800,examples/s,,\n"           # 64 / 800 = 0.08 s
+                  "bert_base,V100,1,8,fp16,4096,Tokens / Sec,,128\n"            # 8 / (4096 / 128) = 0.25 s
+                  "resnet18_cifar,V100,1,64,fp32,,,125,\n"                      # 125 ms = 0.125 s
+                  "resnet18_cifar,V100,1,64,fp32,800,images/s,125,\n"           # two measurements
+                  "resnet18_cifar,V100,1,64,fp32,,,abc,\n")                     # not a number
+    t = read_measurements(path)
+    assert t.rows["measured_step_s"].to_list() == pytest.approx([0.128, 0.128, 0.08, 0.25, 0.125])
+    assert t.rows["measured_kind"].to_list() == ["throughput"] * 4 + ["step_time"]
+    assert dict(zip(t.rejected["line"], t.rejected["reason"], strict=True)) == {
+        7: "two_measurements", 8: "not_a_number"}
+    # a table whose only measurement column is step_time_ms reads
+    only_ms = _write(tmp_path, "model,gpu,gpus,batch_per_gpu,precision,step_time_ms\nncf,V100,1,256,fp32,12.5\n",
+                     name="ms.csv")
+    assert read_measurements(only_ms).rows["measured_step_s"].to_list() == pytest.approx([0.0125])

@@ -14,9 +14,12 @@ column               required  meaning
 ``batch_per_gpu``    yes       samples per GPU per step, integer >= 1
 ``precision``        yes       ``fp32``, ``tf32``, ``fp16``/``amp``, ``bf16``
 ``throughput``       one of    measured throughput of the whole job, in ``throughput_unit``
-``step_time_s``      the two   measured seconds per step
-``throughput_unit``  with      ``samples/s`` (also ``images/s``, ``sequences/s``), ``tokens/s``,
-                     thr.      or any unit with ``units_per_sample``
+``step_time_s``      these     measured seconds per step
+``step_time_ms``     three     measured milliseconds per step
+``throughput_unit``  with      ``samples/s`` (also ``images/s``, ``sequences/s``, ``examples/s``),
+                     thr.      ``tokens/s``, or any unit with ``units_per_sample``; any case,
+                               spaces ignored, ``/sec``, ``/second`` or ``per second`` read as
+                               ``/s`` (:func:`normalized_unit`)
 ``units_per_sample`` no        how many throughput units one sample holds (tokens/s: default
                                ``seq_len``)
 ``servers``          no        servers the GPUs span (default 1)
@@ -117,6 +120,7 @@ MEASUREMENT_COLUMNS: dict[str, str] = {
     "throughput_unit": "samples/s, images/s, sequences/s, tokens/s or any unit with units_per_sample",
     "units_per_sample": "throughput units per sample (tokens/s: default seq_len)",
     "step_time_s": "measured seconds per step",
+    "step_time_ms": "measured milliseconds per step (instead of step_time_s)",
     "servers": "servers the GPUs span (default 1)",
     "server": f"catalog server (default {DEFAULT_SERVER}, GPU replaced)",
     "pcie": "catalog PCIe link overriding the server's",
@@ -135,14 +139,26 @@ MEASUREMENT_COLUMNS: dict[str, str] = {
 }
 """Every column a measurement table may have, with its meaning (module docstring)."""
 
-_SAMPLE_UNITS = {"samples/s", "images/s", "sequences/s", "sample/s", "image/s", "sequence/s", "img/s", "seq/s"}
+_SAMPLE_UNITS = {"samples/s", "images/s", "sequences/s", "sample/s", "image/s", "sequence/s", "img/s", "seq/s",
+                 "imgs/s", "examples/s", "example/s", "ex/s"}
 _TOKEN_UNITS = {"tokens/s", "token/s", "tok/s"}
+_PER_SECOND = r"(?:/|per)(?:s|sec|secs|second|seconds)$"
+"""A unit's "per second" in the spellings benchmark tables use (``/s``, ``/sec``, ``per second``...),
+matched after lower-casing and removing spaces and read as ``/s``."""
+
+
+def normalized_unit(unit: pl.Expr) -> pl.Expr:
+    """A ``throughput_unit`` column as the table reader compares it: lower case, no spaces, "per
+    second" spelled ``/s`` (``Images/sec``, ``samples per second`` -> ``images/s``, ``samples/s``)."""
+    return unit.str.to_lowercase().str.replace_all(" ", "").str.replace(_PER_SECOND, "/s")
+
+
 _PRECISIONS = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "amp": "fp16", "bf16": "bf16"}
 _OPTIMIZERS = ("sgd", "adam", "adamw")
 _ATTENTIONS = ("fused", "math")  # the profiler's ATTENTIONS (ddlscope.profile.api): reading a table imports no torch
 _AMP_MODES = ("autocast", "o2")  # the profiler's AMP_MODES, likewise
 _INT_COLUMNS = ("gpus", "batch_per_gpu", "servers", "seq_len", "image_size")
-_FLOAT_COLUMNS = ("throughput", "step_time_s", "units_per_sample", "measured_sync_s")
+_FLOAT_COLUMNS = ("throughput", "step_time_s", "step_time_ms", "units_per_sample", "measured_sync_s")
 _SAME_RUN = ("optimizer", "seq_len", "image_size", "attention", "conv_layout", "input_data")
 RATIO_KINDS: dict[str, tuple[str, ...]] = {
     "gpu": ("model", "precision", "amp", "gpus", "servers", "source", *_SAME_RUN),
@@ -260,8 +276,9 @@ def check_measurements(raw: pl.DataFrame, path: str | Path, catalog: Catalog | N
     if missing:
         raise MeasurementError(f"{path}: missing column(s) {', '.join(missing)}; a measurement table needs "
                                f"{', '.join(REQUIRED)} and throughput (with throughput_unit) or step_time_s")
-    if "throughput" not in cols and "step_time_s" not in cols:
-        raise MeasurementError(f"{path}: neither throughput nor step_time_s: one of them holds the measurement")
+    if not cols & {"throughput", "step_time_s", "step_time_ms"}:
+        raise MeasurementError(f"{path}: neither throughput nor step_time_s (or step_time_ms): one of them holds "
+                               "the measurement")
     for c in MEASUREMENT_COLUMNS:
         if c not in cols:
             raw = raw.with_columns(pl.lit(None, pl.String).alias(c))
@@ -288,10 +305,11 @@ def check_measurements(raw: pl.DataFrame, path: str | Path, catalog: Catalog | N
         reject(pl.col(c).is_not_null() & f.is_null(), "not_a_number", pl.format(f"{c} = {{}}", pl.col(c)))
         reject(f.is_not_null() & (~f.is_finite() | (f <= 0)), "out_of_range",
                pl.format(f"{c} = {{}}: expected a finite number > 0", pl.col(c)))
-    thr, step = pl.col("throughput"), pl.col("step_time_s")
-    reject(thr.is_null() & step.is_null(), "no_measurement", pl.lit("throughput and step_time_s are both empty"))
-    reject(thr.is_not_null() & step.is_not_null(), "two_measurements",
-           pl.lit("throughput and step_time_s are both given: keep one"))
+    thr, step, step_ms = pl.col("throughput"), pl.col("step_time_s"), pl.col("step_time_ms")
+    given = thr.is_not_null().cast(pl.Int8) + step.is_not_null().cast(pl.Int8) + step_ms.is_not_null().cast(pl.Int8)
+    reject(given == 0, "no_measurement", pl.lit("throughput and step_time_s (or step_time_ms) are all empty"))
+    reject(given > 1, "two_measurements",
+           pl.lit("more than one of throughput, step_time_s and step_time_ms is given: keep one"))
     prec = pl.col("precision").str.to_lowercase()
     reject(pl.col("precision").is_not_null() & ~prec.is_in(list(_PRECISIONS)), "unknown_precision",
            pl.format("precision = {}: expected one of fp32, tf32, fp16, amp, bf16", pl.col("precision")))
@@ -310,7 +328,7 @@ def check_measurements(raw: pl.DataFrame, path: str | Path, catalog: Catalog | N
     inp = pl.col("input_data").str.to_lowercase()
     reject(pl.col("input_data").is_not_null() & ~inp.is_in(["real", "synthetic"]), "unknown_input_data",
            pl.format("input_data = {}: expected real or synthetic", pl.col("input_data")))
-    unit = pl.col("throughput_unit").str.to_lowercase().str.replace_all(" ", "")
+    unit = normalized_unit(pl.col("throughput_unit"))
     reject(thr.is_not_null() & pl.col("throughput_unit").is_null(), "no_unit",
            pl.lit("throughput needs throughput_unit (samples/s, tokens/s, ...)"))
     reject(thr.is_not_null() & unit.is_in(list(_TOKEN_UNITS)) & pl.col("units_per_sample").is_null()
@@ -405,7 +423,7 @@ def check_measurements(raw: pl.DataFrame, path: str | Path, catalog: Catalog | N
         measured_sync_s=pl.col("measured_sync_s__f"),
         source=pl.col("source").fill_null(path.name),
         measured_kind=pl.when(thr.is_not_null()).then(pl.lit("throughput")).otherwise(pl.lit("step_time")),
-        measured=pl.coalesce(pl.col("throughput__f"), pl.col("step_time_s__f")),
+        measured=pl.coalesce(pl.col("throughput__f"), pl.col("step_time_s__f"), pl.col("step_time_ms__f") / 1000.0),
         throughput_unit=pl.col("throughput_unit"),
         measured_samples_per_s=pl.col("throughput__f") / ups,
     ).with_columns(
