@@ -307,3 +307,18 @@ def test_unit_spellings_and_milliseconds_per_step(tmp_path):
     only_ms = _write(tmp_path, "model,gpu,gpus,batch_per_gpu,precision,step_time_ms\nncf,V100,1,256,fp32,12.5\n",
                      name="ms.csv")
     assert read_measurements(only_ms).rows["measured_step_s"].to_list() == pytest.approx([0.0125])
+
+
+def test_model_names_in_table_spellings_resolve_to_the_zoo(tmp_path):
+    path = _write(tmp_path, HEADER + "\n".join([
+        "ResNet-18_CIFAR,V100,1,32,fp32,0.05,a",   # line 2: resnet18_cifar
+        "Inception-v3,V100,1,8,fp32,0.5,a",         # line 3: inception_v3
+        "bert_large_squad,V100,1,2,fp16,0.5,a",     # line 4: as is
+        "BERT-Large-SQuAD,V100,1,2,fp16,0.5,a",     # line 5: bert_large_squad
+        "resnet-5O,V100,1,32,fp32,0.05,a",          # line 6: a letter O, no zoo model
+    ]) + "\n")
+    t = read_measurements(path)
+    assert t.rows["model"].to_list() == ["resnet18_cifar", "inception_v3", "bert_large_squad", "bert_large_squad"]
+    assert t.rows["model_given"].to_list() == ["ResNet-18_CIFAR", "Inception-v3", "bert_large_squad",
+                                               "BERT-Large-SQuAD"]
+    assert dict(zip(t.rejected["line"], t.rejected["reason"], strict=True)) == {6: "unknown_model"}

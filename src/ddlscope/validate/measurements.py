@@ -8,7 +8,8 @@ used by ``fit_on`` or ``cross_validate``):
 ===================  ========  ===============================================================
 column               required  meaning
 ===================  ========  ===============================================================
-``model``            yes       zoo model (``ddlscope profile --list``)
+``model``            yes       zoo model (``ddlscope profile --list``); case, spaces, ``_``, ``-``
+                               and ``.`` are ignored (:func:`zoo_name`); ``model_given`` keeps it
 ``gpu``              yes       catalog GPU, name or alias (``ddlscope catalog gpus``)
 ``gpus``             yes       GPUs of the job (data-parallel replicas), integer >= 1
 ``batch_per_gpu``    yes       samples per GPU per step, integer >= 1
@@ -87,6 +88,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,6 +147,22 @@ _TOKEN_UNITS = {"tokens/s", "token/s", "tok/s"}
 _PER_SECOND = r"(?:/|per)(?:s|sec|secs|second|seconds)$"
 """A unit's "per second" in the spellings benchmark tables use (``/s``, ``/sec``, ``per second``...),
 matched after lower-casing and removing spaces and read as ``/s``."""
+
+
+def _squash(name: str) -> str:
+    return re.sub(r"[\s_.\-]+", "", name.strip().lower())
+
+
+def zoo_name(model: str) -> str | None:
+    """The zoo model a table's ``model`` names: the zoo name itself, or the one whose name equals it
+    once both are lower-cased without spaces, ``_``, ``-`` or ``.`` (``ResNet-50`` -> ``resnet50``,
+    ``Inception-v3`` -> ``inception_v3``, ``bert_large_squad`` as is); None when no zoo name matches
+    (a name such as ``bert-large`` is the pre-training model ``bert_large``, not the SQuAD one)."""
+    from ddlscope.profile.zoo import ZOO
+
+    if model in ZOO:
+        return model
+    return {_squash(z): z for z in ZOO}.get(_squash(model))
 
 
 def normalized_unit(unit: pl.Expr) -> pl.Expr:
@@ -339,9 +357,8 @@ def check_measurements(raw: pl.DataFrame, path: str | Path, catalog: Catalog | N
            pl.format("throughput_unit = {}: give units_per_sample (how many of them one sample holds)",
                      pl.col("throughput_unit")))
     # names the catalog and the zoo must know: checked per distinct value, outside the expressions
-    from ddlscope.profile.zoo import ZOO
-
-    bad_model = sorted({m for m in typed["model"].drop_nulls().unique() if m not in ZOO})
+    model_names = {m: zoo_name(m) for m in typed["model"].drop_nulls().unique()}
+    bad_model = sorted(m for m, z in model_names.items() if z is None)
     reject(pl.col("model").is_in(bad_model), "unknown_model",
            pl.format("model = {}: not a zoo model (ddlscope profile --list)", pl.col("model")))
     gpu_names = {}
@@ -386,7 +403,7 @@ def check_measurements(raw: pl.DataFrame, path: str | Path, catalog: Catalog | N
         detail=pl.format("{}:{}: {}", pl.lit(str(path)), pl.col("line"), pl.col("_why").struct.field("detail")),
     )
     ok = checked.filter(pl.col("_why").is_null())
-    reserved = {"line", "gpu_given", "measured_kind", "measured", "measured_samples_per_s", "measured_step_s"}
+    reserved = {"line", "gpu_given", "model_given", "measured_kind", "measured", "measured_samples_per_s", "measured_step_s"}
     # extra columns are kept; one whose name the table's own output uses is left out (it would clash)
     extra = [c for c in raw.columns if c not in MEASUREMENT_COLUMNS and c not in reserved]
     ups = (
@@ -398,8 +415,9 @@ def check_measurements(raw: pl.DataFrame, path: str | Path, catalog: Catalog | N
     )
     rows = ok.select(
         "line",
-        "model",
         *extra,
+        model=pl.col("model").replace_strict(model_names, default=None),
+        model_given=pl.col("model"),
         gpu=pl.col("gpu").replace_strict(gpu_names, default=None),
         gpu_given=pl.col("gpu"),
         gpus=pl.col("gpus__i"),
