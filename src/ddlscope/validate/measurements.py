@@ -403,7 +403,8 @@ def check_measurements(raw: pl.DataFrame, path: str | Path, catalog: Catalog | N
         detail=pl.format("{}:{}: {}", pl.lit(str(path)), pl.col("line"), pl.col("_why").struct.field("detail")),
     )
     ok = checked.filter(pl.col("_why").is_null())
-    reserved = {"line", "gpu_given", "model_given", "measured_kind", "measured", "measured_samples_per_s", "measured_step_s"}
+    reserved = {"line", "gpu_given", "model_given", "measured_kind", "measured", "measured_samples_per_s",
+                "measured_step_s"}
     # extra columns are kept; one whose name the table's own output uses is left out (it would clash)
     extra = [c for c in raw.columns if c not in MEASUREMENT_COLUMNS and c not in reserved]
     ups = (
