@@ -164,3 +164,16 @@ def test_the_title_names_the_gpu_an_alias_resolved_to():
     res = runner.invoke(app, ["predict", "--gpu", "V100"])
     assert res.exit_code == 0, res.output
     assert "pai-v100-nvlink-8[gpu=V100-SXM2-16GB]" in res.output
+
+
+def test_model_parallel_traffic_without_the_layer_shape_is_said():
+    # the built-in ResNet-50 example has no num_layers / layer_activation_bytes: tp/pp traffic is 0 bytes
+    res = runner.invoke(app, ["predict", "-a", "3d", "-w", "16", "--parallel", "tp=2,pp=2,microbatches=4",
+                              "-f", "json"])
+    assert res.exit_code == 0, res.output
+    assert ("warning: tp=2, pp=2 on a workload without num_layers and layer_activation_bytes: its "
+            "tensor/context/pipeline-parallel traffic is priced as 0 bytes") in " ".join(res.stderr.split())
+    # a decoder config has its layer shape: no warning
+    res = runner.invoke(app, ["predict", "-m", "mpt-125m", "-a", "3d", "-w", "16", "--gpu", "A100-SXM4-80GB",
+                              "--parallel", "tp=2,pp=2,microbatches=4", "-f", "json"])
+    assert res.exit_code == 0 and "priced as 0 bytes" not in res.stderr

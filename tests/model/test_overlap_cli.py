@@ -43,7 +43,8 @@ def _overlap_line(args: list[str]) -> tuple[str, dict]:
     lines = res.output.split("\n")
     start = next(i for i, x in enumerate(lines) if x.startswith("overlap: "))
     end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("host (fixed per step)"))
-    row = json.loads(runner.invoke(app, ["predict", *args, "--format", "json"]).output)[0]
+    # stdout only: a warning on stderr (e.g. 3d on a workload without its layer shape) is not JSON
+    row = json.loads(runner.invoke(app, ["predict", *args, "--format", "json"]).stdout)[0]
     return "".join(lines[start:end]), row
 
 

@@ -27,8 +27,18 @@ def test_zero_batch_and_gradients_without_tensors():
 
 def test_unknown_gpu_lists_the_known_ones():
     cat = builtin_catalog()
-    with pytest.raises(CatalogError, match=r"gpu: unknown GPU 'V200'; known: .*V100-SXM2-16GB"):
+    with pytest.raises(CatalogError, match=r"gpu: unknown GPU 'V200' \(did you mean .*\); known: .*V100-SXM2-16GB"):
         cat.system("pai-v100-nvlink-8", gpu="V200")
+    with pytest.raises(CatalogError, match=r"gpu: unknown GPU 'Voodoo 5'; known: A10, "):
+        cat.gpu("Voodoo 5")
+    # names containing the one given come first: 'Tesla V100' names no board, the V100s contain it
+    with pytest.raises(CatalogError, match=r"'Tesla V100' \(did you mean V100-PCIE-16GB, V100-PCIE-32GB, "
+                                           r"V100-SXM2-16GB, V100-SXM2-32GB, V100S-PCIE-32GB\?\)"):
+        cat.gpu("Tesla V100")
+    # separators removed: one entry matches
+    assert cat.gpu("gtx1080ti").name == "GTX-1080-Ti" and cat.gpu("RTX2070").name == "RTX-2070"
+    with pytest.raises(CatalogError, match="gpu: expected a GPU name, got ''"):
+        cat.gpu("")
     with pytest.raises(CatalogError, match="server: unknown server"):
         cat.system("no-such-server")
 

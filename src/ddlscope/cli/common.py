@@ -227,6 +227,13 @@ def resolve_architecture(
         if value is not None:
             fields[key] = value
     fields.update(parse_parallel(parallel))
+    t = traits_of(kind) if kind is not None else None
+    if t is not None and workers is None and gpus_per_worker is None and not t.one_worker and t.min_gpus > 1:
+        # an explicit kind starts from one worker: say what to give rather than "expects >= 2 GPUs"
+        split = [int(fields.get(k) or 1) for k in ("tp", "pp", "cp")]
+        need = max(t.min_gpus, split[0] * split[1] * split[2])
+        raise ValueError(f"-a {kind}: give the GPU count with -w/--workers (at least {need}"
+                         + (f": tp x pp x cp = {need}" if need > t.min_gpus else "") + ")")
     if (kind is not None and traits_of(kind).one_worker and traits_of(kind).max_gpus != 1
             and gpus_per_worker is None and workers and workers > 1):
         # `-a 1wng -w 4` reads naturally as four GPUs under one worker

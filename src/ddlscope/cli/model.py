@@ -182,6 +182,20 @@ def _warn_pipeline(arch) -> None:
             f"e.g. --parallel ...,microbatches={4 * pp})", emoji=False)
 
 
+def _warn_layer_shape(arch, workload) -> None:
+    """A warning on stderr when a model-parallel placement (``3d`` with tp, cp or pp above 1) prices a
+    workload without its layer shape (``num_layers``, ``layer_activation_bytes``: a decoder LLM
+    config's workload has them; a profiled zoo model and the built-in example do not): the tensor-,
+    context- and pipeline-parallel traffic is then priced as 0 bytes (:mod:`ddlscope.model.pipeline`)."""
+    split = [f"{k}={v}" for k in ("tp", "cp", "pp") if (v := int(getattr(arch, k, 1) or 1)) > 1]
+    missing = [k for k in ("num_layers", "layer_activation_bytes") if getattr(workload, k, None) is None]
+    if arch.kind == "3d" and split and missing:
+        err_console.print(
+            f"[yellow]warning:[/yellow] {', '.join(split)} on a workload without {' and '.join(missing)}: "
+            "its tensor/context/pipeline-parallel traffic is priced as 0 bytes; give --model a decoder LLM config "
+            "(mpt-7b, llama-2-70b, a Hugging Face config.json) or set them in the --workload-file", emoji=False)
+
+
 def _component_table(row: dict) -> pl.DataFrame:
     """One row per component: its time, share of the step, bytes per step (links), and for the links
     the communication exposed (on the step's critical path) and hidden behind computation, plus the
@@ -271,6 +285,7 @@ def register(app: typer.Typer) -> None:
         _warn_memory(out)
         _warn_precision(out, cat)
         _warn_pipeline(arch)
+        _warn_layer_shape(arch, w)
         if fmt == "table":
             title = (f"{w.name} | {arch.kind}: {arch.num_gpus} GPU(s) on {row['num_servers']} server(s)"
                      f"{f', {arch.num_ps} PS' if arch.num_ps else ''} | {sysm.name}")
@@ -341,6 +356,7 @@ def register(app: typer.Typer) -> None:
         _warn_memory(out)
         _warn_precision(out, cat)
         _warn_pipeline(arch)
+        _warn_layer_shape(arch, w)
         if fmt == "table":
             table = out.select(
                 "scenario",

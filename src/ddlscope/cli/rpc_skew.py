@@ -74,6 +74,30 @@ ReportOpt = Annotated[Path | None, typer.Option("--report", "-o", help="write an
                                                                        "empty folder, or an earlier report's)")]
 
 
+def _streaming_options(streaming: bool, source: Path, column: str | None, chunk_rows: int | None,
+                       progress: bool | None) -> tuple[int, bool]:
+    """``--chunk-rows`` and ``--progress`` resolved (defaults 1,000,000 rows and on), refused without
+    ``--streaming`` (they would do nothing), and a folder with ``--column`` refused without it (only
+    the streamed reader takes a folder of a column's partition files).
+
+    Raises:
+        ValueError: ``--chunk-rows`` below 1; either option, or a folder, without ``--streaming``.
+    """
+    if not streaming:
+        given = [name for name, v in (("--chunk-rows", chunk_rows), ("--progress/--no-progress", progress))
+                 if v is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)}: read with --streaming only (without it the whole source is "
+                             "read at once)")
+        if column is not None and Path(source).is_dir():
+            raise ValueError(f"{source}: a folder is read with --streaming only (a folder of CSV/TSV/Parquet "
+                             "partition files of one --column); without it give one file")
+    rows = 1_000_000 if chunk_rows is None else chunk_rows
+    if rows < 1:
+        raise ValueError(f"--chunk-rows: expected >= 1, got {rows}")
+    return rows, True if progress is None else progress
+
+
 def _check_common(fmt: str, kind: str, report: Path | None, overwrite: bool) -> None:
     """``--format``, ``--kind`` and the report folder, before anything is read."""
     from ddlscope.report.outdir import check_report_dir
@@ -204,10 +228,11 @@ def register(rpc_app: typer.Typer) -> None:
         streaming: Annotated[bool, typer.Option(
             "--streaming", help="never hold the whole column: read it in batches in two passes, exact "
             "(a --column of CSV/TSV/Parquet files or a folder of them; see docs/streaming.md)")] = False,
-        chunk_rows: Annotated[int, typer.Option(
-            "--chunk-rows", help="with --streaming: input rows per batch")] = 1_000_000,
-        progress: Annotated[bool, typer.Option(
-            "--progress/--no-progress", help="with --streaming: rows read per pass and rate on stderr")] = True,
+        chunk_rows: Annotated[int | None, typer.Option(
+            "--chunk-rows", help="with --streaming: input rows per batch [default: 1000000]")] = None,
+        progress: Annotated[bool | None, typer.Option(
+            "--progress/--no-progress", help="with --streaming: rows read per pass and rate on stderr "
+            "[default: progress]")] = None,
         report: ReportOpt = None,
         overwrite: OverwriteOpt = False,
         fmt: FormatOpt = "table",
@@ -226,8 +251,7 @@ def register(rpc_app: typer.Typer) -> None:
             raise ValueError(f"--support: expected >= 1 ranks, got {support}")
         if top < 0:
             raise ValueError(f"--top: expected >= 0, got {top}")
-        if chunk_rows < 1:
-            raise ValueError(f"--chunk-rows: expected >= 1, got {chunk_rows}")
+        chunk_rows, progress = _streaming_options(streaming, source, column, chunk_rows, progress)
         import polars as pl
 
         from ddlscope.cli.common import err_console
@@ -322,12 +346,12 @@ def register(rpc_app: typer.Typer) -> None:
             "--streaming", help="never hold the whole key stream: read the column in batches, spill the key ids "
             "and replay the iterations block by block, exact (a --column of CSV/TSV/Parquet files or a folder of "
             "them; see docs/streaming.md)")] = False,
-        chunk_rows: Annotated[int, typer.Option(
+        chunk_rows: Annotated[int | None, typer.Option(
             "--chunk-rows", help="with --streaming: input rows per batch (and about the events per replayed "
-            "block)")] = 1_000_000,
-        progress: Annotated[bool, typer.Option(
+            "block) [default: 1000000]")] = None,
+        progress: Annotated[bool | None, typer.Option(
             "--progress/--no-progress", help="with --streaming: rows read and events replayed per pass, on "
-            "stderr")] = True,
+            "stderr [default: progress]")] = None,
         report: ReportOpt = None,
         overwrite: OverwriteOpt = False,
         fmt: FormatOpt = "table",
@@ -357,8 +381,7 @@ def register(rpc_app: typer.Typer) -> None:
             raise ValueError(f"--warmup-iterations: expected >= 1, got {warmup}")
         if not ss_counters >= 1:
             raise ValueError(f"--ss-counters: expected >= 1 counter per switch entry, got {ss_counters}")
-        if chunk_rows < 1:
-            raise ValueError(f"--chunk-rows: expected >= 1, got {chunk_rows}")
+        chunk_rows, progress = _streaming_options(streaming, source, column, chunk_rows, progress)
         if streaming:
             _check_streaming_source(source, column, kind)
         from ddlscope.skew.offload import SwitchLayout

@@ -81,6 +81,7 @@ from ddlscope.skew.streams import (
     DEFAULT_REPLAY_WORKERS,
     replay_hint_events,
     replay_note,
+    skipped_text,
 )
 
 MAX_SPILL_KEYS = 2**31 - 1
@@ -296,7 +297,7 @@ def _run(files: list, column: str, source: str, spill: Path, layout: SwitchLayou
                 on_batch("read: key ids, spilled", values.len())
     skipped = {"empty value": empty} if empty else {}
     if m == 0:
-        raise ValueError(f"{source}: no key events found (skipped: {skipped or 'none'})")
+        raise ValueError(f"{source}: no key events found (skipped: {skipped_text(skipped)})")
     n = keys.table.height
     del keys  # the labels are not part of the simulation's output
     if (hint := replay_hint_events(m, workers, batch_events)) is not None:

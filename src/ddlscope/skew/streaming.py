@@ -69,6 +69,7 @@ from ddlscope.skew.frequency import (
     rank_frequency,
 )
 from ddlscope.skew.locality import default_cache_sizes, reuse_distances
+from ddlscope.skew.streams import skipped_text
 
 DEFAULT_CHUNK_ROWS = 1_000_000
 """Input rows per batch of :func:`analyze_skew_streaming`."""
@@ -317,7 +318,7 @@ def _run(files: list[ColumnFile], column: str, source: str, spill: Path, events:
             on_batch("pass 1 of 2: counts, reuse distances", values.len())
     if m == 0:
         skipped = {"empty value": empty} if empty else {}
-        raise ValueError(f"{source}: no key events found (skipped: {skipped or 'none'})")
+        raise ValueError(f"{source}: no key events found (skipped: {skipped_text(skipped)})")
     n = keys.table.height
     counts = counts[:n]
     # --- the figures of the counts, by the in-memory functions

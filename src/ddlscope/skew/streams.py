@@ -122,12 +122,21 @@ class KeyStream:
         return self.events.height > 0 and self.events["iteration"].null_count() == 0
 
 
+def skipped_text(skipped: dict[str, int]) -> str:
+    """The rows or values a reader left out, for a message: ``"none"`` or ``"empty value: 3, ..."``
+    (reasons with a count of 0 are not listed)."""
+    listed = [f"{reason}: {n:,}" for reason, n in skipped.items() if n]
+    return ", ".join(listed) if listed else "none"
+
+
 def _finish(raw: pl.DataFrame, id_cols: list[str], label: pl.Expr, source: str, kind: str,
             skipped: dict[str, int], notes: tuple[str, ...], used_rows: int | None = None) -> KeyStream:
     """Dense key ids by first appearance; ``raw`` has ``id_cols`` plus event columns; ``used_rows``
-    the input rows behind them (default one per event)."""
+    the input rows behind them (default one per event). Reasons with no row left out are dropped
+    from ``skipped``."""
+    skipped = {reason: n for reason, n in skipped.items() if n}
     if raw.height == 0:
-        raise ValueError(f"{source}: no key events found (skipped: {skipped or 'none'})")
+        raise ValueError(f"{source}: no key events found (skipped: {skipped_text(skipped)})")
     used = raw.height if used_rows is None else used_rows
     uniq = (
         raw.select(id_cols).with_row_index("_pos")

@@ -207,10 +207,32 @@ class Catalog:
 
     # -- look-ups -------------------------------------------------------------------------------
     def gpu(self, name: str) -> GPUSpec:
-        """The GPU named ``name`` or one of its aliases (case-insensitive)."""
+        """The GPU named ``name`` or one of its aliases: case-insensitive, ``_``/``-``/spaces alike;
+        a name that matches no entry that way but one entry with every separator removed (``gtx1080ti``,
+        ``RTX2070``) is that entry.
+
+        Raises:
+            CatalogError: an empty name, or an unknown one (the message lists the closest names and
+                every known GPU).
+        """
+        if not name or not name.strip():
+            raise CatalogError(f"gpu: expected a GPU name, got {name!r}; known: {', '.join(sorted(self.gpus))}")
         key = self._alias.get(_norm(name))
         if key is None:
-            raise CatalogError(f"gpu: unknown GPU {name!r}; known: {', '.join(sorted(self.gpus))}")
+            squashed = {}
+            for alias, target in self._alias.items():
+                squashed.setdefault(alias.replace("-", "").replace(".", ""), set()).add(target)
+            hits = squashed.get(_norm(name).replace("-", "").replace(".", ""), set())
+            key = next(iter(hits)) if len(hits) == 1 else None
+        if key is None:
+            import difflib
+
+            query = _norm(name)
+            # names that contain the one given first (``tesla-v100`` -> the V100s), then the closest spellings
+            near = sorted({t for a, t in self._alias.items() if query in a})[:6] or sorted(
+                {self._alias[c] for c in difflib.get_close_matches(query, list(self._alias), n=3, cutoff=0.6)})
+            hint = f" (did you mean {', '.join(near)}?)" if near else ""
+            raise CatalogError(f"gpu: unknown GPU {name!r}{hint}; known: {', '.join(sorted(self.gpus))}")
         return self.gpus[key]
 
     def gpu_of_label(self, label: str) -> tuple[GPUSpec, int]:
@@ -269,12 +291,12 @@ class Catalog:
             return default if value is None else value
 
         parts = {
-            "gpu": self.gpu(gpu or base.gpu),
+            "gpu": self.gpu(base.gpu if gpu is None else gpu),  # an empty override is an error, not the default
             "gpus_per_server": pick(gpus_per_server, base.gpus_per_server),
-            "pcie": self.link(pcie or base.pcie),
+            "pcie": self.link(base.pcie if pcie is None else pcie),
             "gpus_per_pcie_root": pick(gpus_per_pcie_root, base.gpus_per_pcie_root),
             "nvlink": self.link(nv) if nv else None,
-            "nic": self.link(nic or base.nic),
+            "nic": self.link(base.nic if nic is None else nic),
             "nics_per_server": pick(nics_per_server, base.nics_per_server),
             "storage_read_gb_s": pick(storage_read_gb_s, base.storage_read_gb_s),
         }
