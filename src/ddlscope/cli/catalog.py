@@ -11,6 +11,7 @@ from ddlscope.cli.common import CatalogFiles, FormatOpt, user_catalog, user_erro
 from ddlscope.report.console import FORMATS, emit, expected_one_of
 from ddlscope.specs.efficiency import FITTABLE, FLASH_V1_RELATIVE_SPEED
 from ddlscope.specs.scenario import BUILTIN_SCENARIOS
+from ddlscope.specs.system import GENERATIONS
 
 KINDS = ("gpus", "links", "servers", "scenarios", "efficiencies")
 
@@ -36,9 +37,14 @@ def register(app: typer.Typer) -> None:
             rows = [{"name": g.name, "fp32_tflops": g.peak_tflops.fp32, "tf32_tflops": g.peak_tflops.tf32,
                      "fp16_tflops": g.peak_tflops.fp16, "bf16_tflops": g.peak_tflops.bf16,
                      "memory_bandwidth_gb_s": g.memory_bandwidth_gb_s, "memory_gb": g.memory_gb,
-                     "memory_mib": g.memory_mib, "generation": g.generation or "",
+                     # whole MiB, as nvidia-smi reports them (None where the catalog has only memory_gb)
+                     "memory_mib": None if g.memory_mib is None else round(g.memory_mib),
+                     "generation": g.generation or "",
                      "tensor_cores": ", ".join(g.tensor_core_precisions or ()), "sm_count": g.sm_count,
-                     "aliases": ", ".join(g.aliases), "source": g.source} for g in cat.gpus.values()]
+                     "aliases": ", ".join(g.aliases), "source": g.source}
+                    # by generation (oldest first, as GENERATIONS lists them), then name
+                    for g in sorted(cat.gpus.values(), key=lambda g: (
+                        GENERATIONS.index(g.generation) if g.generation in GENERATIONS else len(GENERATIONS), g.name))]
         elif kind == "efficiencies":
             derived = {"tf32_gemm_eff": "as tensor_gemm_eff", "attention_eff": "as tensor_gemm_eff",
                        "attention_v1_eff": f"{FLASH_V1_RELATIVE_SPEED:g} x attention_eff (FlashAttention-2 paper)"}
@@ -74,6 +80,10 @@ def register(app: typer.Typer) -> None:
             frame = frame.drop("source")
         captions = {
             "scenarios": None,
+            "gpus": "dense peaks in TFLOP/s (tensor cores where the GPU has them for the precision, else its FP32 "
+                    "rate); memory bandwidth in GB/s (1e9 bytes/s); memory_gb as sold (1e9 bytes), memory_mib as "
+                    "the device reports it ('-': not recorded, memory_gb is used); --sources shows each datasheet "
+                    "source",
             "efficiencies": "fractions of the datasheet peak (compute) or bandwidth (memory); *_us in microseconds; "
                             "'-' where a generation has no tensor cores (its GEMMs run at cuda_gemm_eff); "
                             "--sources shows each value's source",

@@ -303,7 +303,7 @@ def _write_streamed(ch, accounting: pl.DataFrame, summary: dict, out: Path) -> N
     tables = out / "tables"
     tables.mkdir(parents=True, exist_ok=True)
     for name, frame in (("component_shares", ch.shares), ("scenario_speedups", ch.speedups),
-                        ("bottlenecks", ch.bottlenecks), ("accounting", accounting), ("excluded_jobs", ch.excluded)):
+                        ("bottleneck_mix", ch.bottlenecks), ("accounting", accounting), ("excluded_jobs", ch.excluded)):
         frame.write_csv(tables / f"{name}.csv")
         frame.write_parquet(tables / f"{name}.parquet")
     payload = {**summary, "headline": ch.headline, "notes": ch.notes}

@@ -138,12 +138,14 @@ def _warn_memory(out: pl.DataFrame) -> None:
     for r in unfit.iter_rows(named=True):
         where = f" under {r['scenario']}" if r.get("scenario") not in (None, "baseline") else ""
         per_gpu = r.get("gpu_memory_needed_bytes")
-        need = ((f"the {per_gpu / 1e9:.1f} GB per GPU of model state and activations (as this placement shards "
+        # need and capacity both in GiB (2**30 bytes): the capacity is what the device reports (nvidia-smi's MiB)
+        need = ((f"the {per_gpu / 2**30:.1f} GiB per GPU of model state and activations (as this placement shards "
                  "them)" if per_gpu is not None else "its GPUs' share of the model state and activations (as this "
                  "placement splits them)")
-                if str(r.get("architecture")) in sharded else f"a replica's {r['peak_memory_bytes'] / 1e9:.1f} GB")
+                if str(r.get("architecture")) in sharded else f"a replica's {r['peak_memory_bytes'] / 2**30:.1f} GiB")
         err_console.print(
-            f"[yellow]warning:[/yellow] {need}{where} exceeds the {r['gpu']}'s {r['gpu_memory_bytes'] / 1e9:.0f} GB: "
+            f"[yellow]warning:[/yellow] {need}{where} exceeds the {r['gpu']}'s "
+            f"{r['gpu_memory_bytes'] / 2**30:.1f} GiB: "
             "this placement does not fit in GPU memory (the times assume it did)")
 
 

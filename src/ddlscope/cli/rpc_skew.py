@@ -180,8 +180,8 @@ def _batch_progress(show: bool, unit_of: Callable[[str], str] = lambda name: "ro
         from rich.console import Console
         from rich.progress import Progress, TextColumn, TimeElapsedColumn
 
-        bar = Progress(TextColumn("{task.description}"), TextColumn("{task.fields[rows]} {task.fields[unit]}"),
-                       TextColumn("{task.fields[rate]} {task.fields[unit]}/s"), TimeElapsedColumn(),
+        bar = Progress(TextColumn("{task.description}:"), TextColumn("{task.fields[rows]} {task.fields[unit]},"),
+                       TextColumn("{task.fields[rate]} {task.fields[unit]}/s,"), TimeElapsedColumn(),
                        console=Console(stderr=True))
         bar.start()
     tasks: dict[str, tuple[int, int, float]] = {}

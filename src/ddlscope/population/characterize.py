@@ -181,8 +181,8 @@ def prepare_jobs(jobs: pl.DataFrame, require_gpu_memory: bool = True) -> tuple[p
     if require_gpu_memory:
         unfit = baseline["fits_gpu_memory"].fill_null(True).not_()
         excluded = baseline.filter(unfit).select("job_id", pl.format(
-            "exceeds GPU memory: a replica needs {} GB, the {} has {} GB",
-            (c("peak_memory_bytes") / 1e9).round(1), c("gpu"), (c("gpu_memory_bytes") / 1e9).round(0),
+            "exceeds GPU memory: a replica needs {} GiB, the {} has {} GiB",  # both in GiB (2**30 bytes)
+            (c("peak_memory_bytes") / 2**30).round(1), c("gpu"), (c("gpu_memory_bytes") / 2**30).round(1),
         ).alias("reason"))
         jobs = jobs.filter(unfit.not_())
     return jobs, excluded
