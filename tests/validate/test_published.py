@@ -86,6 +86,30 @@ def test_pollux_leave_one_job_out(pollux):
     assert pollux.skipped == {"yolov3: left out (not in the zoo, see LEFT_OUT)": 648}
 
 
+def test_pollux_errors_by_servers(pollux):
+    t = pollux.by_servers
+    multi = pollux.rows.filter(pl.col("gpus") > 1)
+    assert t["rows"].sum() == multi.height
+    assert set(t["servers"]) == {"1", "2", "3-4", ">= 5"}
+    # each class recomputed from the rows: imagenet over two servers (its placements rows 13, 22, 44, ...)
+    two = multi.filter(pl.col("table") == "imagenet/placements.csv", pl.col("nodes") == 2)
+    row = t.filter(pl.col("job") == "imagenet", pl.col("servers") == "2").row(0, named=True)
+    assert row["rows"] == two.height == 80
+    assert row["step_mape"] == pytest.approx(two["error"].abs().mean(), rel=1e-12)
+    sync_err = two["predicted_sync_s"] / two["measured_sync_s"] - 1
+    assert row["sync_bias"] == pytest.approx(sync_err.median(), rel=1e-12)
+    # the scalability tables are the ">= 5" class (6-16 servers) and nothing else is
+    big = t.filter(pl.col("servers") == ">= 5")
+    assert dict(zip(big["job"], big["rows"], strict=True)) == {"cifar10": 329, "imagenet": 288, "ncf": 458}
+    # what the table shows on shared/data (docs/validation.md): in every job the exposed communication
+    # over two servers is underestimated more than over three or four (sync bias -0.54 vs -0.13 for
+    # imagenet), because the measured sync over two servers is larger at the same GPU count, which a
+    # flat ring's bytes per NIC do not explain (benchmarks/fidelity_pollux_servers.py)
+    for job in ("cifar10", "imagenet", "ncf"):
+        b = dict(t.filter(pl.col("job") == job).select("servers", "sync_bias").iter_rows())
+        assert b["2"] < b["3-4"] - 0.1, job
+
+
 def test_pollux_sync_time_is_compared(pollux):
     multi = pollux.rows.filter(pl.col("gpus") > 1)
     assert multi["measured_sync_s"].is_not_null().all() and (multi["predicted_sync_s"] >= 0).all()

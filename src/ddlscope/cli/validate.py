@@ -53,6 +53,7 @@ def _published(data: Path, fmt: str) -> None:
         else:
             emit(res.rows, fmt, extra={
                 "summary": res.summary.to_dicts(), "fitted": res.fitted, "skipped": res.skipped,
+                "by_servers": res.by_servers.to_dicts() if res.by_servers is not None else [],
                 "measurement_tables": {"rows": mrows.to_dicts(), "summary": mres.summary.to_dicts(),
                                        "ratios": mres.ratios.to_dicts(), "protocol": mres.protocol,
                                        "rejected_by_reason": _rejected_counts(mres)}})
@@ -64,6 +65,11 @@ def _published(data: Path, fmt: str) -> None:
         "table", title=f"Published measurements ({data}): MAPE of throughput (dle) and step time (pollux)",
         caption="role fit: rows the efficiencies were fitted on; test: the rest. sync_*: Pollux sync_time vs the "
         "model's exposed communication, multi-GPU rows")
+    if res.by_servers is not None and res.by_servers.height:
+        emit(_zero_rounding(res.by_servers), "table",
+             title="Pollux multi-GPU rows by number of servers: where the communication model errs",
+             caption="step_*/sync_*: step time and exposed communication vs Pollux's step_time and sync_time; "
+             "mape = mean |error|, bias = median signed error (fractions); servers >= 5: the scalability tables")
     names = list(dict.fromkeys(n for v in res.fitted.values() for n in v))
     fitted = pl.DataFrame([{"fit": k, **{n: v.get(n) for n in names}} for k, v in res.fitted.items()])
     emit(fitted, "table", title="Fitted parameters",

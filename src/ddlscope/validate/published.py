@@ -123,12 +123,15 @@ ROW_COLUMNS: dict[str, str] = {
 
 @dataclass
 class PublishedResult:
-    """Rows (:data:`ROW_COLUMNS`), MAPE per table and role, fitted parameters, skipped rows by reason."""
+    """Rows (:data:`ROW_COLUMNS`), MAPE per table and role, fitted parameters, skipped rows by reason;
+    ``by_servers``: the Pollux multi-GPU errors by job and number of servers
+    (:func:`pollux_errors_by_servers`; None for the DLE tables alone)."""
 
     rows: pl.DataFrame
     summary: pl.DataFrame
     fitted: dict[str, dict[str, float]]
     skipped: dict[str, int] = field(default_factory=dict)
+    by_servers: pl.DataFrame | None = None
 
 
 _PROFILE_CACHE: dict[tuple, dict[str, float]] = {}
@@ -502,7 +505,41 @@ def pollux_validation(data_dir: str | Path, catalog: Catalog | None = None) -> P
         on=["table", "role"],
         how="left",
     )
-    return PublishedResult(rows=res, summary=summary, fitted=fitted, skipped=skipped)
+    return PublishedResult(rows=res, summary=summary, fitted=fitted, skipped=skipped,
+                           by_servers=pollux_errors_by_servers(res))
+
+
+def _servers_class() -> pl.Expr:
+    n = pl.col("nodes")
+    return (pl.when(n == 1).then(pl.lit("1")).when(n == 2).then(pl.lit("2")).when(n <= 4).then(pl.lit("3-4"))
+            .otherwise(pl.lit(">= 5")))
+
+
+def pollux_errors_by_servers(rows: pl.DataFrame) -> pl.DataFrame:
+    """Where the communication model errs: the multi-GPU rows of :func:`pollux_validation` grouped by
+    job and number of servers (``1``; ``2``; ``3-4``: the placements tables; ``>= 5``: the
+    scalability tables, 6-16 servers).
+
+    Args:
+        rows: :attr:`PublishedResult.rows` of the Pollux validation (:data:`ROW_COLUMNS`).
+
+    Returns:
+        One row per (``job``, ``servers``), sorted: ``rows``; ``step_mape``, ``step_bias`` (mean
+        |error| and median signed error of the step time, fractions); ``sync_mape``,
+        ``sync_median_ape``, ``sync_bias`` (the same of the exposed communication against Pollux's
+        ``sync_time``); ``sync_measured_mean_s``, ``sync_predicted_mean_s``.
+    """
+    multi = rows.filter(pl.col("source") == "pollux", pl.col("gpus") > 1).with_columns(
+        job=pl.col("table").str.split("/").list.first(), servers=_servers_class(),
+        sync_error=pl.col("predicted_sync_s") / pl.col("measured_sync_s") - 1)
+    order = {"1": 0, "2": 1, "3-4": 2, ">= 5": 3}
+    return (multi.group_by("job", "servers").agg(
+        rows=pl.len(),
+        step_mape=pl.col("error").abs().mean(), step_bias=pl.col("error").median(),
+        sync_mape=pl.col("sync_error").abs().mean(), sync_median_ape=pl.col("sync_error").abs().median(),
+        sync_bias=pl.col("sync_error").median(),
+        sync_measured_mean_s=pl.col("measured_sync_s").mean(), sync_predicted_mean_s=pl.col("predicted_sync_s").mean(),
+    ).sort("job", pl.col("servers").replace_strict(order, return_dtype=pl.Int64)))
 
 
 def published_validation(data_dir: str | Path, catalog: Catalog | None = None) -> PublishedResult:
@@ -513,4 +550,5 @@ def published_validation(data_dir: str | Path, catalog: Catalog | None = None) -
         summary=pl.concat([a.summary, b.summary], how="diagonal_relaxed"),
         fitted={**{f"dle {k}": v for k, v in a.fitted.items()}, **{f"pollux {k}": v for k, v in b.fitted.items()}},
         skipped={**a.skipped, **b.skipped},
+        by_servers=b.by_servers,
     )
