@@ -17,7 +17,8 @@ cluster and checks every figure equals the single-process one.
 Usage::
 
     PYTHONPATH=src python benchmarks/bench_streaming.py [--rows 2000000] [--batch 500000]
-        [--partition-rows 2000000] [--duckdb] [--duckdb-groupings] [--ray] [--keep DIR]
+        [--partition-rows 2000000] [--concurrent-partitions 1] [--duckdb] [--duckdb-groupings] [--ray]
+        [--keep DIR]
 """
 
 from __future__ import annotations
@@ -104,6 +105,8 @@ def main() -> int:
     ap.add_argument("--duckdb-groupings", action="store_true",
                     help="also time DuckDB on the all/op/server/connection groupings (GROUPING SETS)")
     ap.add_argument("--duckdb-memory", help="DuckDB's memory_limit (e.g. 6GB; default DuckDB's: 80 %% of RAM)")
+    ap.add_argument("--concurrent-partitions", type=int, default=1,
+                    help="partitions at a time in threads (dissect_streaming's concurrent_partitions)")
     ap.add_argument("--ray", action="store_true", help="also run on a local 2-worker Ray cluster and compare")
     ap.add_argument("--keep", type=Path, help="write (or reuse) the log in this folder instead of a temporary one")
     args = ap.parse_args()
@@ -117,9 +120,11 @@ def main() -> int:
         base_rss = peak_gib()
         print(f"peak RSS before the dissection (the generator's): {base_rss:.2f} GiB")
         t, cpu = time.perf_counter(), cpu_s()
-        d = dissect_streaming(folder, partition_rows=args.partition_rows)
+        d = dissect_streaming(folder, partition_rows=args.partition_rows,
+                              concurrent_partitions=args.concurrent_partitions)
         wall, cpu = time.perf_counter() - t, cpu_s() - cpu
-        print(f"streamed dissect: {d.rpcs:,} RPCs, {d.partitions} partitions, wall {wall:.1f} s (CPU user+sys "
+        print(f"streamed dissect: {d.rpcs:,} RPCs, {d.partitions} partitions ({d.concurrent_partitions} at a "
+              f"time), wall {wall:.1f} s (CPU user+sys "
               f"{cpu:.1f} s), {d.rpcs / wall:,.0f} rows/s, peak RSS {peak_gib():.2f} GiB, "
               f"load {os.getloadavg()[0]:.1f}")
         lat = d.summary["latency_us"]

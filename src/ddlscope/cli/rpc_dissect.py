@@ -60,6 +60,10 @@ def register(rpc_app: typer.Typer) -> None:
         progress: Annotated[bool, typer.Option(
             "--progress/--no-progress", help="with --streaming: rows read, partitions, rate and ETA on "
             "stderr")] = True,
+        concurrent_partitions: Annotated[int, typer.Option(
+            "--concurrent-partitions", min=1, help="with --streaming --engine local: partitions processed at a "
+            "time, in threads of this process (more cores; peak memory about one partition's working set "
+            "each)")] = 1,
     ) -> None:
         """Dissect parameter-server RPC latency: which stage dominates and what inflates the tail.
 
@@ -84,13 +88,17 @@ def register(rpc_app: typer.Typer) -> None:
 
         if engine not in ("local", "ray"):
             raise ValueError(f"--engine: expected local or ray, got {engine!r}")
+        if concurrent_partitions > 1 and (not streaming or engine != "local"):
+            raise ValueError("--concurrent-partitions goes with --streaming --engine local (Ray runs the partitions "
+                             "as concurrent tasks)")
         if engine == "ray" and not streaming:
             streaming = True  # the engine runs the streaming passes
         if streaming:
             from ddlscope.rpc.streaming import dissect_streaming, write_streamed
 
             sd = dissect_streaming(logs, mapping=mapping, input_format=input_format, partition_rows=partition_rows,
-                                   engine=engine, address=address, progress=progress)
+                                   engine=engine, address=address, progress=progress,
+                                   concurrent_partitions=concurrent_partitions)
             check_report_dir(out, "--out", overwrite)
             clear_previous_report(out)
             _print_streamed(sd, write_streamed(sd, out), fmt)
@@ -158,7 +166,8 @@ def _print_streamed(d, summary_path: Path, fmt: str) -> None:
     from ddlscope.report.rpc_findings import streamed_headline
 
     console = terminal()
-    console.print(f"[bold]RPC latency dissection (streamed: {d.partitions} partition(s), engine {d.engine}, "
+    at_once = f", {d.concurrent_partitions} at a time" if d.concurrent_partitions > 1 else ""
+    console.print(f"[bold]RPC latency dissection (streamed: {d.partitions} partition(s){at_once}, engine {d.engine}, "
                   f"{d.wall_s:.1f} s)[/bold]")
     console.print(escape(streamed_headline(d)))
     overall = d.percentiles.filter(pl.col("grouping") == "all").drop("grouping", "group")

@@ -55,6 +55,7 @@ order, exactly as the local engine does.
 from __future__ import annotations
 
 import contextlib
+import functools
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -562,6 +563,23 @@ def _run_local(fn: Callable, plan: StreamPlan, ctx: Any, progress: _Progress, na
     return out
 
 
+def _run_threads(fn: Callable, plan: StreamPlan, ctx: Any, progress: _Progress, name: str,
+                 workers: int) -> list[Any]:
+    """:func:`_run_local` with up to ``workers`` partitions at a time in threads of this process (the
+    work is Polars and NumPy, which release the GIL); results in partition order, as the local run's."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    task = progress.task(f"{name} ({workers} at a time)", len(plan.partitions))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ddlscope-partition") as pool:
+        futures = {pool.submit(fn, plan, part, ctx): i for i, part in enumerate(plan.partitions)}
+        out: list[Any] = [None] * len(futures)
+        for fut in as_completed(futures):
+            i = futures[fut]
+            out[i] = fut.result()
+            progress.advance(task, plan.partitions[i].rows)
+    return out
+
+
 def _run_ray(fn: Callable, plan: StreamPlan, ctx: Any, progress: _Progress, name: str) -> list[Any]:
     import ray
 
@@ -595,7 +613,8 @@ class StreamedDissection:
         files, notes: inputs and notes; implausible: as the Dissection's.
         stages: the stages analysed.
         summary: JSON-ready headline numbers (:func:`streamed_summary`; a new dict on each call).
-        partitions, engine, wall_s: how it ran.
+        partitions, engine, wall_s, concurrent_partitions: how it ran (the last: partitions at a
+            time in threads of this process, engine ``local``).
     """
 
     percentiles: pl.DataFrame
@@ -613,6 +632,7 @@ class StreamedDissection:
     engine: str
     wall_s: float = 0.0
     stages: tuple[str, ...] = ()
+    concurrent_partitions: int = 1
 
     @property
     def summary(self) -> dict[str, Any]:
@@ -722,6 +742,7 @@ def dissect_streaming(
     address: str | None = None,
     num_cpus: int | None = None,
     threads: int = 2,
+    concurrent_partitions: int = 1,
     progress: bool = False,
     spill: bool = True,
 ) -> StreamedDissection:
@@ -736,6 +757,10 @@ def dissect_streaming(
         address: Ray cluster address (``ray`` only; None starts a local cluster).
         num_cpus: CPUs of a local Ray cluster.
         threads: threads of the concurrency sweep inside a partition.
+        concurrent_partitions: partitions processed at a time in threads of this process (engine
+            ``local``; the results are the same bits in any order, merged in partition order). The
+            passes are Polars and NumPy work that releases the GIL, so this uses more cores; peak
+            memory grows with it (about one partition's working set each, see ``partition_rows``).
         progress: show rows read, partitions, rate and ETA on stderr.
         spill: scatter the input per partition (each file read once, :func:`scatter_partitions`)
             and write each partition's checked rows to a temporary folder (``TMPDIR``; about 190
@@ -748,9 +773,15 @@ def dissect_streaming(
 
     Raises:
         ValueError: no RPC left after the checks (the rejection counts), an unknown engine, text
-            ids, or the reader's errors; ImportError: ``ray`` without Ray installed.
+            ids, ``concurrent_partitions`` < 1 or > 1 with Ray, or the reader's errors;
+            ImportError: ``ray`` without Ray installed.
     """
     check_engine(engine)
+    if concurrent_partitions < 1:
+        raise ValueError(f"concurrent_partitions: expected >= 1, got {concurrent_partitions}")
+    if concurrent_partitions > 1 and engine != "local":
+        raise ValueError("concurrent_partitions goes with engine local (Ray runs the partitions as concurrent "
+                         "tasks, as many as the cluster has CPUs)")
     t0 = time.perf_counter()
     quantiles = QUANTILES  # those of the in-memory percentile table
     plan = plan_stream(paths, mapping=mapping, input_format=input_format, partition_rows=partition_rows)
@@ -760,7 +791,12 @@ def dissect_streaming(
         stack.callback(bar.close)
         if engine == "ray":
             stack.enter_context(ray_session(address, num_cpus))
-        run = _run_ray if engine == "ray" else _run_local
+        if engine == "ray":
+            run = _run_ray
+        elif concurrent_partitions > 1 and len(plan.partitions) > 1:
+            run = functools.partial(_run_threads, workers=concurrent_partitions)
+        else:
+            run = _run_local
         spill_dir = None
         if spilled:
             spill_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="ddlscope-spill-"))
@@ -824,7 +860,8 @@ def dissect_streaming(
         concurrency_fit=fit, rejected=rej, rpcs=kept, workers=steps.get_column("worker_id").n_unique(),
         servers=sum(c["servers"] for c in checks), connections=sum(c["connections"] for c in checks),
         files=tuple(f.path for f in plan.files), notes=tuple(notes), implausible=MappingProxyType(implausible),
-        partitions=len(plan.partitions), engine=engine, wall_s=time.perf_counter() - t0, stages=tuple(stages))
+        partitions=len(plan.partitions), engine=engine, wall_s=time.perf_counter() - t0, stages=tuple(stages),
+        concurrent_partitions=min(concurrent_partitions, len(plan.partitions)) if engine == "local" else 1)
     return d
 
 
@@ -847,7 +884,7 @@ def streamed_summary(d: StreamedDissection, stages: Sequence[str]) -> dict[str, 
     that merge (``files``, ``rpcs``, ``rejected_rows``, ``rejected_by_reason``, ``workers``,
     ``servers``, ``connections``, ``latency_us``, ``mean_stage_share``, ``dominant_stage``,
     ``stages``, ``implausible_latency``, ``notes``) plus ``streaming`` (engine, partitions,
-    wall_s, percentiles ``exact``)."""
+    concurrent_partitions, wall_s, percentiles ``exact``)."""
     overall = d.percentiles.filter(pl.col("grouping") == "all")
     lat = overall.filter(pl.col("stage") == "latency").row(0, named=True)
     means = overall.filter(pl.col("stage") != "latency").select("stage", "mean_us").sort("mean_us", descending=True)
@@ -861,7 +898,8 @@ def streamed_summary(d: StreamedDissection, stages: Sequence[str]) -> dict[str, 
         "stages": list(stages),
         "implausible_latency": {"rpcs": 0, "bound_us": MAX_PLAUSIBLE_LATENCY_US, **d.implausible},
         "notes": list(d.notes),
-        "streaming": {"engine": d.engine, "partitions": d.partitions, "wall_s": d.wall_s, "percentiles": "exact",
+        "streaming": {"engine": d.engine, "partitions": d.partitions,
+                      "concurrent_partitions": d.concurrent_partitions, "wall_s": d.wall_s, "percentiles": "exact",
                       "concurrency_measures": list(STREAM_MEASURES)},
     }
 
