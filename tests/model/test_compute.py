@@ -322,3 +322,35 @@ def test_batch_norm_passes_agree_with_the_shared_resnet_trace(shared_data):
     backward = t["bn_bw"] / t["relu_bw"] * relu / bn * 3
     assert forward == pytest.approx(3.53, abs=0.01) and backward == pytest.approx(5.75, abs=0.01)
     assert forward >= 3.0 and backward >= 5.0  # at least the two-pass algorithm's passes
+
+
+def test_tensor_work_runs_at_the_clock_the_board_power_sustains():
+    # the test GPU with 40 SMs at 1,500 MHz: 2.38 W x 40 x 1.5 = 142.8 W at boost under tensor load
+    ample = _gpu().model_copy(update={"sm_count": 40, "boost_clock_mhz": 1500.0, "board_power_w": 150.0})
+    capped = ample.model_copy(update={"board_power_w": 71.4})
+    assert ample.sustained_tensor_fraction() == 1.0
+    held = capped.sustained_tensor_fraction()
+    assert held == pytest.approx(0.5 ** (1 / 3))  # 71.4 W / 142.8 W, cube root (P ~ f^3)
+    # the fp16 convolution (tensor cores) slows by 1 / held; the fp32 mm and the relu (CUDA cores) do not
+    case = lambda gpu: SingleGpuCase(_ops(), gpu, "fp32", 64, conv_layout="nhwc")  # noqa: E731
+    a, b = (predict_single_gpu([case(g)], EFF).row(0, named=True) for g in (ample, capped))
+    assert b["memory_bound_s"] == a["memory_bound_s"]
+    conv = 1e12 / (100e12 * 0.5)  # 0.02 s at the datasheet peak; 2 x 10 us fill + 2 x 5 us launch on top
+    assert b["compute_bound_s"] - a["compute_bound_s"] == pytest.approx(conv / held - conv)
+    assert "tensor cores at 0.794 of the boost clock (71.4 W board power)" in b["compute_efficiency_source"]
+    assert "boost clock" not in a["compute_efficiency_source"]
+
+
+def test_catalog_board_power_sets_the_sustained_tensor_clock():
+    cat = builtin_catalog()
+    # A100 PCIe 40 GB: 250 W for 108 SMs at 1.41 GHz, 2.38 W per SM-GHz needed: (250 / 362.43) ** (1/3)
+    assert cat.gpu("A100-PCIE-40GB").sustained_tensor_fraction() == pytest.approx((250 / 362.4264) ** (1 / 3))
+    assert cat.gpu("A100-PCIE-40GB").sustained_tensor_fraction() == pytest.approx(0.8836, abs=1e-4)
+    # T4: 70 W for 40 SMs at 1.59 GHz -> 0.773 of 1,590 MHz (about 1.23 GHz under tensor load)
+    assert cat.gpu("T4").sustained_tensor_fraction() == pytest.approx((70 / (2.38 * 40 * 1.59)) ** (1 / 3))
+    # the same silicon at the same power holds the same clock: A100 SXM4 40 and 80 GB (400 W), at boost
+    assert cat.gpu("A100-SXM4-40GB").sustained_tensor_fraction() == 1.0
+    assert cat.gpu("A100-SXM4-80GB").sustained_tensor_fraction() == 1.0
+    # no figure, no derate: GH200 (a module's power, CPU included) and MI300X (not in the fit)
+    assert cat.gpu("GH200-96GB").board_power_w is None and cat.gpu("GH200-96GB").sustained_tensor_fraction() == 1.0
+    assert cat.gpu("MI300X").sustained_tensor_fraction() == 1.0

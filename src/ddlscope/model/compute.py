@@ -24,7 +24,10 @@ al., SC 2023) with ``F_half = peak_q * eff_max * compute_fill`` (see
 - GEMM/convolution (``class_by_type == compute_bound``): ``q`` is the op's arithmetic — ``fp16`` /
   ``bf16`` for 16-bit results, ``tf32`` for FP32 results when the step runs TF32, else ``fp32``;
   ``eff_max = tensor_gemm_eff`` (``tf32_gemm_eff`` for ``tf32`` where set) where the GPU has tensor cores for ``q``
-  (:meth:`~ddlscope.specs.system.GPUSpec.has_tensor_cores`), else ``cuda_gemm_eff``.
+  (:meth:`~ddlscope.specs.system.GPUSpec.has_tensor_cores`), else ``cuda_gemm_eff``. On tensor
+  cores ``peak_q`` is the datasheet peak times the clock fraction the board's power limit sustains
+  under tensor load (:meth:`~ddlscope.specs.system.GPUSpec.sustained_tensor_fraction`; 1 for a
+  board with ample power or without ``board_power_w``).
 - fused attention (:data:`FLASH_V2_OPS`: FlashAttention-2 and PyTorch's scaled-dot-product
   kernels; :data:`FLASH_V1_OPS`: FlashAttention v1) on 16-bit tensor cores:
   ``eff_max = fused_attention_eff`` / ``flash_v1_eff`` (:class:`~ddlscope.specs.efficiency.ComputeEfficiency`:
@@ -178,13 +181,19 @@ def _gpu_params(gpu: GPUSpec, precision: str, eff: ComputeEfficiency) -> dict[st
     """Per-case numbers: peaks (FLOP/s), tensor-core flags, bandwidth (B/s) and efficiencies (s)."""
     p = gpu.peak_tflops
     fp32_arith = "tf32" if precision == "tf32" else "fp32"
+    # tensor-core peaks at the clock the board's power limit sustains under tensor load
+    held = gpu.sustained_tensor_fraction()
+
+    def peak(q: str) -> float:
+        return getattr(p, q) * 1e12 * (held if gpu.has_tensor_cores(q) else 1.0)
+
     return {
-        "peak_f32": getattr(p, fp32_arith) * 1e12,
+        "peak_f32": peak(fp32_arith),
         "tc_f32": gpu.has_tensor_cores(fp32_arith),
         "peak_fp32": p.fp32 * 1e12,
-        "peak_fp16": p.fp16 * 1e12,
+        "peak_fp16": peak("fp16"),
         "tc_fp16": gpu.has_tensor_cores("fp16"),
-        "peak_bf16": p.bf16 * 1e12,
+        "peak_bf16": peak("bf16"),
         "tc_bf16": gpu.has_tensor_cores("bf16"),
         "bw": gpu.memory_bandwidth_gb_s * 1e9,
         "tensor_eff": eff.tensor_gemm_eff,
@@ -255,6 +264,9 @@ def _source_line(gpu: GPUSpec, eff: ComputeEfficiency, catalog_entry: ComputeEff
               f"memory {eff.memory_eff:g}, fill {eff.compute_fill_us:g}/{eff.memory_fill_us:g} us, "
               f"launch {eff.kernel_launch_us:g} us, dispatch {eff.cpu_dispatch_us:g} us/op, "
               f"host {eff.step_overhead_us:g} us")
+    held = gpu.sustained_tensor_fraction()
+    if held < 1.0:
+        values += f"; tensor cores at {held:.3f} of the boost clock ({gpu.board_power_w:g} W board power)"
     if eff == catalog_entry:
         return (f"catalog default for {eff.generation} ({gpu.name}): {values}; sources: "
                 f"`ddlscope catalog efficiencies --sources`")

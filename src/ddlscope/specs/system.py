@@ -50,6 +50,22 @@ Generation = Literal["kepler", "maxwell", "pascal", "volta", "turing", "ampere",
 GENERATIONS: tuple[str, ...] = Generation.__args__
 TensorPrecision = Literal["tf32", "fp16", "bf16"]
 MIB = 2**20
+TENSOR_LOAD_W_PER_SM_GHZ = 2.38
+"""Board power a GPU draws per SM per GHz of SM clock under dense tensor-core GEMMs, W: a board whose
+power limit is below ``TENSOR_LOAD_W_PER_SM_GHZ x sm_count x boost`` cannot hold its boost clock
+under that load (:meth:`GPUSpec.sustained_tensor_fraction`). Fitted, not measured: the value that
+minimises the median cross-GPU throughput-ratio error (which cancels any GPU-independent
+calibration) on the one-GPU rows of ``shared/data/lambda_benchmarks`` and ``dle_tables`` (13 GPUs:
+Volta, Turing, Ampere GA100/GA102, Ada, Hopper); leaving each GPU out in turn the fit gives 2.00 to
+2.59 (``benchmarks/fidelity_power_limit.py``). With it the boards at 2.38 W per SM-GHz or more (V100
+SXM2, A100 SXM4, H100 SXM5, RTX 3090) keep their boost clock, so the held-out MPT/FSDP table on A100
+SXM4 is unchanged."""
+POWER_CLOCK_EXPONENT = 1.0 / 3.0
+"""Sustained clock over boost clock = (power limit / power needed at boost) ** this: CMOS dynamic power
+``P = a C V^2 f`` with the supply voltage scaled with the clock along the DVFS curve (``V ~ f``), so
+``P ~ f^3`` (Hennessy and Patterson, *Computer Architecture*, 6th ed., section 1.5). Not fitted: the
+leave-one-GPU-out figure of ``benchmarks/fidelity_power_limit.py`` is 9.3 / 9.8 / 9.5 % for exponents
+1/4, 1/3, 1/2 (10.9 % at 1)."""
 
 
 class GPUSpec(BaseModel):
@@ -68,6 +84,10 @@ class GPUSpec(BaseModel):
       ``rocm-smi``'s), in MiB of 2**20 bytes: a "16 GB" V100 reports 16,160 MiB. When given, the
       model's ``gpu_memory_bytes`` is ``memory_mib * 2**20``; else ``memory_gb * 1e9``.
     - ``memory_source``: where ``memory_mib`` comes from.
+    - ``board_power_w``: the board's power limit (TDP / total board power) from its datasheet, in W;
+      with ``sm_count`` and ``boost_clock_mhz`` it sets :meth:`sustained_tensor_fraction`. ``None``:
+      tensor work at the boost clock (the built-in catalog leaves it unset where the figure is a
+      module's, e.g. GH200, or outside the generations the power constant was fitted on: AMD, Blackwell).
     """
 
     model_config = SPEC_CONFIG
@@ -83,7 +103,20 @@ class GPUSpec(BaseModel):
     boost_clock_mhz: float | None = Field(None, gt=0)
     memory_mib: float | None = Field(None, gt=0)
     memory_source: str = ""
+    board_power_w: float | None = Field(None, gt=0)
     source: str = ""
+
+    def sustained_tensor_fraction(self) -> float:
+        """The share of the boost clock (so of the datasheet tensor-core peaks) a board sustains under
+        dense tensor-core GEMMs: ``min(1, (board_power_w / (TENSOR_LOAD_W_PER_SM_GHZ x sm_count x
+        boost_GHz)) ** POWER_CLOCK_EXPONENT)`` (NVIDIA GPU Boost lowers the clock to hold the board's
+        power limit; :data:`TENSOR_LOAD_W_PER_SM_GHZ`, :data:`POWER_CLOCK_EXPONENT`). 1.0 where the
+        board power, SM count or boost clock is not given. E.g. an A100 PCIe 40 GB (250 W, 108 SMs,
+        1.41 GHz) holds 0.884, an A100 SXM4 (400 W) 1.0."""
+        if self.board_power_w is None or self.sm_count is None or self.boost_clock_mhz is None:
+            return 1.0
+        needed_w = TENSOR_LOAD_W_PER_SM_GHZ * self.sm_count * self.boost_clock_mhz / 1e3
+        return min(1.0, (self.board_power_w / needed_w) ** POWER_CLOCK_EXPONENT)
 
     @property
     def memory_bytes(self) -> float:
