@@ -23,8 +23,9 @@ Printed:
 - **leave one GPU out**: for each GPU, ``k`` refitted on the pairs without it, then the median ratio
   error of its pairs; the median over GPUs, and the ``k`` of each fold;
 - the same for exponents 1/4, 1/2 and 1 (sensitivity; 1/3 is not chosen by the fit);
-- tables the fit never saw: Pollux's T4 (one GPU, 19 rows; ImageNet AMP) and llm-foundry's MPT
-  (139 FSDP rows on A100 SXM4 40/80 GB, ``fidelity_fsdp.py``).
+- rows the fit never saw: Pollux's T4 (one GPU, 19 rows; ImageNet AMP), the shared tables' other
+  models (Lambda/DLE NCF, SSD300, Transformer-XL one-GPU rows, priced as ``validate --published``
+  prices them) and llm-foundry's MPT (139 FSDP rows on A100 SXM4 40/80 GB, ``fidelity_fsdp.py``).
 
 Run: ``PYTHONPATH=src python benchmarks/fidelity_power_limit.py [--cache DIR]`` (the profile cache of
 ``fidelity_compute.py``; about a minute with a warm cache).
@@ -40,6 +41,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -49,6 +51,8 @@ from ddlscope.model.compute import SingleGpuCase, predict_single_gpu
 from ddlscope.shared_data import find_shared_data
 from ddlscope.specs import system as system_spec
 from ddlscope.specs.catalog import builtin_catalog
+from ddlscope.validate.measurements import MeasurementTable, concat_tables, validate_measurements
+from ddlscope.validate.shared_tables import dle_measurements, lambda_measurements
 
 K_GRID = np.geomspace(0.5, 8.0, 33)
 """The W per SM per GHz tried."""
@@ -116,6 +120,15 @@ def leave_one_gpu_out(rows: Rows, exponent: float) -> tuple[float, dict[str, tup
     return float(np.median([e for _, e in folds.values()])), folds
 
 
+def held_out_models(data: Path) -> MeasurementTable:
+    """The one-GPU rows of the shared Lambda + DLE measurement tables (``validate --published``'s) whose
+    model is not one of the fit's (ResNet-50, BERT-base/large SQuAD): NCF, SSD300, Transformer-XL."""
+    table = concat_tables([lambda_measurements(data), dle_measurements(data)])
+    fit_models = {"resnet50", "bert_base_squad", "bert_large_squad"}
+    return MeasurementTable(rows=table.rows.filter((pl.col("gpus") == 1) & ~pl.col("model").is_in(fit_models)),
+                            rejected=table.rejected, path=table.path)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cache", type=Path, default=Path("/tmp/ddlscope-fidelity-cache"))
@@ -151,6 +164,15 @@ def main() -> None:
         amp = np.array([r["precision"] == "fp16" for r in pol.rows])
         print(f"held out, Pollux T4 one GPU ({label}): absolute |error| median {np.median(err):.1f} % "
               f"(ImageNet AMP {np.median(err[amp]):.1f} %, CIFAR-10 FP32 {np.median(err[~amp]):.1f} %)")
+    other = held_out_models(data)
+    for label, k in (("no power limit", NO_LIMIT), (f"k = {k0:g}", k0)):
+        with power_model(k, e0):
+            res = validate_measurements(other)
+        test = res.rows.filter(pl.col("role") == "test")
+        gpu = res.ratios.filter(pl.col("kind") == "gpu").row(0, named=True)
+        print(f"held out, the shared tables' other models ({', '.join(sorted(other.rows['model'].unique()))}; "
+              f"{test.height} one-GPU rows, {label}): GPU ratio |error| median {100 * gpu['median_abs_error']:.1f} % "
+              f"({gpu['pairs']} pairs); absolute |error| median {100 * test['error'].abs().median():.1f} %")
     for label, k in (("no power limit", NO_LIMIT), (f"k = {k0:g}", k0)):
         with power_model(k, e0):
             mpt = fs.mpt_figures(data, builtin_catalog())
