@@ -337,8 +337,20 @@ def test_tensor_work_runs_at_the_clock_the_board_power_sustains():
     assert b["memory_bound_s"] == a["memory_bound_s"]
     conv = 1e12 / (100e12 * 0.5)  # 0.02 s at the datasheet peak; 2 x 10 us fill + 2 x 5 us launch on top
     assert b["compute_bound_s"] - a["compute_bound_s"] == pytest.approx(conv / held - conv)
-    assert "tensor cores at 0.794 of the boost clock (71.4 W board power)" in b["compute_efficiency_source"]
+    # the output says so where the case's precision runs on tensor cores (fp16 here; fp32 GEMMs run on
+    # CUDA cores), and not for a board that holds its clock or has no tensor cores for the precision
+    half = predict_single_gpu([SingleGpuCase(_ops(), capped, "fp16", 64)], EFF).row(0, named=True)
+    assert "tensor cores at 0.794 of the boost clock (the 71.4 W board power limit" in half["compute_efficiency_source"]
+    assert "boost clock" not in b["compute_efficiency_source"]
     assert "boost clock" not in a["compute_efficiency_source"]
+    cuda_only = capped.model_copy(update={"tensor_core_precisions": ()})
+    c = predict_single_gpu([SingleGpuCase(_ops(), cuda_only, "fp16", 64)], EFF).row(0, named=True)
+    assert "boost clock" not in c["compute_efficiency_source"]
+    # the power model's inputs: a board power without SMs or clock is an error, a boolean is not a number
+    with pytest.raises(ValueError, match="board_power_w needs sm_count too"):
+        GPUSpec(**{**capped.model_dump(), "sm_count": None})
+    with pytest.raises(ValueError, match="valid number"):
+        GPUSpec(**{**capped.model_dump(), "board_power_w": True})
 
 
 def test_catalog_board_power_sets_the_sustained_tensor_clock():

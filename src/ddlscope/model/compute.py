@@ -257,16 +257,18 @@ def efficiency_for(gpu: GPUSpec, catalog: Catalog,
     return catalog.efficiency_for(gpu)
 
 
-def _source_line(gpu: GPUSpec, eff: ComputeEfficiency, catalog_entry: ComputeEfficiency) -> str:
-    """Where the efficiencies of one case come from, for the output's ``compute_efficiency_source``."""
+def _source_line(gpu: GPUSpec, eff: ComputeEfficiency, catalog_entry: ComputeEfficiency, precision: str) -> str:
+    """Where the efficiencies of one case come from, for the output's ``compute_efficiency_source``
+    (with the power-limited tensor clock where the case's GEMMs run on tensor cores)."""
     values = (f"tensor {eff.tensor_gemm_eff:g} (tf32 {eff.tf32_eff:g}), cuda {eff.cuda_gemm_eff:g}, "
               f"vector {eff.vector_eff:g}, attention {eff.fused_attention_eff:g} (v1 {eff.flash_v1_eff:g}), "
               f"memory {eff.memory_eff:g}, fill {eff.compute_fill_us:g}/{eff.memory_fill_us:g} us, "
               f"launch {eff.kernel_launch_us:g} us, dispatch {eff.cpu_dispatch_us:g} us/op, "
               f"host {eff.step_overhead_us:g} us")
     held = gpu.sustained_tensor_fraction()
-    if held < 1.0:
-        values += f"; tensor cores at {held:.3f} of the boost clock ({gpu.board_power_w:g} W board power)"
+    if held < 1.0 and gpu.has_tensor_cores(precision):
+        values += (f"; tensor cores at {held:.3f} of the boost clock (the {gpu.board_power_w:g} W board power "
+                   "limit, docs/model.md)")
     if eff == catalog_entry:
         return (f"catalog default for {eff.generation} ({gpu.name}): {values}; sources: "
                 f"`ddlscope catalog efficiencies --sources`")
@@ -324,7 +326,7 @@ def predict_single_gpu(
         meta.append({"case": i, "label": case.label, "gpu": gpu.name, "generation": gpu.generation or "default",
                      "precision": case.precision, "batch_size": case.batch_size, "step_overhead_s": params["host_s"],
                      "dispatch_s": params["dispatch_s"],
-                     "compute_efficiency_source": _source_line(gpu, eff, cat.efficiency_for(gpu))})
+                     "compute_efficiency_source": _source_line(gpu, eff, cat.efficiency_for(gpu), case.precision)})
         frames.append(op_features(case.ops).with_columns(
             case=pl.lit(i), nchw=pl.lit(case.conv_layout == "nchw"),
             **{k: pl.lit(v) for k, v in params.items() if k not in ("host_s", "dispatch_s")}))

@@ -99,12 +99,20 @@ class GPUSpec(BaseModel):
     memory_gb: float = Field(..., gt=0)
     generation: Generation | None = None
     tensor_core_precisions: tuple[TensorPrecision, ...] | None = None
-    sm_count: int | None = Field(None, ge=1)
-    boost_clock_mhz: float | None = Field(None, gt=0)
+    sm_count: int | None = Field(None, ge=1, strict=True)
+    boost_clock_mhz: float | None = Field(None, gt=0, strict=True)
     memory_mib: float | None = Field(None, gt=0)
     memory_source: str = ""
-    board_power_w: float | None = Field(None, gt=0)
+    board_power_w: float | None = Field(None, gt=0, strict=True)
     source: str = ""
+
+    @model_validator(mode="after")
+    def _power_model_inputs(self) -> GPUSpec:
+        if self.board_power_w is not None and (self.sm_count is None or self.boost_clock_mhz is None):
+            missing = " and ".join(n for n in ("sm_count", "boost_clock_mhz") if getattr(self, n) is None)
+            raise ValueError(f"board_power_w needs {missing} too (the power-limited tensor clock is board power "
+                             "over SMs x boost clock; docs/model.md)")
+        return self
 
     def sustained_tensor_fraction(self) -> float:
         """The share of the boost clock (so of the datasheet tensor-core peaks) a board sustains under

@@ -75,7 +75,10 @@ memory_bandwidth_gb_s = 640.0                    # 1 GB = 1e9 bytes
 memory_gb = 20.0
 generation = "ampere"                            # optional: selects the compute-efficiency curves
 tensor_core_precisions = ["tf32", "fp16", "bf16"]  # optional
-source = "NVIDIA RTX A4500 datasheet (2021): 23.7 TFLOPS FP32, 189.2 tensor with sparsity (94.6 dense), 640 GB/s, 20 GB"
+sm_count = 56                                    # optional, with the next two: the power-limited tensor
+boost_clock_mhz = 1650                           #   clock (0.969 of boost here; "How true it is" below)
+board_power_w = 200                              #   the datasheet's max power, W
+source = "NVIDIA RTX A4500 datasheet (2021): 23.7 TFLOPS FP32, 189.2 sparse tensor, 640 GB/s, 20 GB, 200 W"
 
 [link."eth-50g"]
 kind = "ethernet"                                # pcie, nvlink, ethernet, infiniband or host
