@@ -34,13 +34,21 @@ def published_data_dir(given: Path | None) -> Path:
     return found
 
 
+BY_SERVERS_CAPTION = (
+    "step_*/sync_*: the step time and the exposed communication against Pollux's step_time and sync_time; "
+    "error = predicted / measured - 1; mape = mean |error|, median_ape = median |error|, median_error = median "
+    "signed error (negative: predicted too small), fractions; servers '>= 5': 5 or more servers (the scalability "
+    "tables, 6-16)")
+
+
 def _published(data: Path, fmt: str) -> None:
     from ddlscope.validate.published import LEFT_OUT, published_validation
 
     with err_console.status("profiling ResNet-50, CIFAR ResNet-18, NeuMF; predicting every row"):
         res = published_validation(data)
+    extra = () if res.by_servers is None else (("pollux_by_servers", res.by_servers, BY_SERVERS_CAPTION),)
     _write_report(res.rows, res.summary, f"Published measurements ({data}): throughput (dle) and step time (pollux)",
-                  group="source" if "source" in res.rows.columns else None)
+                  group="source" if "source" in res.rows.columns else None, extra_tables=extra)
     if fmt != "table":
         from ddlscope.validate.measurements import concat_tables, validate_measurements
         from ddlscope.validate.shared_tables import dle_measurements, lambda_measurements
@@ -68,8 +76,7 @@ def _published(data: Path, fmt: str) -> None:
     if res.by_servers is not None and res.by_servers.height:
         emit(_zero_rounding(res.by_servers), "table",
              title="Pollux multi-GPU rows by number of servers: where the communication model errs",
-             caption="step_*/sync_*: step time and exposed communication vs Pollux's step_time and sync_time; "
-             "mape = mean |error|, bias = median signed error (fractions); servers >= 5: the scalability tables")
+             caption=BY_SERVERS_CAPTION)
     names = list(dict.fromkeys(n for v in res.fitted.values() for n in v))
     fitted = pl.DataFrame([{"fit": k, **{n: v.get(n) for n in names}} for k, v in res.fitted.items()])
     emit(fitted, "table", title="Fitted parameters",

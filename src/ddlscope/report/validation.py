@@ -81,6 +81,7 @@ def write_validation_report(
     group: str | None = "source",
     unit: str | None = None,
     notes: Sequence[str] = (),
+    extra_tables: Sequence[tuple[str, pl.DataFrame, str]] = (),
 ) -> Path:
     """Write the validation report folder (``index.html``, ``figures/``, ``tables/``,
     ``summary.json``); returns the path of ``index.html``.
@@ -92,6 +93,8 @@ def write_validation_report(
         unit: the unit of ``measured``/``predicted`` for the axes (None: the rows'
             ``throughput_unit`` values, e.g. ``img/s``, else "the table's quantity").
         notes: the protocol and what was left out.
+        extra_tables: more tables after the summary, each (name, frame, caption); written to
+            ``tables/<name>.csv`` and into ``summary.json`` under its name.
     """
     if unit is None:
         units = (rows["throughput_unit"].drop_nulls().unique(maintain_order=True).to_list()
@@ -107,6 +110,9 @@ def write_validation_report(
     rep.add_figure("predicted_vs_measured", predicted_figure(rows, measured, predicted, group, unit),
                    "Each prediction against its measurement; the band is +-25 %")
     rep.add_table("summary", summary, "Error per group (error = predicted / measured - 1)")
+    for name, frame, caption in extra_tables:
+        rep.add_table(name, frame, caption)
     rep.add_table("rows", rows, "Every prediction")
-    rep.set_summary({"headline_sentences": sentences, "summary": summary.to_dicts(), "notes": list(notes)})
+    rep.set_summary({"headline_sentences": sentences, "summary": summary.to_dicts(), "notes": list(notes),
+                     **{name: frame.to_dicts() for name, frame, _ in extra_tables}})
     return rep.write(out_dir)

@@ -367,6 +367,52 @@ def dle_validation(data_dir: str | Path, catalog: Catalog | None = None) -> Publ
 
 
 # -- Pollux -----------------------------------------------------------------------------------------
+POLLUX_COLUMNS: dict[str, dict[str, pl.DataType]] = {
+    "placements": {"placement": pl.String, "local_bsz": pl.Int64, "step_time": pl.Float64, "sync_time": pl.Float64},
+    "scalability": {"num_nodes": pl.Int64, "num_replicas": pl.Int64, "local_bsz": pl.Int64, "step_time": pl.Float64,
+                    "sync_time": pl.Float64},
+}
+"""The columns of the Pollux throughput tables and their types (shared/data/pollux/SOURCES.md)."""
+
+
+def read_pollux_table(path: Path, kind: str) -> pl.DataFrame:
+    """One Pollux throughput table (``kind``: ``placements`` or ``scalability``) with the columns of
+    :data:`POLLUX_COLUMNS`, typed.
+
+    Raises:
+        ValueError: the file is empty, not CSV, has no data row, lacks a column, or holds a value
+            that is not of its column's type or (``placement``) not a string of digits; the message
+            names the file, and the column and line (1 = the header) of the first bad value.
+    """
+    want = POLLUX_COLUMNS[kind]
+    try:
+        raw = pl.read_csv(path, infer_schema=False)
+    except (pl.exceptions.NoDataError, pl.exceptions.ComputeError) as exc:
+        raise ValueError(f"{path}: not a readable CSV table ({str(exc).splitlines()[0]})") from exc
+    missing = [col for col in want if col not in raw.columns]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {', '.join(missing)} (a {kind} table has "
+                         f"{', '.join(want)}; shared/data/pollux/SOURCES.md)")
+    if raw.height == 0:
+        raise ValueError(f"{path}: no data rows (a {kind} table of Pollux's; shared/data/pollux/SOURCES.md)")
+    typed = raw.select(pl.col(col).str.strip_chars().cast(dtype, strict=False) for col, dtype in want.items())
+    for col, dtype in want.items():
+        v = typed[col]
+        if col == "placement":
+            bad, expected = ~v.str.contains(r"^[1-9]+$"), "GPUs per node, one digit 1-9 a node (e.g. 1124)"
+        elif col == "sync_time":
+            bad, expected = ~(v.is_finite() & (v >= 0)), "seconds >= 0"
+        elif dtype == pl.Float64:
+            bad, expected = ~(v.is_finite() & (v > 0)), "seconds > 0"
+        else:
+            bad, expected = ~(v >= 1), "an integer >= 1"
+        bad = bad.fill_null(True)
+        if bad.any():
+            i = int(bad.arg_true()[0])
+            raise ValueError(f"{path}: line {i + 2}: {col}: expected {expected}, got {raw[col][i]!r}")
+    return typed
+
+
 def _pollux_rows(data_dir: Path, skipped: dict[str, int]) -> pl.DataFrame:
     frames = []
     for job in (*POLLUX_JOBS, *LEFT_OUT):
@@ -374,7 +420,7 @@ def _pollux_rows(data_dir: Path, skipped: dict[str, int]) -> pl.DataFrame:
             path = data_dir / "pollux" / job / f"{kind}.csv"
             if not path.is_file():
                 raise FileNotFoundError(f"{path}: missing (see shared/data/pollux/SOURCES.md)")
-            t = pl.read_csv(path)
+            t = read_pollux_table(path, kind)
             if kind == "placements":
                 t = t.with_columns(placement=pl.col("placement").cast(pl.String)).with_columns(
                     nodes=pl.col("placement").str.len_chars().cast(pl.Int64),
@@ -447,7 +493,12 @@ def pollux_validation(data_dir: str | Path, catalog: Catalog | None = None) -> P
     compute efficiencies per job on its one-GPU rows; the network parameters (:data:`POLLUX_GRID`)
     leave-one-job-out: each job's multi-GPU rows are predicted with the parameters fitted on the
     other jobs' multi-GPU rows (``fitted["network without <job>"]``); ``fitted["network"]`` is the
-    fit on all three, for reference."""
+    fit on all three, for reference.
+
+    Raises:
+        FileNotFoundError: a table is missing; ValueError: a table is not readable or holds a bad
+            value (:func:`read_pollux_table`), or a job has no one-GPU row to fit on.
+    """
     cat = catalog or builtin_catalog()
     skipped: dict[str, int] = {}
     rows = _pollux_rows(Path(data_dir), skipped)
@@ -462,6 +513,11 @@ def pollux_validation(data_dir: str | Path, catalog: Catalog | None = None) -> P
     # PyTorch DDP's NCCL all-reduce across servers: one ring through all the GPUs (NCCL's ring
     # algorithm), not the hierarchical all-reduce
     jobs = jobs_for_rows(rows, system, overlap=None).with_columns(flat_ring=pl.lit(1.0))
+    no_fit = [j for j in POLLUX_JOBS if rows.filter((pl.col("job") == j) & (pl.col("gpus") == 1)).height == 0]
+    if no_fit:
+        raise ValueError(f"{', '.join(no_fit)}: no one-GPU row (placement 1) in "
+                         f"{', '.join(str(Path(data_dir) / 'pollux' / j / 'placements.csv') for j in no_fit)}: the "
+                         "compute efficiencies of a job are fitted on its one-GPU rows")
     comp = fit_compute(jobs, "step_time", pl.col("gpus") == 1, ["job"])
     jobs = jobs.drop("eff_compute", "eff_memory").join(comp, on="job", how="left")
     multi = jobs.filter(pl.col("gpus") > 1)
@@ -524,10 +580,11 @@ def pollux_errors_by_servers(rows: pl.DataFrame) -> pl.DataFrame:
         rows: :attr:`PublishedResult.rows` of the Pollux validation (:data:`ROW_COLUMNS`).
 
     Returns:
-        One row per (``job``, ``servers``), sorted: ``rows``; ``step_mape``, ``step_bias`` (mean
-        |error| and median signed error of the step time, fractions); ``sync_mape``,
-        ``sync_median_ape``, ``sync_bias`` (the same of the exposed communication against Pollux's
-        ``sync_time``); ``sync_measured_mean_s``, ``sync_predicted_mean_s``.
+        One row per (``job``, ``servers``), sorted: ``rows``; ``step_mape``, ``step_median_error``
+        (mean |error| and median signed error of the step time; error = predicted / measured - 1,
+        fractions); ``sync_mape``, ``sync_median_ape``, ``sync_median_error`` (the same of the
+        exposed communication against Pollux's ``sync_time``); ``sync_measured_mean_s``,
+        ``sync_predicted_mean_s``.
     """
     multi = rows.filter(pl.col("source") == "pollux", pl.col("gpus") > 1).with_columns(
         job=pl.col("table").str.split("/").list.first(), servers=_servers_class(),
@@ -535,9 +592,9 @@ def pollux_errors_by_servers(rows: pl.DataFrame) -> pl.DataFrame:
     order = {"1": 0, "2": 1, "3-4": 2, ">= 5": 3}
     return (multi.group_by("job", "servers").agg(
         rows=pl.len(),
-        step_mape=pl.col("error").abs().mean(), step_bias=pl.col("error").median(),
+        step_mape=pl.col("error").abs().mean(), step_median_error=pl.col("error").median(),
         sync_mape=pl.col("sync_error").abs().mean(), sync_median_ape=pl.col("sync_error").abs().median(),
-        sync_bias=pl.col("sync_error").median(),
+        sync_median_error=pl.col("sync_error").median(),
         sync_measured_mean_s=pl.col("measured_sync_s").mean(), sync_predicted_mean_s=pl.col("predicted_sync_s").mean(),
     ).sort("job", pl.col("servers").replace_strict(order, return_dtype=pl.Int64)))
 
