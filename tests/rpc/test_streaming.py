@@ -262,3 +262,8 @@ def test_concurrent_partitions_bad_values(tmp_path):
                                    "--partition-rows", "400", "--no-progress", "--out", str(tmp_path / "r")])
     assert res.exit_code == 0, res.output
     assert "at a time, engine local" in res.output
+    # more than the log's partitions: as many as it has, and a note saying why
+    res = CliRunner().invoke(app, ["rpc", "dissect", str(folder), "--streaming", "--concurrent-partitions", "8",
+                                   "--no-progress", "--overwrite", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    assert "the log is 1 partition(s)" in res.output and "so 1 ran at a time" in res.output

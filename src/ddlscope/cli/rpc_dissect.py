@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from ddlscope.cli.common import OverwriteOpt, user_errors
+from ddlscope.cli.common import OverwriteOpt, err_console, user_errors
 from ddlscope.report.console import expected_one_of
 from ddlscope.rpc.readers import INPUT_FORMATS
 from ddlscope.rpc.validate import TIME_UNITS
@@ -55,7 +55,7 @@ def register(rpc_app: typer.Typer) -> None:
             "--address", help="with --engine ray: the cluster's address (ray start --head prints it; "
             "default: a local cluster)")] = None,
         partition_rows: Annotated[int, typer.Option(
-            "--partition-rows", help="with --streaming: rows a partition of whole servers aims at "
+            "--partition-rows", min=1, help="with --streaming: rows a partition of whole servers aims at "
             "(memory per task)")] = 2_000_000,
         progress: Annotated[bool, typer.Option(
             "--progress/--no-progress", help="with --streaming: rows read, partitions, rate and ETA on "
@@ -99,6 +99,11 @@ def register(rpc_app: typer.Typer) -> None:
             sd = dissect_streaming(logs, mapping=mapping, input_format=input_format, partition_rows=partition_rows,
                                    engine=engine, address=address, progress=progress,
                                    concurrent_partitions=concurrent_partitions)
+            if concurrent_partitions > (sd.concurrent_partitions or 1):
+                err_console.print(f"[yellow]note:[/yellow] --concurrent-partitions {concurrent_partitions}: the log is "
+                                  f"{sd.partitions} partition(s) of about --partition-rows {partition_rows:,} rows, "
+                                  f"so {sd.concurrent_partitions} ran at a time (a smaller --partition-rows makes "
+                                  "more partitions)")
             check_report_dir(out, "--out", overwrite)
             clear_previous_report(out)
             _print_streamed(sd, write_streamed(sd, out), fmt)
@@ -166,7 +171,7 @@ def _print_streamed(d, summary_path: Path, fmt: str) -> None:
     from ddlscope.report.rpc_findings import streamed_headline
 
     console = terminal()
-    at_once = f", {d.concurrent_partitions} at a time" if d.concurrent_partitions > 1 else ""
+    at_once = f", {d.concurrent_partitions} at a time" if (d.concurrent_partitions or 1) > 1 else ""
     console.print(f"[bold]RPC latency dissection (streamed: {d.partitions} partition(s){at_once}, engine {d.engine}, "
                   f"{d.wall_s:.1f} s)[/bold]")
     console.print(escape(streamed_headline(d)))

@@ -614,7 +614,8 @@ class StreamedDissection:
         stages: the stages analysed.
         summary: JSON-ready headline numbers (:func:`streamed_summary`; a new dict on each call).
         partitions, engine, wall_s, concurrent_partitions: how it ran (the last: partitions at a
-            time in threads of this process, engine ``local``).
+            time in threads of this process, engine ``local``; None on Ray, whose scheduler runs
+            as many tasks at a time as the cluster has CPUs).
     """
 
     percentiles: pl.DataFrame
@@ -632,7 +633,7 @@ class StreamedDissection:
     engine: str
     wall_s: float = 0.0
     stages: tuple[str, ...] = ()
-    concurrent_partitions: int = 1
+    concurrent_partitions: int | None = 1
 
     @property
     def summary(self) -> dict[str, Any]:
@@ -861,7 +862,7 @@ def dissect_streaming(
         servers=sum(c["servers"] for c in checks), connections=sum(c["connections"] for c in checks),
         files=tuple(f.path for f in plan.files), notes=tuple(notes), implausible=MappingProxyType(implausible),
         partitions=len(plan.partitions), engine=engine, wall_s=time.perf_counter() - t0, stages=tuple(stages),
-        concurrent_partitions=min(concurrent_partitions, len(plan.partitions)) if engine == "local" else 1)
+        concurrent_partitions=min(concurrent_partitions, len(plan.partitions)) if engine == "local" else None)
     return d
 
 
