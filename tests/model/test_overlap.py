@@ -119,6 +119,26 @@ def test_allreduce_local_scheduled_by_hand(toy_system):
     assert r["pcie_exposed_s"] == 0.0 and r["network_exposed_s"] == 0.0
 
 
+def test_launch_latency_beyond_the_links_time_is_reported_apart(toy_system):
+    # a backward of 0.01 ms (compute 1e8 FLOP at 10 TFLOP/s, no memory-bound work) hides nothing of the
+    # 1.8 ms all-reduce: the queue's first term wins, T (u1 - 1) + B L + C = -1e-5 x 0.9895 + 5 x 20 us
+    # + 1.8 ms, which is more than the links' 1.8 ms: the excess, 100 us - 9.9 us = 90.1 us, is launch
+    # latency, not NVLink time (before, nvlink_exposed_s exceeded nvlink_s and hidden_comm_s was < 0)
+    w = toy_workload().model_copy(update={"compute_bound_flops": 1.5e8, "memory_bound_bytes": 0.0})
+    r = predict(w, Architecture(kind="allreduce_local", num_workers=4), toy_system).row(0, named=True)
+    T = 1e-5  # the backward: 2/3 of the 15 us compute
+    u1 = 1048576 / 100e6  # the first bucket's share of the gradient
+    launch = T * (u1 - 1) + 5 * 20e-6
+    assert r["nvlink_s"] == pytest.approx(1.8e-3)
+    assert r["launch_exposed_s"] == pytest.approx(launch, rel=1e-9)
+    assert r["nvlink_exposed_s"] == pytest.approx(1.8e-3, rel=1e-12) and r["nvlink_hidden_s"] == pytest.approx(0.0)
+    assert r["hidden_comm_s"] == pytest.approx(0.0, abs=1e-15)
+    assert r["exposed_comm_s"] == pytest.approx(r["nvlink_exposed_s"] + r["sync_wait_s"] + r["launch_exposed_s"])
+    # with the backward long enough to hide the launches, none is reported apart
+    long = predict(toy_workload(), Architecture(kind="allreduce_local", num_workers=4), toy_system).row(0, named=True)
+    assert long["launch_exposed_s"] == 0.0
+
+
 def test_explicit_policies_keep_their_meaning(toy_system):
     arch = Architecture(kind="allreduce_local", num_workers=4)
     none = predict(toy_workload(), arch, toy_system, overlap="none").row(0, named=True)

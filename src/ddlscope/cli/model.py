@@ -201,16 +201,21 @@ def _warn_layer_shape(arch, workload) -> None:
 def _component_table(row: dict) -> pl.DataFrame:
     """One row per component: its time, share of the step, bytes per step (links), and for the links
     the communication exposed (on the step's critical path) and hidden behind computation, plus the
-    wait for the slowest rank (``sync_wait``, scheduled overlap)."""
-    names = [*COMPONENTS, "sync_wait"]
+    wait for the slowest rank (``sync_wait``, scheduled overlap) and, where the schedule exposes
+    more than the links' time, the per-collective launch latency (``collective_launch``)."""
+    # the launch latency beyond the links' time, where the schedule exposes some
+    names = [*COMPONENTS, "sync_wait", *(["collective_launch"] if (row.get("launch_exposed_s") or 0) > 0 else [])]
+    apart = {"sync_wait": "sync_wait_s", "collective_launch": "launch_exposed_s"}
+
     def link(c: str, suffix: str) -> float | None:
         return row.get(f"{c}_{suffix}") if c in _LINK_OF else None
     return pl.DataFrame({
         "component": names,
-        "time_s": [row[f"{c}_s"] for c in names],
-        # links: their exposed time's share (the model's share_<link> also carries the wait, shown apart here)
+        "time_s": [row[apart.get(c, f"{c}_s")] for c in names],
+        # links: their exposed time's share (the model's share_<link> also carries the wait and the launch
+        # latency, shown apart here)
         "share": [row[f"{c}_exposed_s"] / row["step_s"] if c in _LINK_OF else
-                  row["sync_wait_s"] / row["step_s"] if c == "sync_wait" else row[f"share_{c}"] for c in names],
+                  row[apart[c]] / row["step_s"] if c in apart else row[f"share_{c}"] for c in names],
         "bytes_per_step": [row.get(_LINK_OF.get(c, "")) for c in names],
         "exposed_s": [link(c, "exposed_s") for c in names],
         "hidden_s": [link(c, "hidden_s") for c in names],

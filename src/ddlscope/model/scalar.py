@@ -159,11 +159,12 @@ def breakdown_one(row: Mapping[str, Any]) -> dict[str, Any]:
     else:
         exposed_comm_s, sync_wait_s = _scheduled(r0, arch, comm_s, compute_s, S, E, p)
     step_s = data_io_s + compute_s + exposed_comm_s + host_s
-    hidden_comm_s = comm_s + sync_wait_s - exposed_comm_s
+    launch_exposed_s = max(exposed_comm_s - sync_wait_s - comm_s, 0.0)
+    hidden_comm_s = comm_s + sync_wait_s + launch_exposed_s - exposed_comm_s
 
     # -- shares and bottlenecks ---------------------------------------------------------------------
     exposed_per_comm = exposed_comm_s / comm_s if comm_s > 0 else 0.0
-    link_exposed_per_comm = (exposed_comm_s - sync_wait_s) / comm_s if comm_s > 0 else 0.0
+    link_exposed_per_comm = (exposed_comm_s - sync_wait_s - launch_exposed_s) / comm_s if comm_s > 0 else 0.0
     link_s = {"pcie": pcie_s, "nvlink": nvlink_s, "network": network_s}
     exposed = {x: link_s[x] * exposed_per_comm for x in LINKS}
     out: dict[str, Any] = dict(row)
@@ -174,6 +175,7 @@ def breakdown_one(row: Mapping[str, Any]) -> dict[str, Any]:
         storage_s=storage_s, h2d_s=h2d_s, data_io_s=data_io_s, compute_bound_s=compute_bound_s,
         memory_bound_s=memory_bound_s, host_s=host_s, pcie_s=pcie_s, nvlink_s=nvlink_s, network_s=network_s,
         comm_s=comm_s, exposed_comm_s=exposed_comm_s, hidden_comm_s=hidden_comm_s, sync_wait_s=sync_wait_s,
+        launch_exposed_s=launch_exposed_s,
         **{f"{x}_exposed_s": link_s[x] * link_exposed_per_comm for x in LINKS},
         **{f"{x}_hidden_s": link_s[x] * max(0.0, 1 - link_exposed_per_comm) for x in LINKS},
         step_s=step_s, samples_per_s=_div(float(r0["batch_size"]) * num_gpus, step_s),

@@ -116,6 +116,7 @@ OUTPUT_COLUMNS: tuple[str, ...] = (
     "num_gpus", "gpus_per_server_used", "fits_placement", "fits_gpu_memory", "gpu_memory_needed_bytes",
     "storage_s", "h2d_s", "data_io_s", "compute_bound_s", "memory_bound_s", "host_s",
     "pcie_s", "nvlink_s", "network_s", "comm_s", "exposed_comm_s", "hidden_comm_s", "sync_wait_s",
+    "launch_exposed_s",
     "pcie_exposed_s", "nvlink_exposed_s", "network_exposed_s", "pcie_hidden_s", "nvlink_hidden_s",
     "network_hidden_s", "step_s", "samples_per_s",
     "pcie_bytes", "nvlink_bytes", "network_bytes",
@@ -403,16 +404,20 @@ def _step(lf: pl.LazyFrame, scheduled: bool = True, extra: bool = False,
             exposed = pl.when(c("overlap_fraction").is_null()).then(own).otherwise(exposed)
         lf = lf.with_columns(sync_wait_s=c("__sched_wait_s"), exposed_comm_s=exposed)
     step = c("data_io_s") + compute_s + c("exposed_comm_s") + c("host_s")
+    # the exposed time beyond the links' own time and the wait: per-collective launch latency the
+    # schedule puts on the critical path (the last bucket's launch after a short backward), not link time
+    lf = lf.with_columns(launch_exposed_s=(c("exposed_comm_s") - c("sync_wait_s") - c("comm_s")).clip(lower_bound=0.0))
     # what the shares read, once: 1 / step, and the exposed (with and without the wait) per unit of communication
     has_comm = c("comm_s") > 0
     return lf.with_columns(
         step_s=step,
-        hidden_comm_s=c("comm_s") + c("sync_wait_s") - c("exposed_comm_s"),
+        hidden_comm_s=c("comm_s") + c("sync_wait_s") + c("launch_exposed_s") - c("exposed_comm_s"),
         __inv_step=1.0 / step,
         __exposed_per_comm=pl.when(has_comm).then(c("exposed_comm_s") / c("comm_s")).otherwise(0.0),
-        # the links' own exposed time, without the wait for the slowest rank (sync_wait_s, reported apart)
+        # the links' own exposed time, without the wait for the slowest rank (sync_wait_s) and the
+        # launch latency beyond the links' time (launch_exposed_s), both reported apart
         __link_exposed_per_comm=pl.when(has_comm).then(
-            (c("exposed_comm_s") - c("sync_wait_s")) / c("comm_s")).otherwise(0.0),
+            (c("exposed_comm_s") - c("sync_wait_s") - c("launch_exposed_s")) / c("comm_s")).otherwise(0.0),
     )
 
 
@@ -434,8 +439,8 @@ def _shares(lf: pl.LazyFrame, priced: bool = False, extra: bool = False) -> pl.L
     lf = lf.with_columns(
         **{f"share_{x}": c(f"__exposed_{x}_s") * inv_step for x in LINKS},
         **{f"{x}_exposed_s": c(f"{x}_s") * link_exposed_per_comm for x in LINKS},
-        # never below 0: the exposed time can exceed the links' (per-collective launch latencies are
-        # exposed but are not link time), and rounding must not give a tiny negative hidden time
+        # never below 0: rounding must not give a tiny negative hidden time (the launch latency beyond
+        # the links' time is launch_exposed_s, so the links' exposed share is at most 1)
         **{f"{x}_hidden_s": c(f"{x}_s") * (1 - link_exposed_per_comm).clip(lower_bound=0.0) for x in LINKS},
         __best_component=pl.max_horizontal(candidates),
         __best_link=pl.max_horizontal(link_s),
