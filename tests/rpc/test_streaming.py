@@ -267,3 +267,13 @@ def test_concurrent_partitions_bad_values(tmp_path):
                                    "--no-progress", "--overwrite", "--out", str(tmp_path / "r")])
     assert res.exit_code == 0, res.output
     assert "the log is 1 partition(s)" in res.output and "so 1 ran at a time" in res.output
+
+
+def test_progress_counts_the_rows_of_each_pass(tmp_path, capsys):
+    # 4 passes over 8 000 rows (scatter, check, sketch, refine): each bar says 8,000 of 8,000, not the
+    # running total over the passes (a newcomer read "32,000 rows read" on the refine bar)
+    folder = _folder(tmp_path, synthetic_rpc_log(8_000, workers=4, servers=4, seed=8))
+    dissect_streaming(folder, partition_rows=2_000, progress=True)
+    err = capsys.readouterr().err
+    assert err.count("8,000 of 8,000 rows read") == 4, err
+    assert "32,000" not in err and "files" in err

@@ -287,7 +287,7 @@ def scatter_partitions(plan: StreamPlan, raw_dir: str | Path, progress: _Progres
     key = server.replace_strict(index, default=None, return_dtype=pl.Int32)
     if nulls is not None:
         key = pl.when(server.is_null()).then(pl.lit(nulls, pl.Int32)).otherwise(key)
-    task = progress.task("scatter", len(plan.files)) if progress is not None else None
+    task = progress.task("scatter", len(plan.files), unit="files") if progress is not None else None
     for i, f in enumerate(plan.files):
         try:
             scan_log_file(f).with_columns(key.alias("__part")).sink_ipc(
@@ -522,31 +522,35 @@ class _Progress:
     def __init__(self, plan: StreamPlan, passes: int, enabled: bool) -> None:
         self.enabled = enabled and plan.rows > 0
         self.total = plan.rows * passes
-        self.done_rows = 0
+        self.rows = plan.rows
+        self.done_rows = 0  # over every pass (the rate)
+        self._pass_rows: dict[Any, int] = {}  # per pass (the "rows read" of its bar)
         self._bar = None
         if self.enabled:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
             self._bar = Progress(TextColumn("{task.description}"), BarColumn(),
-                                 TextColumn("{task.fields[rows]} rows read"), MofNCompleteColumn(),
-                                 TextColumn("partitions"), TextColumn("{task.fields[rate]} rows/s"),
+                                 TextColumn("{task.fields[rows]} of " + f"{plan.rows:,} rows read"),
+                                 MofNCompleteColumn(),
+                                 TextColumn("{task.fields[unit]}"), TextColumn("{task.fields[rate]} rows/s"),
                                  TimeRemainingColumn(), console=Console(stderr=True), transient=False)
             self._bar.start()
         self.t0 = time.perf_counter()
 
-    def task(self, name: str, n: int) -> Any:
-        """A bar for one pass of ``n`` partitions."""
+    def task(self, name: str, n: int, unit: str = "partitions") -> Any:
+        """A bar for one pass over ``n`` partitions (or files: ``unit``)."""
         if self._bar is None:
             return None
-        return self._bar.add_task(name, total=n, rows="0", rate="-")
+        return self._bar.add_task(name, total=n, rows="0", rate="-", unit=unit)
 
     def advance(self, task: Any, rows: int) -> None:
-        """One partition of ``rows`` rows done."""
+        """One partition of ``rows`` rows done: the pass's rows read, and the rate over every pass."""
         self.done_rows += rows
+        self._pass_rows[task] = self._pass_rows.get(task, 0) + rows
         if self._bar is not None:
             dt = max(time.perf_counter() - self.t0, 1e-9)
-            self._bar.update(task, advance=1, rows=f"{self.done_rows:,}", rate=f"{self.done_rows / dt:,.0f}")
+            self._bar.update(task, advance=1, rows=f"{self._pass_rows[task]:,}", rate=f"{self.done_rows / dt:,.0f}")
 
     def close(self) -> None:
         """Stop the display."""
