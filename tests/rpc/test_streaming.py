@@ -188,7 +188,19 @@ def test_streaming_refuses_json_text_ids_and_ragged_csv(tmp_path):
     frame = synthetic_rpc_log(500, seed=3).with_columns(pl.format("w{}", pl.col("worker_id")).alias("worker_id"))
     path = tmp_path / "text_ids.parquet"
     frame.write_parquet(path)
-    with pytest.raises(ValueError, match="streaming needs integer ids"):
+    with pytest.raises(ValueError, match="streaming needs integer ids") as err:
+        dissect_streaming(path)
+    # the first text id is named with its file and line (Parquet rows count from 1)
+    assert f"first at {path}:1: worker_id = 'w" in str(err.value)
+    # one text cell in a CSV of integers: its line (the header is line 1)
+    lines = synthetic_rpc_log(50, seed=1).write_csv().splitlines()
+    header = lines[0].split(",")
+    row = lines[7].split(",")
+    row[header.index("server_id")] = "x"
+    lines[7] = ",".join(row)
+    path = tmp_path / "one_text.csv"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=r"first at .*one_text\.csv:8: server_id = 'x'"):
         dissect_streaming(path)
 
 

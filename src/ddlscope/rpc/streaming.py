@@ -333,9 +333,27 @@ def _checked(plan: StreamPlan, part: Partition, raw_dir: str | Path | None = Non
     rows, rejected, notes = normalize(raw, plan.mapping, what)
     text_ids = [n for n in notes if "given as text" in n]
     if text_ids:
-        raise ValueError(f"streaming needs integer ids ({'; '.join(text_ids)}): text ids are encoded by their "
-                         "order over the whole log; dissect without --streaming or map the ids to integers")
+        raise ValueError(f"streaming needs integer ids ({'; '.join(text_ids)}{_first_text_id(raw, plan, text_ids)}): "
+                         "text ids are encoded by their order over the whole log; dissect without --streaming or "
+                         "map the ids to integers")
     return rows, rejected, notes
+
+
+def _first_text_id(raw: pl.DataFrame, plan: StreamPlan, text_ids: list[str]) -> str:
+    """``; first at FILE:LINE: COLUMN = 'value'`` for the first row of ``raw`` whose id (of the
+    ``text_ids`` notes) is not an integer, or ``""`` where the rows carry no file and line."""
+    inverse = {new: old for old, new in (plan.mapping.columns.items() if plan.mapping else ())}
+    for note in text_ids:
+        name = note.split(" ", 1)[0]
+        col = inverse.get(name, name)
+        if col not in raw.columns or not {"log_file", "log_line"} <= set(raw.columns):
+            continue
+        v = pl.col(col).cast(pl.String).str.strip_chars()
+        bad = raw.filter(v.cast(pl.Int64, strict=False).is_null() & (v != "")).head(1)
+        if bad.height:
+            r = bad.row(0, named=True)
+            return f"; first at {r['log_file']}:{r['log_line']}: {col} = {r[col]!r}"
+    return ""
 
 
 # --- value bins ------------------------------------------------------------------------------
