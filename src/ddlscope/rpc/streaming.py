@@ -540,7 +540,6 @@ class _Progress:
     def __init__(self, plan: StreamPlan, passes: int, enabled: bool) -> None:
         self.enabled = enabled and plan.rows > 0
         self.total = plan.rows * passes
-        self.rows = plan.rows
         self.done_rows = 0  # over every pass (the rate)
         self._pass_rows: dict[Any, int] = {}  # per pass (the "rows read" of its bar)
         self._bar = None
