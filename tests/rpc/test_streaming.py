@@ -204,6 +204,26 @@ def test_streaming_refuses_json_text_ids_and_ragged_csv(tmp_path):
         dissect_streaming(path)
 
 
+def test_empty_and_header_only_csv_files(tmp_path):
+    # a 0-byte CSV is an empty file (alone: an error; beside good files: a note, skipped); a header
+    # without rows says so
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    with pytest.raises(ValueError, match=r"empty\.csv: the file is empty"):
+        dissect_streaming(empty)
+    lines = synthetic_rpc_log(300, seed=4).write_csv().splitlines()
+    header = tmp_path / "header.csv"
+    header.write_text(lines[0] + "\n")
+    with pytest.raises(ValueError, match=r"no RPC rows in .*header\.csv.*no data rows \(only a header\)"):
+        dissect_streaming(header)
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    (folder / "a.csv").write_text("\n".join(lines) + "\n")
+    (folder / "b.csv").write_text("")
+    d = dissect_streaming(folder)
+    assert d.rpcs == 300 and any("b.csv: empty file, no rows" in n for n in d.notes)
+
+
 def test_cli_streaming_writes_tables_and_partitioned_percentiles(tmp_path):
     frame = synthetic_rpc_log(4_000, seed=5)
     folder = _folder(tmp_path, frame, by="server_id")

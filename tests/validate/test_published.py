@@ -138,6 +138,15 @@ def test_a_bad_pollux_table_is_named_with_its_line(tmp_path, change, message):
     assert message in str(err.value)
 
 
+def test_a_pollux_table_with_a_byte_order_mark_and_crlf_reads_as_the_plain_one(shared_data, tmp_path):
+    from ddlscope.validate.published import read_pollux_table
+
+    src = shared_data / "pollux" / "ncf" / "placements.csv"
+    path = tmp_path / "placements.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + src.read_bytes().replace(b"\n", b"\r\n"))
+    assert read_pollux_table(path, "placements").equals(read_pollux_table(src, "placements"))
+
+
 def test_a_job_without_one_gpu_rows_is_an_error(shared_data, tmp_path):
     import shutil
 

@@ -231,17 +231,27 @@ def plan_stream(paths: str | Path | Sequence[str | Path], *, mapping: ColumnMapp
     source = inverse.get("server_id", "server_id")
     counts = []
     notes = []
+    readable = []
     for f in files:
         lf = scan_log_file(f)
-        names = lf.collect_schema().names()
+        try:
+            names = lf.collect_schema().names()
+        except pl.exceptions.NoDataError:  # a 0-byte CSV: no header either
+            notes.append(f"{f.path}: empty file, no rows")
+            continue
+        readable.append(f)
         if source not in names:
             raise ValueError(f"{f.path}: no column {source!r} (server_id"
                              + (f" through the mapping {source}=server_id" if source != "server_id" else "")
                              + f"); the file has {', '.join(n for n in names if n not in ('log_line', 'log_file'))}")
         c = _collect(lf.select(_server_key(source).alias("server")).group_by("server").len(), f)
         if c.height == 0:
-            notes.append(f"{f.path}: empty file, no rows")
+            notes.append(f"{f.path}: no data rows (only a header)")
         counts.append(c)
+    if not readable:
+        where = ", ".join(f.path for f in files)
+        raise ValueError(f"{where}: the file is empty" if len(files) == 1 else f"every log file is empty ({where})")
+    files = readable
     per_server = (pl.concat(counts).group_by("server").agg(pl.col("len").sum())
                   .sort("server", nulls_last=True))
     partitions: list[Partition] = []

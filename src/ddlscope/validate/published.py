@@ -389,6 +389,8 @@ def read_pollux_table(path: Path, kind: str) -> pl.DataFrame:
         raw = pl.read_csv(path, infer_schema=False)
     except (pl.exceptions.NoDataError, pl.exceptions.ComputeError) as exc:
         raise ValueError(f"{path}: not a readable CSV table ({str(exc).splitlines()[0]})") from exc
+    # a UTF-8 byte-order mark (a spreadsheet's export) is not part of the first column's name
+    raw = raw.rename({n: n.lstrip("\ufeff").strip() for n in raw.columns})
     missing = [col for col in want if col not in raw.columns]
     if missing:
         raise ValueError(f"{path}: missing column(s) {', '.join(missing)} (a {kind} table has "
