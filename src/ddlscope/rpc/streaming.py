@@ -352,7 +352,7 @@ def _checked(plan: StreamPlan, part: Partition, raw_dir: str | Path | None = Non
 def _first_text_id(raw: pl.DataFrame, plan: StreamPlan, text_ids: list[str]) -> str:
     """``; first at FILE:LINE: COLUMN = 'value'`` for the first row of ``raw`` whose id (of the
     ``text_ids`` notes) is not an integer, or ``""`` where the rows carry no file and line."""
-    inverse = {new: old for old, new in (plan.mapping.columns.items() if plan.mapping else ())}
+    inverse = {new: old for old, new in plan.mapping.columns.items()}
     for note in text_ids:
         name = note.split(" ", 1)[0]
         col = inverse.get(name, name)

@@ -423,18 +423,10 @@ def _pollux_rows(data_dir: Path, skipped: dict[str, int]) -> pl.DataFrame:
             if not path.is_file():
                 raise FileNotFoundError(f"{path}: missing (see shared/data/pollux/SOURCES.md)")
             t = read_pollux_table(path, kind)
-            if kind == "placements":
-                t = t.with_columns(placement=pl.col("placement").cast(pl.String)).with_columns(
-                    nodes=pl.col("placement").str.len_chars().cast(pl.Int64),
-                    num_replicas=pl.col("placement")
-                    .str.extract_all(r"\d")
-                    .list.eval(pl.element().cast(pl.Int64))
-                    .list.sum(),
-                    max_per_node=pl.col("placement")
-                    .str.extract_all(r"\d")
-                    .list.eval(pl.element().cast(pl.Int64))
-                    .list.max(),
-                )
+            if kind == "placements":  # one digit per node: the GPUs on it (read_pollux_table checked them)
+                per_node = pl.col("placement").str.split("").cast(pl.List(pl.Int64))
+                t = t.with_columns(nodes=pl.col("placement").str.len_chars().cast(pl.Int64),
+                                   num_replicas=per_node.list.sum(), max_per_node=per_node.list.max())
             else:
                 t = t.with_columns(
                     placement=pl.lit(None, pl.String),
