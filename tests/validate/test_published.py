@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import polars as pl
 import pytest
 
@@ -157,3 +159,73 @@ def test_a_job_without_one_gpu_rows_is_an_error(shared_data, tmp_path):
     placements.write_text("\n".join([lines[0], *[x for x in lines[1:] if not x.startswith("1,")]]) + "\n")
     with pytest.raises(ValueError, match="imagenet: no one-GPU row"):
         pollux_validation(root)
+
+
+def _rows(placements, batches, step, sync, pred_step, pred_sync, table="imagenet/placements.csv"):
+    n = len(placements)
+    return pl.DataFrame({"source": ["pollux"] * n, "table": [table] * n, "placement": placements,
+                         "batch_per_gpu": batches, "measured": step, "predicted": pred_step,
+                         "measured_sync_s": sync, "predicted_sync_s": pred_sync})
+
+
+def test_pollux_repeatability_by_hand():
+    from ddlscope.validate.published import pollux_repeatability
+
+    # two servers' orders of one placement (12, 21) at batch 8, measured twice: one group; 112 at batch 8
+    # and 12 at batch 16 occur once (no group); a scalability row (placement null) is never grouped
+    rows = _rows(["12", "21", "112", "12", None], [8, 8, 8, 16, 8], [1.0, 2.0, 1.0, 1.0, 1.0],
+                 [0.1, 0.4, 0.1, 0.1, 0.1], [1.5, 1.5, 1.0, 1.0, 1.0], [0.2, 0.2, 0.1, 0.1, 0.1])
+    t = pollux_repeatability(rows).row(0, named=True)
+    assert (t["job"], t["groups"], t["rows"], t["sync_rows"]) == ("imagenet", 1, 2, 2)
+    # ln 1, ln 2 about their mean: (ln 2 / 2)^2 twice, one degree of freedom -> SD ln 2 / sqrt 2
+    assert t["step_log_sd"] == pytest.approx(math.log(2) / math.sqrt(2), rel=1e-12)
+    assert t["sync_log_sd"] == pytest.approx(math.log(4) / math.sqrt(2), rel=1e-12)
+    # the least MAPE of one value p for {1, 2}: |p - 1| + |p / 2 - 1| is least at p = 1 (weights 1 > 1/2)
+    assert t["step_mape_least"] == pytest.approx(0.25, rel=1e-12)
+    assert t["sync_mape_least"] == pytest.approx((0 + 0.75) / 2, rel=1e-12)
+    # the model on the same two rows: 1.5 vs 1 and 2; 0.2 vs 0.1 and 0.4
+    assert t["step_mape_model"] == pytest.approx((0.5 + 0.25) / 2, rel=1e-12)
+    assert t["sync_mape_model"] == pytest.approx((1.0 + 0.5) / 2, rel=1e-12)
+    # the log-normal MAPE: exp(s^2 / 2) (2 Phi(s) - 1)
+    s = math.log(2) / math.sqrt(2)
+    phi = 0.5 * (1 + math.erf(s / math.sqrt(2)))
+    assert t["step_mape_noise"] == pytest.approx(math.exp(s * s / 2) * (2 * phi - 1), rel=1e-12)
+
+
+def test_lognormal_mape_matches_sampling():
+    import numpy as np
+
+    from ddlscope.validate.published import lognormal_mape
+
+    e = np.random.default_rng(7).normal(0.0, 0.4, 400_000)
+    assert pl.select(lognormal_mape(pl.lit(0.4))).item() == pytest.approx(np.abs(np.exp(-e) - 1).mean(), rel=5e-3)
+    assert pl.select(lognormal_mape(pl.lit(0.0))).item() == 0.0
+
+
+def test_pollux_repeatability_zero_sync_is_left_out():
+    from ddlscope.validate.published import pollux_repeatability
+
+    rows = _rows(["12", "21", "12"], [8, 8, 8], [1.0, 1.0, 1.0], [0.0, 0.2, 0.2], [1.0] * 3, [0.2] * 3)
+    t = pollux_repeatability(rows).row(0, named=True)
+    assert (t["rows"], t["sync_rows"], t["sync_log_sd"], t["sync_mape_model"]) == (3, 2, 0.0, 0.0)
+
+
+def test_pollux_repeatability_on_shared_data(pollux):
+    t = {r["job"]: r for r in pollux.repeatability.iter_rows(named=True)}
+    assert set(t) == {"cifar10", "imagenet", "ncf"}
+    # recomputed from the imagenet placements table directly: rows whose sorted placement digits and batch repeat
+    raw = pollux.rows.filter(pl.col("table") == "imagenet/placements.csv").with_columns(
+        ms=pl.col("placement").str.split("").list.sort().list.join(""))
+    rep = raw.filter(pl.len().over("ms", "batch_per_gpu") > 1)
+    assert t["imagenet"]["rows"] == rep.height == 496
+    assert t["imagenet"]["groups"] == rep.select("ms", "batch_per_gpu").unique().height == 184
+    # what the tables say (docs/validation.md): the sync time of one placement repeats only to a log SD of
+    # about 0.4-0.5 on imagenet and cifar10 (0.1 on ncf), so a model exact up to the noise has a sync MAPE
+    # above the 20 % goal of issue 15 there; the step time repeats to about 6-8 %
+    assert 0.35 < t["imagenet"]["sync_log_sd"] < 0.45 and 0.45 < t["cifar10"]["sync_log_sd"] < 0.55
+    assert t["ncf"]["sync_log_sd"] < 0.15
+    for job in ("imagenet", "cifar10"):
+        assert t[job]["sync_mape_noise"] > 0.3 and t[job]["sync_mape_least"] > 0.15
+    for r in t.values():
+        assert 0.05 < r["step_log_sd"] < 0.09
+        assert r["step_mape_least"] < r["step_mape_noise"] and r["sync_mape_least"] < r["sync_mape_noise"]

@@ -41,12 +41,22 @@ BY_SERVERS_CAPTION = (
     "tables, 6-16)")
 
 
+REPEATABILITY_CAPTION = (
+    "Pollux measured placements that differ only in the order of the servers (1124, 4211, ...) more than once: "
+    "a model that prices a placement by its GPUs per server gives them one value. *_log_sd: pooled SD of "
+    "ln(measured) within such a group; *_mape_noise: the MAPE of a model exact up to that noise (log-normal); "
+    "*_mape_least: the least MAPE one value per group reaches on these rows (a lower bound); *_mape_model: "
+    "ddlscope on the same rows; fractions")
+
+
 def _published(data: Path, fmt: str) -> None:
     from ddlscope.validate.published import LEFT_OUT, published_validation
 
     with err_console.status("profiling ResNet-50, CIFAR ResNet-18, NeuMF; predicting every row"):
         res = published_validation(data)
     extra = () if res.by_servers is None else (("pollux_by_servers", res.by_servers, BY_SERVERS_CAPTION),)
+    if res.repeatability is not None:
+        extra = (*extra, ("pollux_repeatability", res.repeatability, REPEATABILITY_CAPTION))
     _write_report(res.rows, res.summary, f"Published measurements ({data}): throughput (dle) and step time (pollux)",
                   group="source" if "source" in res.rows.columns else None, extra_tables=extra)
     if fmt != "table":
@@ -62,6 +72,7 @@ def _published(data: Path, fmt: str) -> None:
             emit(res.rows, fmt, extra={
                 "summary": res.summary.to_dicts(), "fitted": res.fitted, "skipped": res.skipped,
                 "by_servers": res.by_servers.to_dicts() if res.by_servers is not None else [],
+                "repeatability": res.repeatability.to_dicts() if res.repeatability is not None else [],
                 "measurement_tables": {"rows": mrows.to_dicts(), "summary": mres.summary.to_dicts(),
                                        "ratios": mres.ratios.to_dicts(), "protocol": mres.protocol,
                                        "rejected_by_reason": _rejected_counts(mres)}})
@@ -77,6 +88,9 @@ def _published(data: Path, fmt: str) -> None:
         emit(_zero_rounding(res.by_servers), "table",
              title="Pollux multi-GPU rows by number of servers: where the communication model errs",
              caption=BY_SERVERS_CAPTION)
+    if res.repeatability is not None and res.repeatability.height:
+        emit(_zero_rounding(res.repeatability), "table",
+             title="Pollux repeated placements: the error no placement model removes", caption=REPEATABILITY_CAPTION)
     names = list(dict.fromkeys(n for v in res.fitted.values() for n in v))
     fitted = pl.DataFrame([{"fit": k, **{n: v.get(n) for n in names}} for k, v in res.fitted.items()])
     emit(fitted, "table", title="Fitted parameters",

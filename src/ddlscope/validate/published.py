@@ -112,6 +112,7 @@ ROW_COLUMNS: dict[str, str] = {
     "precision": "fp32, tf32 or fp16",
     "gpus": "GPUs (replicas)",
     "nodes": "servers",
+    "placement": "pollux placements table: GPUs per server, one digit a server (null elsewhere)",
     "batch_per_gpu": "samples per GPU per step",
     "measured": "throughput (img/s, dle) or step time (s, pollux)",
     "predicted": "the model's value of the same",
@@ -125,13 +126,16 @@ ROW_COLUMNS: dict[str, str] = {
 class PublishedResult:
     """Rows (:data:`ROW_COLUMNS`), MAPE per table and role, fitted parameters, skipped rows by reason;
     ``by_servers``: the Pollux multi-GPU errors by job and number of servers
-    (:func:`pollux_errors_by_servers`; None for the DLE tables alone)."""
+    (:func:`pollux_errors_by_servers`; None for the DLE tables alone); ``repeatability``: how far
+    Pollux's repeated placements disagree with each other, and the error floor that sets
+    (:func:`pollux_repeatability`; None for the DLE tables alone)."""
 
     rows: pl.DataFrame
     summary: pl.DataFrame
     fitted: dict[str, dict[str, float]]
     skipped: dict[str, int] = field(default_factory=dict)
     by_servers: pl.DataFrame | None = None
+    repeatability: pl.DataFrame | None = None
 
 
 _PROFILE_CACHE: dict[tuple, dict[str, float]] = {}
@@ -536,6 +540,7 @@ def pollux_validation(data_dir: str | Path, catalog: Catalog | None = None) -> P
         precision=pl.col("precision").cast(pl.String),
         gpus=pl.col("gpus"),
         nodes=pl.col("nodes"),
+        placement=pl.col("placement"),
         batch_per_gpu=pl.col("batch_per_gpu"),
         measured=pl.col("step_time"),
         predicted=pl.col("step_s"),
@@ -556,7 +561,7 @@ def pollux_validation(data_dir: str | Path, catalog: Catalog | None = None) -> P
         how="left",
     )
     return PublishedResult(rows=res, summary=summary, fitted=fitted, skipped=skipped,
-                           by_servers=pollux_errors_by_servers(res))
+                           by_servers=pollux_errors_by_servers(res), repeatability=pollux_repeatability(res))
 
 
 def _servers_class() -> pl.Expr:
@@ -593,6 +598,95 @@ def pollux_errors_by_servers(rows: pl.DataFrame) -> pl.DataFrame:
     ).sort("job", pl.col("servers").replace_strict(order, return_dtype=pl.Int64)))
 
 
+def lognormal_mape(sigma_log: pl.Expr) -> pl.Expr:
+    """The expected MAPE of a prediction equal to the median of a log-normally distributed
+    measurement: ``E|exp(-e) - 1| = exp(sigma^2 / 2) (2 Phi(sigma) - 1)`` for ``e ~ N(0, sigma^2)``
+    (``sigma_log``: the standard deviation of the measurement's natural log; the two halves
+    ``e < 0`` and ``e > 0`` of the log-normal's partial expectation ``E[exp(-e); e < 0] =
+    exp(sigma^2 / 2) Phi(sigma)``). Returns a fraction."""
+    phi = (1 + (sigma_log / np.sqrt(2.0)).map_batches(
+        lambda s: pl.Series(_erf(s.to_numpy()), dtype=pl.Float64), return_dtype=pl.Float64)) / 2
+    return (sigma_log**2 / 2).exp() * (2 * phi - 1)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    from scipy.special import erf
+
+    return erf(x)
+
+
+def _least_mape(x: np.ndarray) -> float:
+    """The least ``sum |p / x_i - 1|`` over constants ``p`` (the weighted median of ``x`` with weights
+    ``1 / x_i``: the sum is piecewise linear in ``p`` with slope ``sum_{x_i < p} 1/x_i - sum_{x_i > p}
+    1/x_i``), as a sum over the ``x_i``."""
+    x = np.sort(x)
+    w = np.cumsum(1.0 / x)
+    p = x[int(np.searchsorted(w, w[-1] / 2))]
+    return float(np.abs(p / x - 1).sum())
+
+
+def pollux_repeatability(rows: pl.DataFrame) -> pl.DataFrame:
+    """How well any model can do on Pollux's placements tables: they measure the same configuration
+    more than once, as placements that differ only in the order of the servers (``1124``, ``4211``,
+    ``2141``: a server with four GPUs, one with two, two with one; one digit a server, so the digit
+    order names the servers, nothing else). A model that prices a placement from its GPUs per server
+    (ddlscope's: the flat ring, the busiest server) gives them one prediction, so their spread is
+    error no such model removes.
+
+    Args:
+        rows: :attr:`PublishedResult.rows` of :func:`pollux_validation` (:data:`ROW_COLUMNS`; the
+            ``placement`` column set on the placements tables' rows).
+
+    Returns:
+        One row per job (``job``), over the rows of the placements tables whose (sorted placement
+        digits, batch per GPU) occurs at least twice (``groups``, ``rows``; rows with a sync time of
+        0 are left out of the sync columns, ``sync_rows`` counts those kept):
+
+        - ``step_log_sd``, ``sync_log_sd``: the pooled standard deviation of ln(step_time) and
+          ln(sync_time) within a group (``sqrt(sum of squares about each group's mean / sum (n - 1))``,
+          the unbiased pooled estimate);
+        - ``step_mape_noise``, ``sync_mape_noise``: the MAPE a model exact up to that noise would
+          have (:func:`lognormal_mape` of the log SD: the noise taken as log-normal);
+        - ``step_mape_least``, ``sync_mape_least``: the least MAPE that any one value per group
+          reaches on these rows (each group's best constant chosen on its own rows: a lower bound
+          that needs no distribution, optimistic by the one value fitted per group);
+        - ``step_mape_model``, ``sync_mape_model``: ddlscope's MAPE on the same rows (step: ``error``;
+          sync: ``predicted_sync_s`` against ``measured_sync_s``).
+
+        All MAPEs are mean ``|predicted / measured - 1|``, fractions.
+    """
+    t = rows.filter(pl.col("source") == "pollux", pl.col("placement").is_not_null()).with_columns(
+        job=pl.col("table").str.split("/").list.first(),
+        multiset=pl.col("placement").str.split("").list.sort().list.join(""),
+    )
+    key = ["job", "multiset", "batch_per_gpu"]
+    t = t.filter(pl.len().over(key) > 1)
+    out = []
+    for (job,), part in t.group_by("job", maintain_order=True):
+        rec: dict[str, object] = {"job": job, "groups": part.select(key).unique().height, "rows": part.height}
+        for q, meas, pred in (("step", "measured", "predicted"), ("sync", "measured_sync_s", "predicted_sync_s")):
+            kept = part.filter(pl.col(meas) > 0).filter(pl.len().over(key) > 1)
+            if q == "sync":
+                rec["sync_rows"] = kept.height
+            if kept.height == 0:
+                rec.update({f"{q}_log_sd": None, f"{q}_mape_noise": None, f"{q}_mape_least": None,
+                            f"{q}_mape_model": None})
+                continue
+            g = kept.group_by(key).agg(n=pl.len(), ss=((pl.col(meas).log() - pl.col(meas).log().mean()) ** 2).sum(),
+                                       values=pl.col(meas))
+            sd = float(np.sqrt(g["ss"].sum() / (g["n"] - 1).sum()))
+            rec[f"{q}_log_sd"] = sd
+            rec[f"{q}_mape_noise"] = pl.select(lognormal_mape(pl.lit(sd))).item()
+            rec[f"{q}_mape_least"] = sum(_least_mape(np.asarray(v)) for v in g["values"]) / kept.height
+            rec[f"{q}_mape_model"] = float((kept[pred] / kept[meas] - 1).abs().mean())
+        out.append(rec)
+    cols = ["job", "groups", "rows", "sync_rows"] + [f"{q}_{k}" for q in ("step", "sync")
+                                                     for k in ("log_sd", "mape_noise", "mape_least", "mape_model")]
+    schema = {c: (pl.String if c == "job" else pl.Int64 if c in ("groups", "rows", "sync_rows") else pl.Float64)
+              for c in cols}
+    return pl.DataFrame(out, schema=schema).select(cols).sort("job")
+
+
 def published_validation(data_dir: str | Path, catalog: Catalog | None = None) -> PublishedResult:
     """Both validations, rows and summaries concatenated."""
     a, b = dle_validation(data_dir, catalog), pollux_validation(data_dir, catalog)
@@ -602,4 +696,5 @@ def published_validation(data_dir: str | Path, catalog: Catalog | None = None) -
         fitted={**{f"dle {k}": v for k, v in a.fitted.items()}, **{f"pollux {k}": v for k, v in b.fitted.items()}},
         skipped={**a.skipped, **b.skipped},
         by_servers=b.by_servers,
+        repeatability=b.repeatability,
     )
