@@ -366,3 +366,29 @@ def test_catalog_board_power_sets_the_sustained_tensor_clock():
     # no figure, no derate: GH200 (a module's power, CPU included) and MI300X (not in the fit)
     assert cat.gpu("GH200-96GB").board_power_w is None and cat.gpu("GH200-96GB").sustained_tensor_fraction() == 1.0
     assert cat.gpu("MI300X").sustained_tensor_fraction() == 1.0
+
+
+def test_price_jobs_gives_the_priced_backward_share_and_the_schedule_uses_it():
+    w, a, s = _job()
+    priced = price_jobs(jobs_frame([job_row(w, a, s, job_id=0)]), {"toy": _ops()})
+    one = predict_single_gpu([SingleGpuCase(_ops(), "V100", "fp32", 64)]).row(0, named=True)
+    share = one["backward_s"] / (one["compute_bound_s"] + one["memory_bound_s"])
+    assert 0 < share < 1
+    assert priced["priced_backward_fraction"][0] == pytest.approx(share, rel=1e-12)
+    # a data-parallel job over 4 servers, so that communication outlasts part of the backward
+    arch = Architecture(kind="allreduce_cluster", num_workers=4, num_servers=4)
+    jobs = price_jobs(jobs_frame([job_row(w.model_copy(update={"dense_param_bytes": 4e8}), arch, s, job_id=0)]),
+                      {"toy": _ops()})
+    got = breakdown(jobs).row(0, named=True)
+    # the same row with the share given as backward_fraction (and no priced share) prices alike
+    same = breakdown(jobs.with_columns(backward_fraction=pl.lit(share),
+                                       priced_backward_fraction=pl.lit(None, pl.Float64)))
+    assert got["exposed_comm_s"] == pytest.approx(same["exposed_comm_s"][0], rel=1e-12)
+    # without it, the default 2/3 of the compute: a different exposure
+    default = breakdown(jobs.drop("priced_backward_fraction")).row(0, named=True)
+    assert got["comm_s"] > 0 and got["exposed_comm_s"] != pytest.approx(default["exposed_comm_s"], rel=1e-6)
+    # a scenario that swaps the GPU without re-pricing keeps the default share too
+    swapped = breakdown(jobs.with_columns(gpu=pl.lit("A100-SXM4-40GB"))).row(0, named=True)
+    base = breakdown(jobs.with_columns(gpu=pl.lit("A100-SXM4-40GB")).drop("priced_backward_fraction")).row(
+        0, named=True)
+    assert swapped["exposed_comm_s"] == pytest.approx(base["exposed_comm_s"], rel=1e-12)

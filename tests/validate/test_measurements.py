@@ -322,3 +322,24 @@ def test_model_names_in_table_spellings_resolve_to_the_zoo(tmp_path):
     assert t.rows["model_given"].to_list() == ["ResNet-18_CIFAR", "Inception-v3", "bert_large_squad",
                                                "BERT-Large-SQuAD"]
     assert dict(zip(t.rejected["line"], t.rejected["reason"], strict=True)) == {6: "unknown_model"}
+
+
+def test_multi_gpu_rows_take_the_ddp_bucket_timeline_of_their_profile(tmp_path):
+    """A multi-GPU row's scheduled overlap uses the model's own DDP buckets (ddlscope.model.overlap.
+    bucket_timeline of its op table), not gradients spread evenly over the backward."""
+    from ddlscope.model.overlap import TIMELINE_COLUMNS, bucket_timeline
+
+    head = "model,gpu,gpus,servers,batch_per_gpu,precision,step_time_s,source\n"
+    t = read_measurements(_write(tmp_path, head + "resnet18_cifar,T4,8,2,32,fp32,0.1,a\n"))
+    jobs = measurement_jobs(t.rows)
+    prof = profile_model("resnet18_cifar", batch_size=4, embedding_gradients="dense")
+    want = bucket_timeline(prof.ops, prof.params)
+    for k in TIMELINE_COLUMNS:
+        assert jobs[k][0].to_list() == pytest.approx(want[k], rel=1e-12)
+    # ResNet-18's last DDP bucket (the stem, layer1-2, most of layer3) is 19.6 % of its 44.7 MB of gradients
+    # (tests/model/test_overlap.py::test_resnet18_cifar_buckets_as_ddp_builds_them), ready at the backward's end
+    assert want["timeline_tau"][-1] == pytest.approx(1.0) and want["timeline_bytes_left"][-1] == pytest.approx(
+        0.1955, abs=1e-3)
+    res = predict_jobs(jobs, FittedEfficiencies({}, 0, "defaults")).row(0, named=True)
+    # nothing hides the last bucket: at least its share of the all-reduce is exposed
+    assert res["comm_s"] > 0 and res["exposed_comm_s"] >= 0.1955 * res["comm_s"]

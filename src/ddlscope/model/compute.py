@@ -72,8 +72,11 @@ c = pl.col
 OP_INPUT_COLUMNS: tuple[str, ...] = ("phase", "op", "dtype", "flops", "total_bytes", "class_by_type")
 """The op-table columns the pricing reads (see :data:`ddlscope.profile.api.OP_COLUMNS`)."""
 PRICED_COLUMNS: tuple[str, ...] = ("priced_gpu", "priced_precision", "priced_compute_bound_s",
-                                   "priced_memory_bound_s", "priced_host_s", "compute_efficiency_source")
-"""Columns :func:`price_jobs` joins into a Jobs table."""
+                                   "priced_memory_bound_s", "priced_host_s", "priced_backward_fraction",
+                                   "compute_efficiency_source")
+"""Columns :func:`price_jobs` joins into a Jobs table (``priced_backward_fraction``: the backward
+pass's share of the priced GPU time, ``backward_s / (compute_bound_s + memory_bound_s)``, which the
+scheduled overlap uses in place of ``backward_fraction`` on the rows it priced)."""
 TWO_KERNEL_OPS = frozenset({"aten.convolution_backward"})
 CONV_OPS = frozenset({"aten.convolution", "aten.convolution_backward"})
 FLASH_V2_OPS = frozenset({
@@ -437,12 +440,21 @@ def price_jobs(
         priced_compute_bound_s=priced["compute_bound_s"],
         priced_memory_bound_s=priced["memory_bound_s"],
         priced_host_s=priced["host_s"],
+        priced_backward_fraction=_backward_share(priced),
         compute_efficiency_source=priced["compute_efficiency_source"],
     ) if cases else distinct.select(keys).with_columns(
         priced_gpu=pl.lit(None, pl.String), priced_precision=pl.lit(None, pl.String),
         priced_compute_bound_s=pl.lit(None, pl.Float64), priced_memory_bound_s=pl.lit(None, pl.Float64),
-        priced_host_s=pl.lit(None, pl.Float64), compute_efficiency_source=pl.lit(None, pl.String))
+        priced_host_s=pl.lit(None, pl.Float64), priced_backward_fraction=pl.lit(None, pl.Float64),
+        compute_efficiency_source=pl.lit(None, pl.String))
     return jobs.join(table, on=keys, how="left", maintain_order="left")
+
+
+def _backward_share(priced: pl.DataFrame) -> pl.Series:
+    """The backward's share of each priced case's GPU time (:data:`PRICED_COLUMNS`); null where the
+    case has no GPU time."""
+    gpu_s = priced["compute_bound_s"] + priced["memory_bound_s"]
+    return pl.select(pl.when(gpu_s > 0).then(priced["backward_s"] / gpu_s).otherwise(None)).to_series()
 
 
 _SAME_PROFILE = {"fp32": "tf32", "tf32": "fp32"}

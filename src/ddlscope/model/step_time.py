@@ -23,7 +23,9 @@ Components (seconds per step):
     GPU by the roofline with size-dependent per-generation efficiencies, launch gaps per kernel
     (see :mod:`ddlscope.model.compute`); ``memory_bound_s`` = priced seconds x
     ``memory_bound_scale`` (a fusion scenario scales the memory-bound time as it scales the
-    bytes); ``host_s`` = the fixed per-step host cost of the GPU's generation.
+    bytes); ``host_s`` = the fixed per-step host cost of the GPU's generation; the scheduled
+    overlap's ``backward_fraction`` = the priced backward's share of the GPU time
+    (``priced_backward_fraction``, where the column is given).
   * *totals* (other rows, e.g. a user's workload file without an op table): compute-bound =
     ``compute_bound_flops / (peak[precision] * eff_compute)`` (roofline, compute roof);
     memory-bound = ``max(memory_bound_bytes * memory_bound_scale / B_mem,
@@ -211,6 +213,13 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame, costed: bool | None = None
     else:
         null_arch = null_sparse = True
     jobs = with_model_defaults(with_known_architectures(jobs))
+    # the backward's share of the step from the op-level prices where this row's GPU and precision were priced
+    priced_backward = priced and "priced_backward_fraction" in in_cols
+    if priced_backward:
+        jobs = jobs.with_columns(backward_fraction=pl.when(
+            c("priced_backward_fraction").is_not_null() & (c("priced_gpu") == c("gpu"))
+            & (c("priced_precision") == c("precision").cast(pl.String))
+        ).then(c("priced_backward_fraction")).otherwise(c("backward_fraction")))
     f = pl.Float64
     arch = c("architecture")
     S, E = c("dense_param_bytes"), c("sparse_bytes_per_step")
@@ -362,7 +371,8 @@ def breakdown_lazy(jobs: pl.DataFrame | pl.LazyFrame, costed: bool | None = None
     # a DataFrame knows its null count for free: without a scheduled row the schedule is not built
     scheduled = not isinstance(jobs_in, pl.DataFrame) or jobs_in["overlap_fraction"].null_count() > 0
     # the schedule's parameters the table lacks are one default on every row (with_model_defaults)
-    constants = {k: v for k, (_, v, _) in SCHEDULE_COLUMNS.items() if k not in in_cols}
+    constants = {k: v for k, (_, v, _) in SCHEDULE_COLUMNS.items()
+                 if k not in in_cols and not (priced_backward and k == "backward_fraction")}
     out = _shares(_step(lf, scheduled, extra, constants), priced, extra)
     return out.select(*in_cols, *(o for o in OUTPUT_COLUMNS if o not in in_cols))
 

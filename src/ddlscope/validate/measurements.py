@@ -62,7 +62,9 @@ to its batch (:func:`ops_at`: an op's FLOPs and bytes are affine in the batch fo
 the workload's totals likewise. Every op is priced on the row's GPU by
 :mod:`ddlscope.model.compute` (roofline with the GPU generation's size-dependent efficiencies, launch
 gaps, the per-step host cost; catalog defaults with their sources). Gradients go as DDP buckets
-(:mod:`ddlscope.validate.ddp`). The architecture is ``1w1g`` for one GPU, ``allreduce_local`` on one
+(:mod:`ddlscope.validate.ddp`); with the scheduled overlap, each bucket is ready where the op table's
+backward produces its last gradient (:func:`ddlscope.model.overlap.bucket_timeline`) within a
+backward of the priced backward ops' share of the row's GPU time. The architecture is ``1w1g`` for one GPU, ``allreduce_local`` on one
 server, ``allreduce_cluster`` across servers; the whole table is one
 :func:`~ddlscope.model.step_time.breakdown` pass.
 
@@ -98,6 +100,7 @@ import numpy as np
 import polars as pl
 
 from ddlscope.model.jobs import JOB_SCHEMA, system_columns
+from ddlscope.model.overlap import TIMELINE_COLUMNS, bucket_timeline
 from ddlscope.model.step_time import breakdown
 from ddlscope.specs.catalog import Catalog, CatalogError, builtin_catalog
 from ddlscope.specs.efficiency import ComputeEfficiency
@@ -500,8 +503,10 @@ def _profile(model: str, precision: str, optimizer: str, seq_len: int | None, im
 
 def _profile_points(model: str, precision: str, optimizer: str, seq_len: int | None, image_size: int | None,
                     attention: str = "fused", amp: str = "autocast") -> dict[str, Any]:
-    """Workload fields at batch 2 (``*_2``) and 4 (``*_4``), the batch-independent ones, and the two op
-    tables (``ops_2``, ``ops_4``; ``aligned``: the same ops in the same order at both batches)."""
+    """Workload fields at batch 2 (``*_2``) and 4 (``*_4``), the batch-independent ones and the DDP
+    bucket timeline (:data:`ddlscope.model.overlap.TIMELINE_COLUMNS`, from the batch-4 op table) under
+    ``scalars``, and the two op tables (``ops_2``, ``ops_4``; ``aligned``: the same ops in the same
+    order at both batches)."""
     key = (model, precision, optimizer, seq_len, image_size, attention, amp)
     if key not in _PROFILE_CACHE:
         r2, r4 = (_profile(*key, b) for b in (2, 4))
@@ -510,6 +515,9 @@ def _profile_points(model: str, precision: str, optimizer: str, seq_len: int | N
         out.update({f"{k}_4": float(getattr(w4, k) or 0.0) for k in WORKLOAD_LINEAR})
         out.update({"dense_param_bytes": w2.dense_param_bytes, "sparse_bytes_per_step": w2.sparse_bytes_per_step,
                     "embedding_table_bytes": w2.embedding_table_bytes})
+        # the scheduled overlap's bucket timeline: when each DDP bucket is ready within the backward
+        # (shares of the backward, the same at every batch of a fixed graph; ddlscope.model.overlap)
+        out.update(bucket_timeline(r4.ops, r4.params))
         aligned = r2.ops.height == r4.ops.height and bool((r2.ops["op"] == r4.ops["op"]).all())
         _PROFILE_CACHE[key] = {"scalars": out, "ops_2": r2.ops, "ops_4": r4.ops, "aligned": aligned}
     return _PROFILE_CACHE[key]
@@ -562,7 +570,8 @@ def measurement_jobs(rows: pl.DataFrame, catalog: Catalog | None = None,
         if progress is not None and k not in _PROFILE_CACHE:  # said once, where the profile is traced
             progress(f"profiling {k[0]} ({k[1]}, {k[2]})")
         prof_rows.append({**dict(zip(_PROFILE_KEYS, k, strict=True)), **_profile_points(*k)["scalars"]})
-    prof = pl.DataFrame(prof_rows, schema_overrides={"seq_len": pl.Int64, "image_size": pl.Int64})
+    prof = pl.DataFrame(prof_rows, schema_overrides={"seq_len": pl.Int64, "image_size": pl.Int64,
+                                                     **{k: pl.List(pl.Float64) for k in TIMELINE_COLUMNS}})
     sys_keys = rows.select("server", "gpu", "pcie", "nvlink", "nic").unique(maintain_order=True)
     sys_rows = []
     for server, gpu, pcie, nvlink, nic in sys_keys.iter_rows():
