@@ -64,8 +64,8 @@ the workload's totals likewise. Every op is priced on the row's GPU by
 gaps, the per-step host cost; catalog defaults with their sources). Gradients go as DDP buckets
 (:mod:`ddlscope.validate.ddp`); with the scheduled overlap, each bucket is ready where the op table's
 backward produces its last gradient (:func:`ddlscope.model.overlap.bucket_timeline`) within a
-backward of the priced backward ops' share of the row's GPU time. The architecture is ``1w1g`` for one GPU, ``allreduce_local`` on one
-server, ``allreduce_cluster`` across servers; the whole table is one
+backward of the priced backward ops' share of the row's GPU time. The architecture is ``1w1g`` for
+one GPU, ``allreduce_local`` on one server, ``allreduce_cluster`` across servers; the whole table is one
 :func:`~ddlscope.model.step_time.breakdown` pass.
 
 **Fitting** (``fit_on``, ``cross_validate``): one factor per field of :data:`FIT_PARAMETERS`
