@@ -8,6 +8,7 @@ import polars as pl
 import pytest
 
 from ddlscope.validate.ddp import FIRST_BUCKET_BYTES, ddp_buckets, ddp_buckets_expr
+from ddlscope.validate.measurements import FIT_PARAMETERS
 from ddlscope.validate.published import dle_validation, pollux_validation
 
 
@@ -64,13 +65,15 @@ def _job_mape(pollux, job: str) -> tuple[float, float]:
 
 
 def test_pollux_leave_one_job_out(pollux):
-    # scheduled overlap (DDP buckets, the exact per-model timeline, flat NCCL ring); each job's
-    # multi-GPU rows predicted with the network parameters fitted on the other two jobs' multi-GPU
-    # rows. Figures of this protocol on shared/data/pollux (docs/validation.md), each bound the
-    # figure rounded up by one point: step MAPE cifar10 9.0 %, imagenet 9.8 %, ncf 11.4 %;
-    # sync MAPE cifar10 46.9 %, imagenet 51.9 %, ncf 16.1 % (before DDP's bucket rule was followed:
-    # 11.5 / 17.6 / 11.5 % and 103 / 68 / 15.1 %)
-    for job, step_bound, sync_bound in (("cifar10", 0.10, 0.48), ("imagenet", 0.108, 0.53), ("ncf", 0.124, 0.171)):
+    # every op priced on the T4 (the measurement-table path), scheduled overlap (DDP buckets, the
+    # exact per-model timeline, flat NCCL ring); each job's multi-GPU rows predicted with the
+    # network parameters fitted on the other two jobs' multi-GPU rows. Figures of this protocol on
+    # shared/data/pollux (docs/validation.md), each bound the figure rounded up by one point: step
+    # MAPE cifar10 9.1 %, imagenet 9.3 %, ncf 11.4 %; sync MAPE cifar10 45.9 %, imagenet 51.6 %, ncf
+    # 16.1 % (totals pricing: 9.0 / 9.8 / 11.4 % and 46.9 / 51.9 / 16.1 %; before DDP's bucket rule
+    # was followed: 11.5 / 17.6 / 11.5 % and 103 / 68 / 15.1 %)
+    for job, step_bound, sync_bound in (("cifar10", 0.101, 0.469), ("imagenet", 0.103, 0.526),
+                                        ("ncf", 0.124, 0.171)):
         step, sync = _job_mape(pollux, job)
         assert step <= step_bound, job
         assert sync <= sync_bound, job
@@ -82,6 +85,17 @@ def test_pollux_leave_one_job_out(pollux):
     shares = [pollux.fitted[f"network without {j}"]["nic_link_efficiency"] for j in ("cifar10", "imagenet", "ncf")]
     assert max(shares) / min(shares) <= 1.15
     assert (pollux.rows.filter(pl.col("gpus") > 1)["role"] == "test").all()
+    # the compute factors of each job, fitted on its one-GPU rows: those rows within 8.9 / 4.6 / 4.0 %
+    # (imagenet / cifar10 / ncf; totals pricing: 10.1 / 10.6 / 12.1 %), each row naming its fit
+    for job, n, bound in (("imagenet", 8, 0.099), ("cifar10", 11, 0.056), ("ncf", 21, 0.050)):
+        one = pollux.rows.filter(pl.col("table").str.starts_with(f"{job}/"), pl.col("gpus") == 1)
+        assert one.height == n and (one["role"] == "fit").all()
+        assert one["error"].abs().mean() <= bound, job
+        assert set(pollux.fitted[job]) == set(FIT_PARAMETERS)
+        assert (pollux.rows.filter(pl.col("table").str.starts_with(f"{job}/"))["compute_efficiency_source"]
+                .str.contains(f"{job}: its {n} one-GPU rows", literal=True)).all(), job
+    # the ResNets' one-GPU steps want a larger fixed per-step cost than its range allows: said, not hidden
+    assert any(n.startswith("imagenet: warning: step_overhead_us") for n in pollux.notes)
     # every row of the three jobs is predicted (uneven placements as their busiest node); yolov3 is
     # counted as left out: 540 placement + 108 scalability rows (shared/data/pollux/SOURCES.md)
     assert pollux.rows.height == (864 + 288) + (1183 + 329) + (1661 + 458)

@@ -70,7 +70,7 @@ def _published(data: Path, fmt: str) -> None:
             emit(pl.concat([res.rows, mrows], how="diagonal_relaxed"), "csv")
         else:
             emit(res.rows, fmt, extra={
-                "summary": res.summary.to_dicts(), "fitted": res.fitted, "skipped": res.skipped,
+                "summary": res.summary.to_dicts(), "fitted": res.fitted, "skipped": res.skipped, "notes": res.notes,
                 "by_servers": res.by_servers.to_dicts() if res.by_servers is not None else [],
                 "repeatability": res.repeatability.to_dicts() if res.repeatability is not None else [],
                 "measurement_tables": {"rows": mrows.to_dicts(), "summary": mres.summary.to_dicts(),
@@ -94,8 +94,12 @@ def _published(data: Path, fmt: str) -> None:
     names = list(dict.fromkeys(n for v in res.fitted.values() for n in v))
     fitted = pl.DataFrame([{"fit": k, **{n: v.get(n) for n in names}} for k, v in res.fitted.items()])
     emit(fitted, "table", title="Fitted parameters",
-         caption="eff_compute = 1 is the bound of the fit (the op-mix fit cannot exceed the peak); network: the "
-         "NIC's achieved share, the slowest-rank sigma and the collective launch latency, fitted without each job")
+         caption="dle: eff_compute and eff_memory of the totals path (eff_compute = 1 is the bound of the fit); pollux "
+         "<job>: factors on the catalog's compute efficiencies of the T4's generation (every op priced; "
+         "ddlscope.validate.measurements.FIT_PARAMETERS), fitted on the job's one-GPU rows; network: the NIC's "
+         "achieved share, the slowest-rank sigma and the collective launch latency, fitted without each job")
+    for note in res.notes:
+        err_console.print(f"[yellow]{escape(note)}[/yellow]")
     for key, n in {**res.skipped, **{f"{k}: {v}": 0 for k, v in LEFT_OUT.items()}}.items():
         if n:
             out_console.print(f"skipped rows: {escape(key)}: {n}")

@@ -28,13 +28,18 @@ Protocol (fit on a named subset, test on the rest; MAPE = mean |predicted / meas
   synchronisation) on ``aws-g4dn.12xlarge`` (4 x T4, PCIe, 50 Gb/s ENA): imagenet = ResNet-50 with
   Apex AMP (O1: FP16 compute, FP32 gradients), cifar10 = the CIFAR ResNet-18 (FP32), ncf = NeuMF on
   MovieLens 1M (FP32, Adam, dense embedding gradients); a placement of ``p`` GPUs on ``m`` nodes is
-  ``1w1g`` (p = 1), ``allreduce_local`` (m = 1) or ``allreduce_cluster``. Fitted: per job,
-  ``eff_compute`` and ``eff_memory`` on its **one-GPU rows** (placement ``1``, every batch size);
-  the network parameters (:data:`POLLUX_GRID`: the NIC's achieved share, ``skew_sigma``,
-  ``collective_launch_s``) **leave one job out**: each job's multi-GPU rows are tested with the
-  parameters fitted (step MAPE + sync MAPE) on the other two jobs' multi-GPU rows. Across nodes the
-  all-reduce is NCCL's flat ring (``flat_ring = 1``). A placement whose GPUs do not split evenly over its nodes
-  (``1124``) is priced as its busiest node: ``max`` GPUs on each of the ``m`` nodes. Per-GPU work
+  ``1w1g`` (p = 1), ``allreduce_local`` (m = 1) or ``allreduce_cluster``. Unlike the DLE tables,
+  these rows go through the measurement-table path (:func:`pollux_measurement_jobs`,
+  :mod:`ddlscope.validate.measurements`): every op of the row's step is priced on the T4
+  (:func:`ddlscope.model.compute.price_jobs`), and its DDP bucket timeline comes from its op table.
+  Fitted: per job, the compute-efficiency factors of
+  :data:`ddlscope.validate.measurements.FIT_PARAMETERS` on its **one-GPU rows** (placement ``1``, every
+  batch size; a factor left at a bound of its range is reported in ``notes``); the network parameters
+  (:data:`POLLUX_GRID`: the NIC's achieved share, ``skew_sigma``, ``collective_launch_s``) **leave one
+  job out**: each job's multi-GPU rows are tested with the parameters fitted (step MAPE + sync MAPE) on
+  the other two jobs' multi-GPU rows. Across nodes the all-reduce is NCCL's flat ring
+  (``flat_ring = 1``). A placement whose GPUs do not split evenly over its nodes (``1124``) is
+  priced as its busiest node: ``max`` GPUs on each of the ``m`` nodes. Per-GPU work
   is the same, the busiest node's intra-server ring is the longest, and every node's NIC carries the
   same inter-node ring traffic, so the step, which waits for the slowest node, is that of the even
   placement ``m x max``. ``sync_time`` (from the last local
@@ -128,7 +133,8 @@ class PublishedResult:
     ``by_servers``: the Pollux multi-GPU errors by job and number of servers
     (:func:`pollux_errors_by_servers`; None for the DLE tables alone); ``repeatability``: how far
     Pollux's repeated placements disagree with each other, and the error floor that sets
-    (:func:`pollux_repeatability`; None for the DLE tables alone)."""
+    (:func:`pollux_repeatability`; None for the DLE tables alone); ``notes``: warnings of the fits
+    (a fitted factor at a bound of its range)."""
 
     rows: pl.DataFrame
     summary: pl.DataFrame
@@ -136,6 +142,7 @@ class PublishedResult:
     skipped: dict[str, int] = field(default_factory=dict)
     by_servers: pl.DataFrame | None = None
     repeatability: pl.DataFrame | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 _PROFILE_CACHE: dict[tuple, dict[str, float]] = {}
@@ -486,43 +493,72 @@ def _fit_network(jobs: pl.DataFrame) -> dict[str, float]:
     return score.row(0, named=True)
 
 
+def pollux_measurement_jobs(rows: pl.DataFrame, system: System, catalog: Catalog) -> pl.DataFrame:
+    """The Pollux rows (:func:`_pollux_rows`) as the Jobs table of a measurement table
+    (:func:`ddlscope.validate.measurements.measurement_jobs`): each job's zoo model, precision and
+    optimizer (:data:`POLLUX_JOBS`), the server's GPU, ``gpus`` GPUs on ``nodes`` servers, the
+    measured step and sync time; every row with its op table's DDP bucket timeline and NCCL's flat
+    ring across servers (``flat_ring = 1``). ``step_time`` and ``sync_time`` stay as columns.
+
+    Raises:
+        ValueError: a row the measurement checks reject (it names the row and the reason).
+    """
+    from ddlscope.validate.measurements import check_measurements, measurement_jobs
+
+    spec = {k: pl.col("job").replace_strict({j: v[i] for j, v in POLLUX_JOBS.items()})
+            for i, k in enumerate(("model", "precision", "optimizer"))}
+    raw = rows.with_columns(
+        **spec, gpu=pl.lit(system.gpu.name), server=pl.lit(system.name), servers=pl.col("nodes"),
+        step_time_s=pl.col("step_time"), measured_sync_s=pl.col("sync_time"), source=pl.col("table"),
+    ).with_row_index("line", offset=1)
+    kept = ("line", "step_time", "sync_time")
+    raw = raw.with_columns(pl.col(c).cast(pl.String) for c in raw.columns if c not in kept)
+    table = check_measurements(raw.with_columns(pl.col("line").cast(pl.Int64)), "pollux rows", catalog)
+    if table.rejected.height:
+        first = table.rejected.row(0, named=True)
+        raise ValueError(f"pollux rows: {table.rejected.height} row(s) rejected, e.g. {first['detail']} "
+                         f"({first['reason']})")
+    return measurement_jobs(table.rows, catalog).with_columns(flat_ring=pl.lit(1.0))
+
+
 def pollux_validation(data_dir: str | Path, catalog: Catalog | None = None) -> PublishedResult:
-    """Predict every evenly placed row of ``data_dir/pollux/<job>/*.csv`` (module docstring):
-    compute efficiencies per job on its one-GPU rows; the network parameters (:data:`POLLUX_GRID`)
-    leave-one-job-out: each job's multi-GPU rows are predicted with the parameters fitted on the
-    other jobs' multi-GPU rows (``fitted["network without <job>"]``); ``fitted["network"]`` is the
-    fit on all three, for reference.
+    """Predict every evenly placed row of ``data_dir/pollux/<job>/*.csv`` (module docstring), every
+    op priced on the T4 (:mod:`ddlscope.model.compute`): each job's compute-efficiency factors
+    (:data:`ddlscope.validate.measurements.FIT_PARAMETERS`) fitted on its one-GPU rows
+    (``fitted["<job>"]``); the network parameters (:data:`POLLUX_GRID`) leave-one-job-out: each
+    job's multi-GPU rows are predicted with the parameters fitted on the other jobs' multi-GPU rows
+    (``fitted["network without <job>"]``); ``fitted["network"]`` is the fit on all three, for
+    reference. ``notes``: the fitted factors left at a bound of their range.
 
     Raises:
         FileNotFoundError: a table is missing; ValueError: a table is not readable or holds a bad
             value (:func:`read_pollux_table`), or a job has no one-GPU row to fit on.
     """
+    from ddlscope.validate.measurements import fit_efficiencies, price_measurement_jobs
+
     cat = catalog or builtin_catalog()
     skipped: dict[str, int] = {}
     rows = _pollux_rows(Path(data_dir), skipped)
-    rows = rows.with_columns(
-        model=pl.col("job").replace_strict({k: v[0] for k, v in POLLUX_JOBS.items()}),
-        precision=pl.col("job").replace_strict({k: v[1] for k, v in POLLUX_JOBS.items()}),
-        optimizer=pl.col("job").replace_strict({k: v[2] for k, v in POLLUX_JOBS.items()}),
-        embedding_gradients=pl.col("job").replace_strict({k: v[3] for k, v in POLLUX_JOBS.items()}),
-        role=pl.when(pl.col("gpus") == 1).then(pl.lit("fit")).otherwise(pl.lit("test")),
-    )
-    system = cat.system(POLLUX_SERVER)
-    # PyTorch DDP's NCCL all-reduce across servers: one ring through all the GPUs (NCCL's ring
-    # algorithm), not the hierarchical all-reduce
-    jobs = jobs_for_rows(rows, system, overlap=None).with_columns(flat_ring=pl.lit(1.0))
     no_fit = [j for j in POLLUX_JOBS if rows.filter((pl.col("job") == j) & (pl.col("gpus") == 1)).height == 0]
     if no_fit:
         raise ValueError(f"{', '.join(no_fit)}: no one-GPU row (placement 1) in "
                          f"{', '.join(str(Path(data_dir) / 'pollux' / j / 'placements.csv') for j in no_fit)}: the "
                          "compute efficiencies of a job are fitted on its one-GPU rows")
-    comp = fit_compute(jobs, "step_time", pl.col("gpus") == 1, ["job"])
-    jobs = jobs.drop("eff_compute", "eff_memory").join(comp, on="job", how="left")
+    system = cat.system(POLLUX_SERVER)
+    jobs = pollux_measurement_jobs(rows, system, cat).with_columns(
+        role=pl.when(pl.col("gpus") == 1).then(pl.lit("fit")).otherwise(pl.lit("test")))
+    fitted: dict[str, dict[str, float]] = {}
+    notes: list[str] = []
+    priced = []
+    for job in POLLUX_JOBS:
+        part = jobs.filter(pl.col("job") == job)
+        one = part.filter(pl.col("gpus") == 1)
+        fit = fit_efficiencies(one, f"{job}: its {one.height} one-GPU rows (placements.csv, placement 1)", cat)
+        fitted[job] = fit.multipliers
+        notes.extend(f"{job}: {w}" for w in fit.at_bounds())
+        priced.append(price_measurement_jobs(part, fit.efficiencies(cat), cat))
+    jobs = pl.concat(priced, how="vertical_relaxed")
     multi = jobs.filter(pl.col("gpus") > 1)
-    fitted: dict[str, dict[str, float]] = {
-        f"{r['job']}": {"eff_compute": r["eff_compute"], "eff_memory": r["eff_memory"]}
-        for r in comp.iter_rows(named=True)
-    }
     parts = [jobs.filter(pl.col("gpus") == 1)]
     for job in POLLUX_JOBS:
         best = _fit_network(multi.filter(pl.col("job") != job))
@@ -539,15 +575,14 @@ def pollux_validation(data_dir: str | Path, catalog: Catalog | None = None) -> P
         model=pl.col("model"),
         precision=pl.col("precision").cast(pl.String),
         gpus=pl.col("gpus"),
-        nodes=pl.col("nodes"),
+        nodes=pl.col("nodes").cast(pl.Int64),
         placement=pl.col("placement"),
         batch_per_gpu=pl.col("batch_per_gpu"),
         measured=pl.col("step_time"),
         predicted=pl.col("step_s"),
         measured_sync_s=pl.col("sync_time"),
         predicted_sync_s=pl.col("exposed_comm_s"),
-        eff_compute=pl.col("eff_compute"),
-        eff_memory=pl.col("eff_memory"),
+        compute_efficiency_source=pl.col("compute_efficiency_source"),
     ).with_columns(error=pl.col("predicted") / pl.col("measured") - 1)
     summary = _mape(res, ["source", "table", "role"]).join(
         res.filter(pl.col("gpus") > 1)
@@ -560,7 +595,7 @@ def pollux_validation(data_dir: str | Path, catalog: Catalog | None = None) -> P
         on=["table", "role"],
         how="left",
     )
-    return PublishedResult(rows=res, summary=summary, fitted=fitted, skipped=skipped,
+    return PublishedResult(rows=res, summary=summary, fitted=fitted, skipped=skipped, notes=notes,
                            by_servers=pollux_errors_by_servers(res), repeatability=pollux_repeatability(res))
 
 
@@ -697,4 +732,5 @@ def published_validation(data_dir: str | Path, catalog: Catalog | None = None) -
         skipped={**a.skipped, **b.skipped},
         by_servers=b.by_servers,
         repeatability=b.repeatability,
+        notes=[*a.notes, *b.notes],
     )
