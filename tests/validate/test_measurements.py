@@ -3,6 +3,8 @@ leave-one-group-out, ratio errors; the shared Lambda and DLE tables as measureme
 
 from __future__ import annotations
 
+import math
+
 import polars as pl
 import pytest
 from typer.testing import CliRunner
@@ -122,8 +124,22 @@ def test_fit_on_recovers_the_factors_that_made_the_rows(tmp_path):
     for name, factor in truth.items():
         assert fit.multipliers[name] == pytest.approx(factor, rel=2e-2), name
     assert fit.multipliers["tensor_gemm_eff"] == pytest.approx(1.0, abs=1e-6)
+    assert fit.capped == ()  # no efficiency of volta or ampere reached 1
     assert res.rows["role"].to_list() == ["fit", "fit", "fit", "test"]
     assert res.rows["error"].abs().max() < 5e-3
+
+
+def test_fit_warnings_name_a_factor_at_its_bound_and_an_efficiency_at_the_peak():
+    # factors of the range e^-2 .. e^2 at an end, and a capped efficiency, each one warning; a factor
+    # inside its range none
+    fit = FittedEfficiencies({"memory_eff": math.exp(-2.0), "step_overhead_us": math.exp(2.0), "cuda_gemm_eff": 1.1},
+                             3, "fitted on 3 rows", ("turing cuda_gemm_eff",))
+    assert fit.at_bounds() == [
+        "warning: memory_eff x 0.135 is at the bound of its factor ([0.135, 7.39])",
+        "warning: step_overhead_us x 7.39 is at the bound of its factor ([0.135, 7.39])",
+        "warning: turing cuda_gemm_eff is capped at 1 (the peak it is priced against): the rows ask for more",
+    ]
+    assert FittedEfficiencies({"memory_eff": 0.5}, 3, "x").at_bounds() == []
 
 
 def test_cross_validation_leaves_each_group_out(tmp_path):

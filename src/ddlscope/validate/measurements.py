@@ -651,18 +651,25 @@ class FittedEfficiencies:
             (empty: the catalog defaults).
         fitted_on: how many one-GPU rows fitted them (0: catalog defaults).
         origin: a sentence: "catalog defaults ..." or "fitted on N one-GPU rows of ...".
+        capped: ``"<generation> <field>"`` for each efficiency of a generation among the fit rows' GPUs
+            that the factor took to the cap of 1 (the peak): the rows ask for more than the hardware's
+            peak, so that efficiency stands in for something the model lacks.
     """
 
     multipliers: dict[str, float]
     fitted_on: int
     origin: str
+    capped: tuple[str, ...] = ()
 
     def at_bounds(self) -> list[str]:
-        """One warning per factor the fit left at a bound of its range (e^-2 or e^2): the data pulled it
+        """One warning per factor the fit left at a bound of its range (e^-2 or e^2), and per efficiency
+        of :attr:`capped` (taken to the cap of 1): the data pulled it
         further than the fit allows, so it stands in for something the model lacks."""
         lo, hi = math.exp(-FIT_LOG_BOUND), math.exp(FIT_LOG_BOUND)
         return [f"warning: {k} x {v:.3g} is at the bound of its factor ([{lo:.3g}, {hi:.3g}])"
-                for k, v in self.multipliers.items() if v <= lo * 1.0001 or v >= hi * 0.9999]
+                for k, v in self.multipliers.items() if v <= lo * 1.0001 or v >= hi * 0.9999] + [
+                f"warning: {c} is capped at 1 (the peak it is priced against): the rows ask for more"
+                for c in self.capped]
 
     def efficiencies(self, catalog: Catalog | None = None) -> dict[str, ComputeEfficiency] | None:
         """Generation -> :class:`ComputeEfficiency` with the factors applied (None: catalog defaults)."""
@@ -712,7 +719,15 @@ def fit_efficiencies(jobs: pl.DataFrame, describe: str = "the fit set", catalog:
     sol = least_squares(residual, np.zeros(len(FIT_PARAMETERS)), bounds=(-FIT_LOG_BOUND, FIT_LOG_BOUND),
                         diff_step=1e-4)
     factors = dict(zip(FIT_PARAMETERS, np.exp(sol.x).tolist(), strict=True))
-    return FittedEfficiencies(factors, one.height, note)
+    capped = []
+    for gen in sorted({cat.gpu(g).generation for g in one["gpu"].unique()}):
+        eff = cat.compute_efficiency.get(gen) or cat.compute_efficiency.get("default")
+        for name, f in factors.items():
+            if eff is not None and name.endswith("_eff") and f > 1.0001:
+                base = eff.tf32_eff if name == "tf32_gemm_eff" else getattr(eff, name)
+                if base * f >= 1.0:
+                    capped.append(f"{gen} {name}")
+    return FittedEfficiencies(factors, one.height, note, tuple(capped))
 
 
 def predict_jobs(jobs: pl.DataFrame, fit: FittedEfficiencies, catalog: Catalog | None = None) -> pl.DataFrame:

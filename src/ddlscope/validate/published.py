@@ -34,7 +34,8 @@ Protocol (fit on a named subset, test on the rest; MAPE = mean |predicted / meas
   (:func:`ddlscope.model.compute.price_jobs`), and its DDP bucket timeline comes from its op table.
   Fitted: per job, the compute-efficiency factors of
   :data:`ddlscope.validate.measurements.FIT_PARAMETERS` on its **one-GPU rows** (placement ``1``, every
-  batch size; a factor left at a bound of its range is reported in ``notes``); the network parameters
+  batch size; a factor left at a bound of its range, or an efficiency
+  taken to the cap of 1, is reported in ``notes``); the network parameters
   (:data:`POLLUX_GRID`: the NIC's achieved share, ``skew_sigma``, ``collective_launch_s``) **leave one
   job out**: each job's multi-GPU rows are tested with the parameters fitted (step MAPE + sync MAPE) on
   the other two jobs' multi-GPU rows. Across nodes the all-reduce is NCCL's flat ring
@@ -134,7 +135,7 @@ class PublishedResult:
     (:func:`pollux_errors_by_servers`; None for the DLE tables alone); ``repeatability``: how far
     Pollux's repeated placements disagree with each other, and the error floor that sets
     (:func:`pollux_repeatability`; None for the DLE tables alone); ``notes``: warnings of the fits
-    (a fitted factor at a bound of its range)."""
+    (a fitted factor at a bound of its range, an efficiency at the cap of 1)."""
 
     rows: pl.DataFrame
     summary: pl.DataFrame
@@ -528,7 +529,8 @@ def pollux_validation(data_dir: str | Path, catalog: Catalog | None = None) -> P
     (``fitted["<job>"]``); the network parameters (:data:`POLLUX_GRID`) leave-one-job-out: each
     job's multi-GPU rows are predicted with the parameters fitted on the other jobs' multi-GPU rows
     (``fitted["network without <job>"]``); ``fitted["network"]`` is the fit on all three, for
-    reference. ``notes``: the fitted factors left at a bound of their range.
+    reference. ``notes``: the fitted factors left at a bound of their range and the
+    efficiencies taken to the cap of 1 (:meth:`FittedEfficiencies.at_bounds`).
 
     Raises:
         FileNotFoundError: a table is missing; ValueError: a table is not readable or holds a bad
