@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -29,6 +30,23 @@ def test_the_unmutated_files_balance():
     assert log.frame.height == 12 and log.rejected.height == 0
     for name in FILES:
         assert check_one(DATA / name)[0] is None
+
+
+def test_a_text_with_an_unpaired_surrogate_escape_rejects_its_rpc(tmp_path):
+    # JSON may escape a lone UTF-16 surrogate ("\\ud800"); no UTF-8 text holds one (RFC 8259, 8.2), so
+    # the RPC whose span carries it is a bad_value row naming the field (found by the fuzz test, seed 61)
+    lines = (DATA / "pstrain_collector.json").read_text().splitlines()
+    lines[0] = lines[0].replace('"stringValue":"vm"', '"stringValue":"vm\\ud800"', 1)
+    lines[1] = lines[1].replace('"key":"ddlscope.table_id"', '"key":"ddlscope\\udfff.table_id"', 1)
+    path = tmp_path / "surrogates.json"
+    path.write_text("\n".join(lines) + "\n")
+    log = read_rpc_log(path)
+    bad = log.rejected.filter(pl.col("reason") == "bad_value").sort("log_line")
+    assert log.frame.height == 10 and bad.height == 2 and log.rejected.height == 2
+    fields = sorted(d.split(": ")[0] for d in bad["detail"])
+    assert fields == ["'ddlscope\\udfff.table_id'", "'server.resource.host.name'"]
+    assert all("a text with an unpaired UTF-16 surrogate escape" in d for d in bad["detail"])
+    assert check_one(path)[0] is None
 
 
 @pytest.mark.parametrize("name", FILES)

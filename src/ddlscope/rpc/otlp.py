@@ -423,6 +423,7 @@ def _read_otlp_raw(path: Path, mapping: ColumnMapping) -> tuple[pl.DataFrame, pl
             for s in group:
                 rejected.append((s["line"], "unmatched_server_span",
                                  f"traceId={s['trace']} spanId={s['span']} parentSpanId={parent or '(none)'}"))
+    rows = _reject_non_unicode(rows, rejected)
     notes = _defaults(rows, mapping)
     for row in rows:
         row.pop("_server_attrs")
@@ -435,7 +436,7 @@ def _read_otlp_raw(path: Path, mapping: ColumnMapping) -> tuple[pl.DataFrame, pl
         notes.append(f"{other} span(s) neither CLIENT nor SERVER ignored")
     raw = _frame(rows).with_columns(pl.lit(str(path)).alias("log_file"), pl.col("log_line").cast(pl.Int64))
     rej = pl.DataFrame({"log_file": [str(path)] * len(rejected), "log_line": [r[0] for r in rejected],
-                        "reason": [r[1] for r in rejected], "detail": [r[2] for r in rejected]},
+                        "reason": [r[1] for r in rejected], "detail": [_printable(r[2]) for r in rejected]},
                        schema=REJECTED_SCHEMA)
     return raw, rej, notes
 
@@ -480,6 +481,38 @@ def _defaults(rows: list[dict[str, Any]], mapping: ColumnMapping) -> list[str]:
 
     fill("connection_id", "the server span's peer address:port", peer)
     return notes
+
+
+def _not_unicode(v: Any) -> bool:
+    """A text with an unpaired UTF-16 surrogate, which JSON's ``\\uD800`` escape can write and no
+    UTF-8 text holds (RFC 8259, section 8.2: such strings are not Unicode)."""
+    if not isinstance(v, str) or v.isascii():
+        return False
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _printable(v: str) -> str:
+    """``v`` with unpaired surrogates written as ``\\udXXX`` escapes (a detail must be UTF-8 text)."""
+    return v.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _reject_non_unicode(rows: list[dict[str, Any]], rejected: list[tuple[int, str, str]]) -> list[dict[str, Any]]:
+    """``rows`` without the RPCs that hold a non-Unicode key or text value (:func:`_not_unicode`), each of
+    those appended to ``rejected`` as ``bad_value`` with the field that holds it."""
+    kept = []
+    for row in rows:
+        bad = next((k for k, v in row.items() if not k.startswith("_") and (_not_unicode(k) or _not_unicode(v))),
+                   None)
+        if bad is None:
+            kept.append(row)
+        else:
+            rejected.append((row["log_line"], "bad_value", f"{bad!a}: a text with an unpaired UTF-16 surrogate "
+                             "escape (e.g. \\ud800) is not Unicode (RFC 8259, section 8.2)"))
+    return kept
 
 
 def _frame(rows: list[dict[str, Any]]) -> pl.DataFrame:

@@ -44,7 +44,7 @@ REJECT_REASONS: dict[str, str] = {
     "duplicate_client_span": "OTLP: a second client span with the same traceId and spanId; the first is kept",
     "malformed_span": "OTLP: a resourceSpans, scopeSpans or spans element that is not a JSON object",
     "bad_value": "a value that cannot be read as the column's type (e.g. text in a number column, or a number "
-    "beyond the 64-bit integer range)",
+    "beyond the 64-bit integer range, or an OTLP text with an unpaired UTF-16 surrogate escape such as \\ud800)",
     "missing_field": "a required id, op or size field is empty",
     "missing_timestamp": "a required timestamp is empty",
     "unknown_op": f"op is not one of {', '.join(OPS)} (map other names with an op mapping)",
