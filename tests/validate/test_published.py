@@ -245,3 +245,21 @@ def test_pollux_repeatability_on_shared_data(pollux):
     for r in t.values():
         assert 0.05 < r["step_log_sd"] < 0.09
         assert r["step_mape_least"] < r["step_mape_noise"] and r["sync_mape_least"] < r["sync_mape_noise"]
+
+
+def test_a_pollux_row_the_measurement_checks_refuse_names_its_table(shared_data):
+    # read_pollux_table checks the CSV values; a row it passed but the pricing cannot take (here a
+    # batch set to -3 after reading) is an error naming the table, not a silent drop
+    from pathlib import Path
+
+    from ddlscope.specs.catalog import builtin_catalog
+    from ddlscope.validate import published
+
+    cat = builtin_catalog()
+    rows = published._pollux_rows(Path(shared_data), {})
+    bad = rows.with_columns(batch_per_gpu=pl.when(pl.int_range(pl.len()) == 5).then(-3)
+                            .otherwise(pl.col("batch_per_gpu")))
+    with pytest.raises(ValueError, match=r"^pollux/imagenet/placements\.csv: 1 row\(s\) .* batch_per_gpu = -3"):
+        published.pollux_measurement_jobs(bad, cat.system(published.POLLUX_SERVER), cat)
+    jobs = published.pollux_measurement_jobs(rows, cat.system(published.POLLUX_SERVER), cat)
+    assert jobs.height == rows.height and (jobs["flat_ring"] == 1.0).all()

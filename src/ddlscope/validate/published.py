@@ -98,7 +98,9 @@ POLLUX_JOBS: dict[str, tuple[str, str, str, str]] = {
 """Pollux job -> (zoo model, precision, optimizer, embedding gradients), from the adaptdl benchmark
 scripts (osdi21-artifact): imagenet = torchvision resnet50 + Apex ``amp.initialize`` (O1), SGD
 momentum 0.9; cifar10 = kuangliu ResNet18, SGD momentum 0.9; ncf = NeuMF-end on ml-1m, Adam, dense
-``nn.Embedding`` gradients."""
+``nn.Embedding`` gradients. The measurement-table path that prices these rows
+(:func:`pollux_measurement_jobs`) profiles every model with dense embedding gradients, which is
+ncf's setting; the two ResNets have no embedding, so the fourth field only documents the job."""
 POLLUX_SERVER = "aws-g4dn.12xlarge"
 POLLUX_FIT_JOB = "imagenet"
 LEFT_OUT: dict[str, str] = {
@@ -517,8 +519,9 @@ def pollux_measurement_jobs(rows: pl.DataFrame, system: System, catalog: Catalog
     table = check_measurements(raw.with_columns(pl.col("line").cast(pl.Int64)), "pollux rows", catalog)
     if table.rejected.height:
         first = table.rejected.row(0, named=True)
-        raise ValueError(f"pollux rows: {table.rejected.height} row(s) rejected, e.g. {first['detail']} "
-                         f"({first['reason']})")
+        where = rows["table"][int(first["line"]) - 1]
+        raise ValueError(f"pollux/{where}: {table.rejected.height} row(s) of the Pollux tables not priceable, "
+                         f"e.g. {first['detail'].split(': ', 1)[-1]} ({first['reason']})")
     return measurement_jobs(table.rows, catalog).with_columns(flat_ring=pl.lit(1.0))
 
 
