@@ -4,6 +4,7 @@ leave-one-group-out, ratio errors; the shared Lambda and DLE tables as measureme
 from __future__ import annotations
 
 import math
+import shutil
 
 import polars as pl
 import pytest
@@ -200,16 +201,44 @@ def test_lambda_tables_every_row_accounted_for(shared_data):
     t = lambda_measurements(shared_data)
     expected_in = 0
     left_out = 0
+    not_measured = 0
     for precision in ("fp32", "fp16"):
         thr = pl.read_csv(shared_data / "lambda_benchmarks" / f"pytorch-train-throughput-{precision}.csv")
         for bench in (*LAMBDA_MODELS, *LEFT_OUT):
             n = int((thr[bench] > 0).sum())
             expected_in += n
             left_out += n if bench in LEFT_OUT else 0
-    assert t.rows_in == expected_in
+            not_measured += int((thr[bench].is_null() | (thr[bench] == 0)).sum())
+    # every cell is a row or counted: the empty and 0 cells (Lambda did not run that model there) too
+    assert not_measured == 80
+    assert t.rows_in == expected_in + not_measured
     assert int((t.rejected["reason"] == "left_out").sum()) == left_out
+    assert int((t.rejected["reason"] == "not_measured").sum()) == not_measured
     # no row of a converted benchmark is lost without a reason
     assert t.rejected.filter(pl.col("reason") != "left_out")["detail"].str.contains(":").all()
+
+
+def test_a_bad_lambda_cell_is_a_rejected_row_not_a_lost_one(shared_data, tmp_path):
+    # a negative or non-numeric throughput goes to the checks (out_of_range / not_a_number, with its
+    # file:line), not silently away with the empty cells
+    folder = tmp_path / "lambda_benchmarks"
+    shutil.copytree(shared_data / "lambda_benchmarks", folder)
+    path = folder / "pytorch-train-throughput-fp16.csv"
+    lines = path.read_text().splitlines()
+    header = lines[0].split(",")
+    cells = lines[1].split(",")
+    col = header.index("resnet50")
+    cells[col] = "-" + cells[col]
+    lines[1] = ",".join(cells)
+    cells = lines[2].split(",")
+    cells[col] = "abc"
+    lines[2] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+    before = lambda_measurements(shared_data)
+    after = lambda_measurements(tmp_path)
+    assert after.rows.height == before.rows.height - 2
+    bad = after.rejected.filter(pl.col("reason").is_in(["out_of_range", "not_a_number"])).sort("line")
+    assert bad["line"].to_list() == [2, 3] and bad["reason"].to_list() == ["out_of_range", "not_a_number"]
 
 
 def test_cli_measurements_and_option_errors(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import polars as pl
 import pytest
@@ -263,3 +264,70 @@ def test_a_pollux_row_the_measurement_checks_refuse_names_its_table(shared_data)
         published.pollux_measurement_jobs(bad, cat.system(published.POLLUX_SERVER), cat)
     jobs = published.pollux_measurement_jobs(rows, cat.system(published.POLLUX_SERVER), cat)
     assert jobs.height == rows.height and (jobs["flat_ring"] == 1.0).all()
+
+
+@pytest.mark.parametrize("column, value, message", [
+    ("throughput_img_s", "abc", "line 3: throughput_img_s: expected images/s > 0, got 'abc'"),
+    ("throughput_img_s", "-380", "line 3: throughput_img_s: expected images/s > 0, got '-380'"),
+    ("throughput_img_s", "", "line 3: throughput_img_s: expected images/s > 0, got None"),
+    ("gpus", "0", "line 3: gpus: expected an integer >= 1, got '0'"),
+    ("batch_per_gpu", "25.6", "line 3: batch_per_gpu: expected an integer >= 1, got '25.6'"),
+])
+def test_a_bad_dle_value_is_named_with_its_line(shared_data, tmp_path, column, value, message):
+    # a fit row with a bad throughput would silently skew the fit: the table is refused instead
+    import csv
+    import shutil
+
+    folder = tmp_path / "dle_tables"
+    shutil.copytree(shared_data / "dle_tables", folder)
+    path = folder / "resnet50v1.5_pytorch_training_perf_ngc19.10.csv"
+    rows = list(csv.reader(path.read_text().splitlines()))
+    rows[2][rows[0].index(column)] = value
+    with path.open("w", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows(rows)
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path))}: {re.escape(message)}$"):
+        dle_validation(tmp_path)
+
+
+def test_a_missing_dle_table_is_an_error(shared_data, tmp_path):
+    import shutil
+
+    shutil.copytree(shared_data / "dle_tables", tmp_path / "dle_tables")
+    (tmp_path / "dle_tables" / "resnet50v1.5_pytorch_training_perf_ngc21.03.csv").unlink()
+    with pytest.raises(FileNotFoundError, match=r"ngc21\.03\.csv: missing \(see shared/data/dle_tables/SOURCES\.md\)"):
+        dle_validation(tmp_path)
+
+
+def test_a_scalability_row_with_more_nodes_than_replicas_is_refused(shared_data, tmp_path):
+    from ddlscope.validate.published import read_pollux_table
+
+    lines = (shared_data / "pollux" / "ncf" / "scalability.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    cells = lines[2].split(",")
+    cells[header.index("num_nodes")] = str(int(cells[header.index("num_replicas")]) + 1)
+    lines[2] = ",".join(cells)
+    path = tmp_path / "scalability.csv"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=r"scalability\.csv: line 3: num_nodes: expected at most num_replicas"):
+        read_pollux_table(path, "scalability")
+    assert read_pollux_table(shared_data / "pollux" / "ncf" / "scalability.csv", "scalability").height == 458
+
+
+def test_published_json_lists_every_row_not_used(shared_data):
+    # the note on stderr points at --format json for each row not used: the JSON has each one, with
+    # its file:line, and as many as the counts by reason say; the fits' notes are there too
+    import json
+
+    from typer.testing import CliRunner
+
+    from ddlscope.cli.main import app
+
+    res = CliRunner().invoke(app, ["validate", "--published", "--data", str(shared_data), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    tables = out["measurement_tables"]
+    assert len(tables["rejected"]) == sum(tables["rejected_by_reason"].values())
+    assert tables["rejected_by_reason"] == {"left_out": 318, "not_measured": 80}
+    assert all(r["line"] >= 2 and r["reason"] in ("left_out", "not_measured") for r in tables["rejected"])
+    assert any(n.startswith("imagenet: warning: step_overhead_us") for n in out["notes"])
+    assert "lists each with its file:line" in res.stderr

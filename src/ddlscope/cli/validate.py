@@ -75,7 +75,8 @@ def _published(data: Path, fmt: str) -> None:
                 "repeatability": res.repeatability.to_dicts() if res.repeatability is not None else [],
                 "measurement_tables": {"rows": mrows.to_dicts(), "summary": mres.summary.to_dicts(),
                                        "ratios": mres.ratios.to_dicts(), "protocol": mres.protocol,
-                                       "rejected_by_reason": _rejected_counts(mres)}})
+                                       "rejected_by_reason": _rejected_counts(mres),
+                                       "rejected": mres.rejected.to_dicts()}})
         _rejected_note(mres)
         return
     emit(_zero_rounding(res.summary.select(
@@ -123,7 +124,7 @@ def _measurement_rows(res) -> pl.DataFrame:
 
 
 def _rejected_counts(res) -> dict[str, int]:
-    return dict(res.rejected.group_by("reason").len().sort("len", descending=True).iter_rows())
+    return dict(res.rejected.group_by("reason").len().sort(["len", "reason"], descending=[True, False]).iter_rows())
 
 
 def _zero_rounding(frame: pl.DataFrame) -> pl.DataFrame:
@@ -164,8 +165,8 @@ def _measurement_report(res, title: str, fmt: str) -> None:
     (json), or the error summary, ratio errors, protocol and rejected rows by reason (table)."""
     rows = _measurement_rows(res)
     _write_report(res.rows, res.summary, title, notes=list(res.protocol))
-    rejected = res.rejected.group_by("reason").agg(rows=pl.len(), example=pl.col("detail").first()).sort(
-        "rows", descending=True)
+    rejected = res.rejected.group_by("reason", maintain_order=True).agg(
+        rows=pl.len(), example=pl.col("detail").first()).sort(["rows", "reason"], descending=[True, False])
     if fmt in ("csv", "json"):
         if fmt == "csv":
             emit(rows, "csv")

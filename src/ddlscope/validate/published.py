@@ -278,28 +278,24 @@ def dle_validation(data_dir: str | Path, catalog: Catalog | None = None) -> Publ
     """Predict every row of ``data_dir/dle_tables/*.csv`` (module docstring).
 
     Raises:
-        FileNotFoundError: no table found.
-        ValueError: a system or precision the mapping does not know (naming the file and value).
+        FileNotFoundError: a table of :data:`DLE_TABLES` is missing.
+        ValueError: a table that is not readable or holds a bad value (:func:`read_dle_table`), or a
+            system or precision the mapping does not know (naming the file and value).
     """
     cat = catalog or builtin_catalog()
-    files = sorted(Path(data_dir, "dle_tables").glob("*.csv"))
-    if not files:
-        raise FileNotFoundError(f"{Path(data_dir, 'dle_tables')}: no *.csv tables")
+    folder = Path(data_dir, "dle_tables")
+    for name in DLE_TABLES:
+        if not (folder / name).is_file():
+            raise FileNotFoundError(f"{folder / name}: missing (see shared/data/dle_tables/SOURCES.md)")
+    files = sorted(folder.glob("*.csv"))
     frames = []
     for path in files:
-        t = pl.read_csv(path)
+        t = read_dle_table(path)
         for col, known in (("system", DLE_SYSTEMS), ("precision", DLE_PRECISION)):
             bad = sorted(set(t[col]) - set(known))
             if bad:
                 raise ValueError(f"{path}: {col}: unknown {bad}; expected one of {sorted(known)}")
-        frames.append(
-            t.with_columns(
-                table=pl.lit(path.name),
-                throughput_img_s=pl.col("throughput_img_s").cast(pl.Float64),
-                batch_per_gpu=pl.col("batch_per_gpu").cast(pl.Int64),
-                gpus=pl.col("gpus").cast(pl.Int64),
-            )
-        )
+        frames.append(t.drop("line").with_columns(table=pl.lit(path.name)))
     rows = (
         pl.concat(frames, how="diagonal_relaxed")
         .with_columns(
@@ -389,13 +385,61 @@ POLLUX_COLUMNS: dict[str, dict[str, pl.DataType]] = {
 """The columns of the Pollux throughput tables and their types (shared/data/pollux/SOURCES.md)."""
 
 
+DLE_COLUMNS: dict[str, pl.DataType] = {
+    "system": pl.String(), "gpu_model": pl.String(), "gpus": pl.Int64(), "batch_per_gpu": pl.Int64(),
+    "precision": pl.String(), "throughput_img_s": pl.Float64(),
+}
+"""The columns of a DeepLearningExamples table the validation reads, with their types
+(shared/data/dle_tables/SOURCES.md); the other columns are kept as text."""
+DLE_TABLES = ("resnet50v1.5_pytorch_training_perf_ngc19.10.csv", "resnet50v1.5_pytorch_training_perf_ngc21.03.csv")
+"""The DLE tables the protocol fits on (:data:`DLE_FIT_SYSTEMS`): each must be present."""
+
+
+def read_dle_table(path: Path) -> pl.DataFrame:
+    """One DeepLearningExamples ResNet-50 table: every column as text except :data:`DLE_COLUMNS`,
+    typed, and ``line`` (the file's line, 1 = the header).
+
+    Raises:
+        ValueError: the file is not CSV, has no data row, lacks a column, or holds a value that is not
+            of its column's type (``gpus``, ``batch_per_gpu``: integers >= 1; ``throughput_img_s``:
+            images/s > 0, finite); the message names the file, and the line and column of the first
+            bad value.
+    """
+    try:
+        raw = pl.read_csv(path, infer_schema=False)
+    except (pl.exceptions.NoDataError, pl.exceptions.ComputeError) as exc:
+        raise ValueError(f"{path}: not a readable CSV table ({str(exc).splitlines()[0]})") from exc
+    raw = raw.rename({n: n.lstrip("\ufeff").strip() for n in raw.columns})
+    missing = [c for c in DLE_COLUMNS if c not in raw.columns]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {', '.join(missing)} (a DLE table has {', '.join(DLE_COLUMNS)}; "
+                         "shared/data/dle_tables/SOURCES.md)")
+    if raw.height == 0:
+        raise ValueError(f"{path}: no data rows (shared/data/dle_tables/SOURCES.md)")
+    typed = raw.with_columns(pl.col(c).str.strip_chars().cast(t, strict=False) for c, t in DLE_COLUMNS.items())
+    for col, dtype in DLE_COLUMNS.items():
+        v = typed[col]
+        if dtype == pl.Float64:
+            bad, expected = ~(v.is_finite() & (v > 0)), "images/s > 0"
+        elif dtype == pl.Int64:
+            bad, expected = ~(v >= 1), "an integer >= 1"
+        else:
+            bad, expected = v.str.strip_chars().str.len_chars() == 0, "a name"
+        bad = bad.fill_null(True)
+        if bad.any():
+            i = int(bad.arg_true()[0])
+            raise ValueError(f"{path}: line {i + 2}: {col}: expected {expected}, got {raw[col][i]!r}")
+    return typed.with_row_index("line", offset=2).with_columns(pl.col("line").cast(pl.Int64))
+
+
 def read_pollux_table(path: Path, kind: str) -> pl.DataFrame:
     """One Pollux throughput table (``kind``: ``placements`` or ``scalability``) with the columns of
     :data:`POLLUX_COLUMNS`, typed.
 
     Raises:
         ValueError: the file is empty, not CSV, has no data row, lacks a column, or holds a value
-            that is not of its column's type or (``placement``) not a string of digits; the message
+            that is not of its column's type or (``placement``) not a string of digits, or (scalability)
+            more nodes than replicas; the message
             names the file, and the column and line (1 = the header) of the first bad value.
     """
     want = POLLUX_COLUMNS[kind]
@@ -426,6 +470,12 @@ def read_pollux_table(path: Path, kind: str) -> pl.DataFrame:
         if bad.any():
             i = int(bad.arg_true()[0])
             raise ValueError(f"{path}: line {i + 2}: {col}: expected {expected}, got {raw[col][i]!r}")
+    if "num_nodes" in typed.columns:  # a node without a replica is not a placement
+        bad = typed["num_nodes"] > typed["num_replicas"]
+        if bad.any():
+            i = int(bad.arg_true()[0])
+            raise ValueError(f"{path}: line {i + 2}: num_nodes: expected at most num_replicas "
+                             f"({raw['num_replicas'][i]}), got {raw['num_nodes'][i]!r}")
     return typed
 
 

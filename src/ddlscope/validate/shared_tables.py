@@ -152,7 +152,16 @@ def lambda_measurements(data_dir: str | Path, catalog: Catalog | None = None) ->
                                             for b in per_gpu], dtype=pl.String),
                 "throughput": thr[bench],
                 "value": value,
-            }).filter(pl.col("value") > 0)
+            })
+            # an empty or 0 cell: Lambda did not run this model on this system (counted, not a row);
+            # any other value, bad ones included, goes to the checks, which reject it with its reason
+            empty = pl.col("throughput").str.strip_chars().fill_null("") == ""
+            unmeasured = empty | (pl.col("value") == 0).fill_null(False)
+            left.append(t.filter(unmeasured).select(
+                "line", source=pl.lit(f"lambda {precision}"), reason=pl.lit("not_measured"),
+                detail=pl.format(f"{thr_path}:{{}}: {bench} = {{}}: an empty or 0 cell (not measured on this system)",
+                                 pl.col("line"), pl.col("throughput").fill_null("(empty)"))))
+            t = t.filter(~unmeasured)
             if bench in LEFT_OUT:
                 left.append(t.select("line", source=pl.lit(f"lambda {precision}"), reason=pl.lit("left_out"),
                                      detail=pl.lit(f"{bench} ({precision}): {LEFT_OUT[bench]}")))
