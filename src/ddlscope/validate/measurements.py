@@ -719,15 +719,12 @@ def fit_efficiencies(jobs: pl.DataFrame, describe: str = "the fit set", catalog:
     sol = least_squares(residual, np.zeros(len(FIT_PARAMETERS)), bounds=(-FIT_LOG_BOUND, FIT_LOG_BOUND),
                         diff_step=1e-4)
     factors = dict(zip(FIT_PARAMETERS, np.exp(sol.x).tolist(), strict=True))
-    capped = []
-    for gen in sorted({cat.gpu(g).generation for g in one["gpu"].unique()}):
-        eff = cat.compute_efficiency.get(gen) or cat.compute_efficiency.get("default")
-        for name, f in factors.items():
-            if eff is not None and name.endswith("_eff") and f > 1.0001:
-                base = eff.tf32_eff if name == "tf32_gemm_eff" else getattr(eff, name)
-                if base * f >= 1.0:
-                    capped.append(f"{gen} {name}")
-    return FittedEfficiencies(factors, one.height, note, tuple(capped))
+    # the efficiencies _scaled_efficiencies capped at 1, for the generations the fit rows run on
+    scaled = _scaled_efficiencies(cat, factors, note)
+    capped = tuple(f"{gen} {name}" for gen in sorted({cat.gpu(g).generation for g in one["gpu"].unique()})
+                   for name, f in factors.items()
+                   if name.endswith("_eff") and f > 1.0001 and getattr(scaled.get(gen, scaled["default"]), name) >= 1.0)
+    return FittedEfficiencies(factors, one.height, note, capped)
 
 
 def predict_jobs(jobs: pl.DataFrame, fit: FittedEfficiencies, catalog: Catalog | None = None) -> pl.DataFrame:

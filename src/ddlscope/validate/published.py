@@ -51,6 +51,7 @@ Protocol (fit on a named subset, test on the rest; MAPE = mean |predicted / meas
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -395,6 +396,35 @@ DLE_TABLES = ("resnet50v1.5_pytorch_training_perf_ngc19.10.csv", "resnet50v1.5_p
 """The DLE tables the protocol fits on (:data:`DLE_FIT_SYSTEMS`): each must be present."""
 
 
+def _read_text_csv(path: Path, columns: Sequence[str], what: str, sources: str) -> pl.DataFrame:
+    """``path`` as a CSV table of text columns, a UTF-8 byte-order mark (a spreadsheet's export) and
+    spaces stripped from the names. Raises ValueError naming the file: not CSV, a column of
+    ``columns`` missing (``what`` is the table's kind, ``sources`` its SOURCES.md), no data row."""
+    try:
+        raw = pl.read_csv(path, infer_schema=False)
+    except (pl.exceptions.NoDataError, pl.exceptions.ComputeError) as exc:
+        raise ValueError(f"{path}: not a readable CSV table ({str(exc).splitlines()[0]})") from exc
+    raw = raw.rename({n: n.lstrip("\ufeff").strip() for n in raw.columns})
+    missing = [c for c in columns if c not in raw.columns]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {', '.join(missing)} ({what} has {', '.join(columns)}; "
+                         f"{sources})")
+    if raw.height == 0:
+        raise ValueError(f"{path}: no data rows ({what}; {sources})")
+    return raw
+
+
+def _refuse_first_bad(path: Path, raw: pl.DataFrame, checks: Sequence[tuple[str, pl.Series, str]]) -> None:
+    """Raise ValueError ``path: line N: column: expected ..., got '...'`` for the first row of the
+    first check ``(column, bad, expected)`` whose ``bad`` (a Boolean Series; null counts as bad) holds
+    (line 1 = the header)."""
+    for col, bad, expected in checks:
+        bad = bad.fill_null(True)
+        if bad.any():
+            i = int(bad.arg_true()[0])
+            raise ValueError(f"{path}: line {i + 2}: {col}: expected {expected}, got {raw[col][i]!r}")
+
+
 def read_dle_table(path: Path) -> pl.DataFrame:
     """One DeepLearningExamples ResNet-50 table: every column as text except :data:`DLE_COLUMNS`,
     typed, and ``line`` (the file's line, 1 = the header).
@@ -402,33 +432,21 @@ def read_dle_table(path: Path) -> pl.DataFrame:
     Raises:
         ValueError: the file is not CSV, has no data row, lacks a column, or holds a value that is not
             of its column's type (``gpus``, ``batch_per_gpu``: integers >= 1; ``throughput_img_s``:
-            images/s > 0, finite); the message names the file, and the line and column of the first
-            bad value.
+            images/s > 0, finite; the names not empty); the message names the file, and the line and
+            column of the first bad value.
     """
-    try:
-        raw = pl.read_csv(path, infer_schema=False)
-    except (pl.exceptions.NoDataError, pl.exceptions.ComputeError) as exc:
-        raise ValueError(f"{path}: not a readable CSV table ({str(exc).splitlines()[0]})") from exc
-    raw = raw.rename({n: n.lstrip("\ufeff").strip() for n in raw.columns})
-    missing = [c for c in DLE_COLUMNS if c not in raw.columns]
-    if missing:
-        raise ValueError(f"{path}: missing column(s) {', '.join(missing)} (a DLE table has {', '.join(DLE_COLUMNS)}; "
-                         "shared/data/dle_tables/SOURCES.md)")
-    if raw.height == 0:
-        raise ValueError(f"{path}: no data rows (shared/data/dle_tables/SOURCES.md)")
+    raw = _read_text_csv(path, list(DLE_COLUMNS), "a DLE table", "shared/data/dle_tables/SOURCES.md")
     typed = raw.with_columns(pl.col(c).str.strip_chars().cast(t, strict=False) for c, t in DLE_COLUMNS.items())
+    checks = []
     for col, dtype in DLE_COLUMNS.items():
         v = typed[col]
         if dtype == pl.Float64:
-            bad, expected = ~(v.is_finite() & (v > 0)), "images/s > 0"
+            checks.append((col, ~(v.is_finite() & (v > 0)), "images/s > 0"))
         elif dtype == pl.Int64:
-            bad, expected = ~(v >= 1), "an integer >= 1"
+            checks.append((col, ~(v >= 1), "an integer >= 1"))
         else:
-            bad, expected = v.str.strip_chars().str.len_chars() == 0, "a name"
-        bad = bad.fill_null(True)
-        if bad.any():
-            i = int(bad.arg_true()[0])
-            raise ValueError(f"{path}: line {i + 2}: {col}: expected {expected}, got {raw[col][i]!r}")
+            checks.append((col, v.str.len_chars() == 0, "a name"))
+    _refuse_first_bad(path, raw, checks)
     return typed.with_row_index("line", offset=2).with_columns(pl.col("line").cast(pl.Int64))
 
 
@@ -438,44 +456,27 @@ def read_pollux_table(path: Path, kind: str) -> pl.DataFrame:
 
     Raises:
         ValueError: the file is empty, not CSV, has no data row, lacks a column, or holds a value
-            that is not of its column's type or (``placement``) not a string of digits, or (scalability)
-            more nodes than replicas; the message
-            names the file, and the column and line (1 = the header) of the first bad value.
+            that is not of its column's type or (``placement``) not a string of digits, or
+            (scalability) more nodes than replicas; the message names the file, and the column and
+            line (1 = the header) of the first bad value.
     """
     want = POLLUX_COLUMNS[kind]
-    try:
-        raw = pl.read_csv(path, infer_schema=False)
-    except (pl.exceptions.NoDataError, pl.exceptions.ComputeError) as exc:
-        raise ValueError(f"{path}: not a readable CSV table ({str(exc).splitlines()[0]})") from exc
-    # a UTF-8 byte-order mark (a spreadsheet's export) is not part of the first column's name
-    raw = raw.rename({n: n.lstrip("\ufeff").strip() for n in raw.columns})
-    missing = [col for col in want if col not in raw.columns]
-    if missing:
-        raise ValueError(f"{path}: missing column(s) {', '.join(missing)} (a {kind} table has "
-                         f"{', '.join(want)}; shared/data/pollux/SOURCES.md)")
-    if raw.height == 0:
-        raise ValueError(f"{path}: no data rows (a {kind} table of Pollux's; shared/data/pollux/SOURCES.md)")
+    raw = _read_text_csv(path, list(want), f"a {kind} table of Pollux's", "shared/data/pollux/SOURCES.md")
     typed = raw.select(pl.col(col).str.strip_chars().cast(dtype, strict=False) for col, dtype in want.items())
+    checks = []
     for col, dtype in want.items():
         v = typed[col]
         if col == "placement":
-            bad, expected = ~v.str.contains(r"^[1-9]+$"), "GPUs per node, one digit 1-9 a node (e.g. 1124)"
+            checks.append((col, ~v.str.contains(r"^[1-9]+$"), "GPUs per node, one digit 1-9 a node (e.g. 1124)"))
         elif col == "sync_time":
-            bad, expected = ~(v.is_finite() & (v >= 0)), "seconds >= 0"
+            checks.append((col, ~(v.is_finite() & (v >= 0)), "seconds >= 0"))
         elif dtype == pl.Float64:
-            bad, expected = ~(v.is_finite() & (v > 0)), "seconds > 0"
+            checks.append((col, ~(v.is_finite() & (v > 0)), "seconds > 0"))
         else:
-            bad, expected = ~(v >= 1), "an integer >= 1"
-        bad = bad.fill_null(True)
-        if bad.any():
-            i = int(bad.arg_true()[0])
-            raise ValueError(f"{path}: line {i + 2}: {col}: expected {expected}, got {raw[col][i]!r}")
+            checks.append((col, ~(v >= 1), "an integer >= 1"))
     if "num_nodes" in typed.columns:  # a node without a replica is not a placement
-        bad = typed["num_nodes"] > typed["num_replicas"]
-        if bad.any():
-            i = int(bad.arg_true()[0])
-            raise ValueError(f"{path}: line {i + 2}: num_nodes: expected at most num_replicas "
-                             f"({raw['num_replicas'][i]}), got {raw['num_nodes'][i]!r}")
+        checks.append(("num_nodes", typed["num_nodes"] > typed["num_replicas"], "at most num_replicas"))
+    _refuse_first_bad(path, raw, checks)
     return typed
 
 
