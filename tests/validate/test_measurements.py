@@ -17,6 +17,7 @@ from ddlscope.specs.catalog import builtin_catalog
 from ddlscope.validate.measurements import (
     FittedEfficiencies,
     MeasurementError,
+    error_summary,
     measurement_jobs,
     ops_at,
     predict_jobs,
@@ -388,3 +389,56 @@ def test_multi_gpu_rows_take_the_ddp_bucket_timeline_of_their_profile(tmp_path):
     res = predict_jobs(jobs, FittedEfficiencies({}, 0, "defaults")).row(0, named=True)
     # nothing hides the last bucket: at least its share of the all-reduce is exposed
     assert res["comm_s"] > 0 and res["exposed_comm_s"] >= 0.1955 * res["comm_s"]
+
+
+def test_a_csv_row_with_the_wrong_field_count_is_one_rejected_row(tmp_path):
+    """A row with an extra or a missing field is rejected naming its line (the rest are read); a
+    quoted field may hold the separator; blank and ``#`` lines keep the line numbers true."""
+    path = _write(tmp_path, HEADER + "\n".join([
+        "resnet18_cifar,V100,1,32,fp32,0.05,a",           # line 2: good
+        "resnet18_cifar,V100,1,32,fp32,0.05,a,extra",     # line 3: one field too many
+        "",                                               # line 4: blank
+        "resnet18_cifar,V100,1,32,fp32",                  # line 5: fields missing
+        "# a comment",                                    # line 6
+        'resnet18_cifar,V100,1,32,fp32,0.06,"a, b"',      # line 7: good, quoted comma
+    ]) + "\n")
+    t = read_measurements(path)
+    assert t.rows["line"].to_list() == [2, 7] and t.rows["source"].to_list() == ["a", "a, b"]
+    assert t.rows_in == 4
+    assert t.rejected.select("line", "reason").rows() == [(3, "field_count"), (5, "field_count")]
+    assert t.rejected["detail"].to_list() == [f"{path}:3: 8 fields, the header has 7",
+                                              f"{path}:5: 5 fields, the header has 7"]
+    with pytest.raises(MeasurementError, match=r"no data row with the header's 7 fields \(1 rows differ; first: "
+                                               r".*m2.csv:2: 6 fields"):
+        read_measurements(_write(tmp_path, HEADER + "resnet18_cifar,V100,1,32,fp32,0.05\n", "m2.csv"))
+
+
+def test_a_header_naming_a_column_twice_is_an_error(tmp_path):
+    with pytest.raises(MeasurementError, match=r"m.csv: the header names column 'gpu' twice \(fields 2 and 4\)"):
+        read_measurements(_write(tmp_path, "model,gpu,gpus,gpu,batch_per_gpu,precision,step_time_s\n"
+                                           "resnet18_cifar,V100,1,T4,32,fp32,0.05\n"))
+    # an unnamed trailing field (a trailing comma on every line) is no column; one holding a value is an error
+    t = read_measurements(_write(tmp_path, HEADER.rstrip("\n") + ",\nresnet18_cifar,V100,1,32,fp32,0.05,a,\n", "t.csv"))
+    assert t.rows.height == 1 and "" not in t.rows.columns
+    with pytest.raises(MeasurementError, match=r"u.csv: field 8 of the header has no name but line 2 gives it"):
+        read_measurements(_write(tmp_path, HEADER.rstrip("\n") + ",\nresnet18_cifar,V100,1,32,fp32,0.05,a,9\n",
+                                 "u.csv"))
+
+
+def test_whole_floats_are_integers_and_a_measured_sync_of_zero_is_kept(tmp_path):
+    """``gpus = 4.0`` (a float column's whole number) reads as 4, ``4.5`` is no integer; a measured
+    sync of 0 (all communication hidden) is a measurement, kept out of the relative sync error and
+    counted in the absolute one."""
+    head = "model,gpu,gpus,servers,batch_per_gpu,precision,step_time_s,measured_sync_s\n"
+    path = _write(tmp_path, head + "resnet18_cifar,V100,2.0,1,32.0,fp32,0.05,0\n"
+                                   "resnet18_cifar,V100,2.5,1,32,fp32,0.05,0\n"
+                                   "resnet18_cifar,V100,2,1,32,fp32,0.05,-0.1\n")
+    t = read_measurements(path)
+    assert t.rows.select("line", "gpus", "batch_per_gpu", "measured_sync_s").rows() == [(2, 2, 32, 0.0)]
+    assert t.rejected.select("line", "reason").rows() == [(3, "not_an_integer"), (4, "out_of_range")]
+    assert "measured_sync_s = -0.1: expected a finite number >= 0" in t.rejected["detail"][1]
+    rows = pl.DataFrame({"g": ["a", "a", "a"], "error": [0.1, -0.1, 0.0], "measured_sync_s": [0.0, 0.2, None],
+                         "predicted_sync_s": [0.01, 0.1, 0.3]})
+    s = error_summary(rows, ["g"]).row(0, named=True)
+    assert (s["sync_rows"], s["sync_mape"]) == (2, pytest.approx(0.5))
+    assert s["sync_mae_s"] == pytest.approx((0.01 + 0.1) / 2)

@@ -182,6 +182,8 @@ def _measurement_report(res, title: str, fmt: str) -> None:
     has_fit = "role" in res.summary.columns and (res.summary["role"] == "fit").any()
     emit(_zero_rounding(res.summary), "table", title=title,
          caption="error = predicted / measured - 1 of the measured quantity; mape = mean |error|; bias = mean error"
+         + ("; sync_*: measured_sync_s vs the exposed communication, sync_mape over rows measured above 0, "
+            "sync_mae_s the mean absolute error in s" if res.summary["sync_rows"].sum() else "")
          + ("; role fit: rows the efficiencies were fitted on, test: the rest" if has_fit else ""))
     if res.ratios.height:
         kinds = [str(k) for k in res.ratios["kind"].unique(maintain_order=True)] if "kind" in res.ratios.columns else []

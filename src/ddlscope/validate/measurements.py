@@ -45,16 +45,18 @@ column               required  meaning
 ``amp``              no        16-bit rows: ``autocast`` (default: ``torch.autocast``/apex O1,
                                casts per call) or ``o2`` (apex O2: the model in 16 bit, FP32
                                master weights); ignored for fp32/tf32
-``measured_sync_s``  no        measured exposed communication per step (s), compared with the
-                               model's ``exposed_comm_s``
+``measured_sync_s``  no        measured exposed communication per step (s, 0 or more),
+                               compared with the model's ``exposed_comm_s``
 ``source``           no        the table a row comes from (default: the file name); errors are
                                summarised per source
 ===================  ========  ===============================================================
 
 Rows that cannot be used (a missing required value, a value that is not a number, an unknown model
-or GPU, a ``tokens/s`` row with no sequence length) are **rejected with their line and reason**, and
-counted (:attr:`MeasurementTable.rejected`); a table without a required column is an error naming
-the file and the column.
+or GPU, a ``tokens/s`` row with no sequence length, a CSV row with more or fewer fields than the
+header) are **rejected with their line and reason**, and counted (:attr:`MeasurementTable.rejected`);
+a table without a required column, or a header naming a column twice, is an error naming the file
+and the column. An integer column takes a whole number written as a float (``4.0``, as Parquet and
+JSON writers of float columns give it).
 
 **Prediction.** Each distinct (model, precision, optimizer, seq_len, image_size, attention, amp) is profiled at
 batch sizes 2 and 4 on the meta device; the row's op table is the two op tables interpolated op by op
@@ -89,6 +91,7 @@ ratio errors are out-of-sample too.
 from __future__ import annotations
 
 import contextlib
+import csv
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -180,6 +183,7 @@ _ATTENTIONS = ("fused", "math")  # the profiler's ATTENTIONS (ddlscope.profile.a
 _AMP_MODES = ("autocast", "o2")  # the profiler's AMP_MODES, likewise
 _INT_COLUMNS = ("gpus", "batch_per_gpu", "servers", "seq_len", "image_size")
 _FLOAT_COLUMNS = ("throughput", "step_time_s", "step_time_ms", "units_per_sample", "measured_sync_s")
+_ZERO_ALLOWED = ("measured_sync_s",)
 _SAME_RUN = ("optimizer", "seq_len", "image_size", "attention", "conv_layout", "input_data")
 RATIO_KINDS: dict[str, tuple[str, ...]] = {
     "gpu": ("model", "precision", "amp", "gpus", "servers", "source", *_SAME_RUN),
@@ -219,45 +223,87 @@ class MeasurementTable:
         return self.rows.height + self.rejected.height
 
 
-def _read_raw(path: Path) -> pl.DataFrame:
+def _read_raw(path: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The file's rows as strings with their ``line``, and the CSV rows left out before any check
+    (``line``, ``source``, ``reason``, ``detail``: a row whose field count is not the header's)."""
     suffix = path.suffix.lower()
     try:
         if suffix == ".parquet":
             raw = pl.read_parquet(path)
-            raw = raw.with_columns(pl.col(c).cast(pl.String) for c in raw.columns)
-            return raw.with_row_index("line", offset=1).with_columns(pl.col("line").cast(pl.Int64))
-        if suffix in (".jsonl", ".ndjson", ".json"):
+        elif suffix in (".jsonl", ".ndjson", ".json"):
             text = path.read_text(encoding="utf-8").lstrip()
             if text.startswith("["):  # one JSON array of row objects
                 raw = pl.read_json(path, infer_schema_length=None)
             else:
                 raw = pl.read_ndjson(path, infer_schema_length=None)
-            raw = raw.with_columns(pl.col(c).cast(pl.String) for c in raw.columns)
-            return raw.with_row_index("line", offset=1).with_columns(pl.col("line").cast(pl.Int64))
-        raw = pl.read_csv(path, infer_schema=False, comment_prefix="#", truncate_ragged_lines=False)
+        else:
+            return _read_csv_rows(path)
     except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError) as exc:
         raise MeasurementError(f"{path}: cannot read as a measurement table ({type(exc).__name__}: "
                                f"{str(exc).splitlines()[0] if str(exc) else ''})") from exc
-    # CSV: line 1 is the header; comment lines are skipped by the reader, so count them back
-    lines = _csv_data_lines(path)
-    if len(lines) != raw.height:
-        lines = list(range(2, raw.height + 2))
-    return raw.with_columns(line=pl.Series(lines, dtype=pl.Int64))
+    raw = raw.with_columns(pl.col(c).cast(pl.String) for c in raw.columns)
+    return raw.with_row_index("line", offset=1).with_columns(pl.col("line").cast(pl.Int64)), _no_rows()
 
 
-def _csv_data_lines(path: Path) -> list[int]:
-    """The 1-based line numbers of a CSV's data rows (after the header, skipping blank and ``#`` lines)."""
-    out, header_seen = [], False
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for i, text in enumerate(fh, start=1):
-            s = text.strip()
-            if not s or s.startswith("#"):
-                continue
-            if not header_seen:
-                header_seen = True
-                continue
-            out.append(i)
-    return out
+def _no_rows() -> pl.DataFrame:
+    return pl.DataFrame(schema={"line": pl.Int64, "source": pl.String, "reason": pl.String, "detail": pl.String})
+
+
+def _read_csv_rows(path: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A CSV measurement table read with the standard library's :mod:`csv` (RFC 4180 quoting), row by
+    row, so that a row with more or fewer fields than the header is one rejected row naming its line
+    (``field_count``) instead of an error for the whole file (Polars' reader stops at it without
+    a line number). Blank lines and lines starting with ``#`` are skipped; ``line`` is the 1-based line
+    a row starts on.
+
+    Raises:
+        MeasurementError: the file is not UTF-8 or not CSV, has no header, a header names a column
+            twice (which value would count?) or has an unnamed column holding values.
+    """
+    header: list[str] | None = None
+    records: list[tuple[int, list[str]]] = []
+    bad: list[dict] = []
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:
+            reader = csv.reader(fh, strict=True)
+            next_line = 1
+            for rec in reader:
+                line, next_line = next_line, reader.line_num + 1
+                if not rec or all(not f.strip() for f in rec) or rec[0].lstrip().startswith("#"):
+                    continue
+                if header is None:
+                    header = [f.strip() for f in rec]
+                    continue
+                records.append((line, rec))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise MeasurementError(f"{path}: cannot read as a measurement table ({type(exc).__name__}: {exc})") from exc
+    if header is None:
+        raise MeasurementError(f"{path}: no data row")
+    seen: dict[str, int] = {}
+    for i, name in enumerate(header, start=1):
+        if name and name in seen:
+            raise MeasurementError(f"{path}: the header names column {name!r} twice (fields {seen[name]} and {i}): "
+                                   "keep one")
+        seen.setdefault(name, i)
+    width = len(header)
+    kept: list[tuple[int, list[str]]] = []
+    for line, rec in records:
+        if len(rec) == width:
+            kept.append((line, rec))
+        else:
+            bad.append({"line": line, "source": path.name, "reason": "field_count",
+                        "detail": f"{path}:{line}: {len(rec)} fields, the header has {width}"})
+    unnamed = [i for i, name in enumerate(header) if not name]
+    for i in unnamed:
+        holding = [line for line, rec in kept if rec[i].strip()]
+        if holding:
+            raise MeasurementError(f"{path}: field {i + 1} of the header has no name but line {holding[0]} gives it "
+                                   "a value: name the column")
+    named = [i for i, name in enumerate(header) if name]
+    raw = pl.DataFrame({header[i]: [rec[i] for _, rec in kept] for i in named},
+                       schema={header[i]: pl.String for i in named})
+    raw = raw.with_columns(line=pl.Series([line for line, _ in kept], dtype=pl.Int64))
+    return raw, pl.DataFrame(bad, schema=_no_rows().schema) if bad else _no_rows()
 
 
 def read_measurements(path: str | Path, catalog: Catalog | None = None) -> MeasurementTable:
@@ -272,12 +318,22 @@ def read_measurements(path: str | Path, catalog: Catalog | None = None) -> Measu
 
     Raises:
         MeasurementError: the file is missing or unreadable, has no data row, lacks a required column,
-            or has neither ``throughput`` nor ``step_time_s``.
+            has neither ``throughput`` nor ``step_time_s``, or (CSV) names a column twice or gives a
+            value under an unnamed column. A CSV row with more or fewer fields than the header is a
+            rejected row (``field_count``), not an error.
     """
     path = Path(path)
     if not path.is_file():
         raise MeasurementError(f"{path}: no such measurement table")
-    return check_measurements(_read_raw(path), path, catalog)
+    raw, unread = _read_raw(path)
+    if raw.height == 0 and unread.height:
+        raise MeasurementError(f"{path}: no data row with the header's {len(raw.columns) - 1} fields "
+                               f"({unread.height} rows differ; first: {unread['detail'][0]})")
+    table = check_measurements(raw, path, catalog)
+    if unread.height:
+        table = MeasurementTable(rows=table.rows, rejected=pl.concat([table.rejected, unread]).sort("line"),
+                                 path=table.path)
+    return table
 
 
 def check_measurements(raw: pl.DataFrame, path: str | Path, catalog: Catalog | None = None) -> MeasurementTable:
@@ -313,8 +369,13 @@ def check_measurements(raw: pl.DataFrame, path: str | Path, catalog: Catalog | N
 
     for c in REQUIRED:
         reject(pl.col(c).is_null(), "missing_value", pl.lit(f"{c} is empty"))
+    # an integer column takes "4" and also "4.0" (a Parquet or JSON writer's float of a whole number)
+    as_float = {c: pl.col(c).cast(pl.Float64, strict=False) for c in _INT_COLUMNS}
     typed = raw.with_columns(
-        *(pl.col(c).cast(pl.Int64, strict=False).alias(f"{c}__i") for c in _INT_COLUMNS),
+        *(pl.coalesce(pl.col(c).cast(pl.Int64, strict=False),
+                      pl.when(as_float[c].is_finite() & (as_float[c] == as_float[c].floor())
+                              & (as_float[c].abs() < 2.0 ** 53)).then(as_float[c].cast(pl.Int64)))
+          .alias(f"{c}__i") for c in _INT_COLUMNS),
         *(pl.col(c).cast(pl.Float64, strict=False).alias(f"{c}__f") for c in _FLOAT_COLUMNS),
     )
     for c in _INT_COLUMNS:
@@ -324,8 +385,12 @@ def check_measurements(raw: pl.DataFrame, path: str | Path, catalog: Catalog | N
     for c in _FLOAT_COLUMNS:
         f = pl.col(f"{c}__f")
         reject(pl.col(c).is_not_null() & f.is_null(), "not_a_number", pl.format(f"{c} = {{}}", pl.col(c)))
-        reject(f.is_not_null() & (~f.is_finite() | (f <= 0)), "out_of_range",
-               pl.format(f"{c} = {{}}: expected a finite number > 0", pl.col(c)))
+        if c in _ZERO_ALLOWED:  # a measured exposed communication of 0 is a measurement (all hidden)
+            reject(f.is_not_null() & (~f.is_finite() | (f < 0)), "out_of_range",
+                   pl.format(f"{c} = {{}}: expected a finite number >= 0", pl.col(c)))
+        else:
+            reject(f.is_not_null() & (~f.is_finite() | (f <= 0)), "out_of_range",
+                   pl.format(f"{c} = {{}}: expected a finite number > 0", pl.col(c)))
     thr, step, step_ms = pl.col("throughput"), pl.col("step_time_s"), pl.col("step_time_ms")
     given = thr.is_not_null().cast(pl.Int8) + step.is_not_null().cast(pl.Int8) + step_ms.is_not_null().cast(pl.Int8)
     reject(given == 0, "no_measurement", pl.lit("throughput and step_time_s (or step_time_ms) are all empty"))
@@ -744,9 +809,12 @@ def predict_jobs(jobs: pl.DataFrame, fit: FittedEfficiencies, catalog: Catalog |
 # -- errors --------------------------------------------------------------------------------------------
 def error_summary(rows: pl.DataFrame, by: Sequence[str]) -> pl.DataFrame:
     """Per group of ``by``: ``rows``, ``mape``, ``median_ape``, ``max_ape``, ``bias`` (fractions) of the
-    ``error`` column; ``sync_rows`` and ``sync_mape`` where ``measured_sync_s`` is given."""
+    ``error`` column; ``sync_rows`` (rows with ``measured_sync_s``), ``sync_mape`` (fraction, over those
+    measured above 0: a relative error of a measured 0 is undefined) and ``sync_mae_s`` (mean
+    absolute error, s, over every row with a measured sync, 0 included)."""
     sync_err = pl.col("predicted_sync_s") / pl.col("measured_sync_s") - 1
     has_sync = pl.col("measured_sync_s").is_not_null()
+    relative = has_sync & (pl.col("measured_sync_s") > 0)
     return rows.group_by(list(by), maintain_order=True).agg(
         rows=pl.len(),
         mape=pl.col("error").abs().mean(),
@@ -754,7 +822,8 @@ def error_summary(rows: pl.DataFrame, by: Sequence[str]) -> pl.DataFrame:
         max_ape=pl.col("error").abs().max(),
         bias=pl.col("error").mean(),
         sync_rows=has_sync.sum(),
-        sync_mape=sync_err.filter(has_sync).abs().mean(),
+        sync_mape=sync_err.filter(relative).abs().mean(),
+        sync_mae_s=(pl.col("predicted_sync_s") - pl.col("measured_sync_s")).filter(has_sync).abs().mean(),
     )
 
 
