@@ -442,3 +442,39 @@ def test_whole_floats_are_integers_and_a_measured_sync_of_zero_is_kept(tmp_path)
     s = error_summary(rows, ["g"]).row(0, named=True)
     assert (s["sync_rows"], s["sync_mape"]) == (2, pytest.approx(0.5))
     assert s["sync_mae_s"] == pytest.approx((0.01 + 0.1) / 2)
+
+
+def test_a_byte_order_mark_and_crlf_line_ends_read_as_plain_csv(tmp_path):
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + HEADER.replace("\n", "\r\n").encode()
+                     + b"resnet18_cifar,V100,1,32,fp32,0.05,a\r\n\r\nresnet18_cifar,V100,1,32,fp32,0.05\r\n")
+    t = read_measurements(path)
+    assert t.rows.select("line", "model", "source").rows() == [(2, "resnet18_cifar", "a")]
+    assert t.rejected.select("line", "reason").rows() == [(4, "field_count")]
+
+
+def test_a_line_of_separators_is_a_row_and_unreadable_text_names_its_line(tmp_path):
+    """A line of commas is a row (rejected: empty values, or the wrong field count), never skipped
+    as blank; a broken quote, non-UTF-8 bytes and another separator are errors naming the line or
+    what to change; a whole number too large to count with is out of range, not "not an integer"."""
+    path = _write(tmp_path, HEADER + "resnet18_cifar,V100,1,32,fp32,0.05,a\n,,,,,,\n,,,\n , , , , , , \n")
+    t = read_measurements(path)
+    assert t.rows["line"].to_list() == [2]
+    assert t.rejected.select("line", "reason").rows() == [(3, "missing_value"), (4, "field_count"),
+                                                          (5, "missing_value")]
+    with pytest.raises(MeasurementError, match=r"q.csv:3: not CSV from this line on"):
+        read_measurements(_write(tmp_path, HEADER + "resnet18_cifar,V100,1,32,fp32,0.05,a\n"
+                                                    'resnet18_cifar,"V100"x,1,32,fp32,0.05,a\n', "q.csv"))
+    latin = tmp_path / "l.csv"
+    latin.write_bytes((HEADER + "resnet18_cifar,V100,1,32,fp32,0.05,a\n").encode() + "r\xe9snet,V100,1,32,fp32,0.05,a\n"
+                      .encode("latin-1"))
+    with pytest.raises(MeasurementError, match=r"l.csv:3: not UTF-8 \(byte 0xe9\): save the table as UTF-8"):
+        read_measurements(latin)
+    with pytest.raises(MeasurementError, match=r"s.csv: the header is one field .*comma-separated"):
+        read_measurements(_write(tmp_path, HEADER.replace(",", ";") + "resnet18_cifar;V100;1;32;fp32;0.05;a\n",
+                                 "s.csv"))
+    t = read_measurements(_write(tmp_path, HEADER + "resnet18_cifar,V100,99999999999999999999999,32,fp32,0.05,a\n",
+                                 "h.csv"))
+    assert t.rejected.select("reason", "detail").rows() == [
+        ("out_of_range", f"{tmp_path / 'h.csv'}:2: gpus = 99999999999999999999999: a whole number too large to "
+                         "count with")]

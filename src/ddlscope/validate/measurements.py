@@ -92,6 +92,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import io
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -264,21 +265,40 @@ def _read_csv_rows(path: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
     records: list[tuple[int, list[str]]] = []
     bad: list[dict] = []
     try:
-        with open(path, encoding="utf-8", newline="") as fh:
-            reader = csv.reader(fh, strict=True)
-            next_line = 1
-            for rec in reader:
-                line, next_line = next_line, reader.line_num + 1
-                if not rec or all(not f.strip() for f in rec) or rec[0].lstrip().startswith("#"):
-                    continue
-                if header is None:
-                    header = [f.strip() for f in rec]
-                    continue
-                records.append((line, rec))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        data = path.read_bytes()
+    except OSError as exc:
         raise MeasurementError(f"{path}: cannot read as a measurement table ({type(exc).__name__}: {exc})") from exc
+    try:
+        text = data.decode("utf-8-sig")  # -sig: a byte-order mark is not part of the header
+    except UnicodeDecodeError as exc:
+        utf16 = data[:2] in (b"\xff\xfe", b"\xfe\xff")
+        line = data[:exc.start].count(b"\n") + 1
+        raise MeasurementError(
+            f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x}"
+            + ("; the file starts with a UTF-16 byte-order mark" if utf16 else "")
+            + "): save the table as UTF-8") from exc
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    next_line = 1
+    try:
+        for rec in reader:
+            line, next_line = next_line, reader.line_num + 1
+            # a blank line (or one of spaces) and a comment are no rows; a line of separators is a row
+            if len(rec) <= 1 and (not rec or not rec[0].strip() or rec[0].lstrip().startswith("#")):
+                continue
+            if rec[0].lstrip().startswith("#"):
+                continue
+            if header is None:
+                header = [f.strip() for f in rec]
+                continue
+            records.append((line, rec))
+    except csv.Error as exc:
+        raise MeasurementError(f"{path}:{next_line}: not CSV from this line on ({exc}): a quote that opens a "
+                               "field must close it, followed by a comma or the line's end") from exc
     if header is None:
         raise MeasurementError(f"{path}: no data row")
+    if len(header) == 1 and any(sep in header[0] for sep in (";", "\t", "|")):
+        raise MeasurementError(f"{path}: the header is one field ({header[0][:60]!r}): a measurement table is "
+                               "comma-separated")
     seen: dict[str, int] = {}
     for i, name in enumerate(header, start=1):
         if name and name in seen:
@@ -379,6 +399,9 @@ def check_measurements(raw: pl.DataFrame, path: str | Path, catalog: Catalog | N
         *(pl.col(c).cast(pl.Float64, strict=False).alias(f"{c}__f") for c in _FLOAT_COLUMNS),
     )
     for c in _INT_COLUMNS:
+        huge = as_float[c].is_finite() & (as_float[c] == as_float[c].floor()) & (as_float[c].abs() >= 2.0 ** 53)
+        reject(pl.col(c).is_not_null() & pl.col(f"{c}__i").is_null() & huge, "out_of_range",
+               pl.format(f"{c} = {{}}: a whole number too large to count with", pl.col(c)))
         reject(pl.col(c).is_not_null() & pl.col(f"{c}__i").is_null(), "not_an_integer",
                pl.format(f"{c} = {{}}", pl.col(c)))
         reject(pl.col(f"{c}__i") < 1, "out_of_range", pl.format(f"{c} = {{}}: expected >= 1", pl.col(c)))
