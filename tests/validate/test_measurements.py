@@ -408,7 +408,7 @@ def test_a_csv_row_with_the_wrong_field_count_is_one_rejected_row(tmp_path):
     assert t.rejected.select("line", "reason").rows() == [(3, "field_count"), (5, "field_count")]
     assert t.rejected["detail"].to_list() == [f"{path}:3: 8 fields, the header has 7",
                                               f"{path}:5: 5 fields, the header has 7"]
-    with pytest.raises(MeasurementError, match=r"no data row with the header's 7 fields \(1 rows differ; first: "
+    with pytest.raises(MeasurementError, match=r"no data row with the header's 7 fields \(1 row\(s\) differ; first: "
                                                r".*m2.csv:2: 6 fields"):
         read_measurements(_write(tmp_path, HEADER + "resnet18_cifar,V100,1,32,fp32,0.05\n", "m2.csv"))
 

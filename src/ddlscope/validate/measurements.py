@@ -283,9 +283,7 @@ def _read_csv_rows(path: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
         for rec in reader:
             line, next_line = next_line, reader.line_num + 1
             # a blank line (or one of spaces) and a comment are no rows; a line of separators is a row
-            if len(rec) <= 1 and (not rec or not rec[0].strip() or rec[0].lstrip().startswith("#")):
-                continue
-            if rec[0].lstrip().startswith("#"):
+            if not rec or (len(rec) == 1 and not rec[0].strip()) or rec[0].lstrip().startswith("#"):
                 continue
             if header is None:
                 header = [f.strip() for f in rec]
@@ -348,7 +346,7 @@ def read_measurements(path: str | Path, catalog: Catalog | None = None) -> Measu
     raw, unread = _read_raw(path)
     if raw.height == 0 and unread.height:
         raise MeasurementError(f"{path}: no data row with the header's {len(raw.columns) - 1} fields "
-                               f"({unread.height} rows differ; first: {unread['detail'][0]})")
+                               f"({unread.height} row(s) differ; first: {unread['detail'][0]})")
     table = check_measurements(raw, path, catalog)
     if unread.height:
         table = MeasurementTable(rows=table.rows, rejected=pl.concat([table.rejected, unread]).sort("line"),
