@@ -58,6 +58,8 @@ def test_clean_samples_balance(tmp_path, shared_data):
     assert _clean("system toml", tmp_path)["system.toml"] == Accounting(1, 1, 0)
     assert _clean("catalog toml", tmp_path)["catalog.toml"] == Accounting(1, 1, 0)
     assert _clean("rules csv", tmp_path)["rules.csv"] == Accounting(31, 31, 0)  # the 31 built-in kernel rules
+    # the measurement table: four rows, all used (a comment and a blank line are no rows)
+    assert _clean("measurement table csv", tmp_path)["measurements.csv"] == Accounting(4, 4, 0)
 
 
 def test_nccl_sample_fits_back_to_its_model(tmp_path):

@@ -35,12 +35,17 @@ scenario toml             ``check_catalog_file``, ``check_scenario_file`` on the
                           docs/model.md, with :func:`~ddlscope.testing.fuzz_specs.replace_value`
                           among the mutations; rows: the file's entries (1 system, the
                           ``[server.*]`` tables, the ``[[scenario]]`` entries)
+measurement table csv     :func:`ddlscope.validate.measurements.read_measurements` on
+                          :data:`MEASUREMENTS_SAMPLE`; rows: CSV records after the header, less
+                          blank and ``#`` lines
 ========================= ======================================================================
 """
 
 from __future__ import annotations
 
+import csv
 import gzip
+import io
 import json
 import tomllib
 from collections.abc import Callable
@@ -273,6 +278,42 @@ def _spec_target(kind: str) -> FuzzTarget:
     return FuzzTarget(f"{kind} toml", lambda: [Sample(name, example.encode())], read, mutations)
 
 
+# ---- ddlscope validate --measurements: a measurement table (CSV) -------------------------------------
+
+MEASUREMENTS_SAMPLE = (
+    "# a measurement table as docs/validation.md describes it\n"
+    "model,gpu,gpus,servers,batch_per_gpu,precision,step_time_s,throughput,throughput_unit,seq_len,measured_sync_s,"
+    "source\n"
+    "resnet18_cifar,V100,1,1,32,fp32,0.05,,,,,a\n"
+    "resnet50,A100-SXM4-80GB,8,1,256,fp16,,19000,images/s,,0.004,a\n"
+    'bert_base,A100-SXM4-80GB,8,1,32,amp,,409600,tokens/s,128,0,"my, cluster"\n'
+    "\n"
+    "ncf,T4,4,2,1024,fp32,0.02,,,,0.01,b\n"
+)
+"""The clean measurement table of the ``measurement table csv`` target: four rows (one-GPU, multi-GPU,
+tokens/s with a quoted source holding a comma, two servers), a comment and a blank line."""
+
+
+def _measurement_rows_in(data: bytes) -> int:
+    """Data rows of a measurement CSV counted from its bytes: CSV records after the header, less
+    blank lines (no field, or one of spaces) and lines starting with ``#``."""
+    records = csv.reader(io.StringIO(data.decode("utf-8-sig"), newline=""))
+    kept = [r for r in records if r and not (len(r) == 1 and not r[0].strip()) and not r[0].lstrip().startswith("#")]
+    return max(len(kept) - 1, 0)
+
+
+def _measurements_target() -> FuzzTarget:
+    def read(path: Path, data: bytes) -> Accounting:
+        from ddlscope.validate.measurements import read_measurements
+
+        t = read_measurements(path)  # reads and checks the rows; nothing is profiled
+        return Accounting(_measurement_rows_in(data), t.rows.height, t.rejected.height,
+                          int(t.rejected["reason"].is_null().sum()))
+
+    return FuzzTarget("measurement table csv", lambda: [Sample("measurements.csv", MEASUREMENTS_SAMPLE.encode())],
+                      read, max_rounds=3)
+
+
 ADAPTED_TARGETS: dict[str, Callable[[], FuzzTarget]] = {
     "kineto trace": lambda: _kineto_target("json"),
     "kineto trace gz": lambda: _kineto_target("gz"),
@@ -285,6 +326,7 @@ ADAPTED_TARGETS: dict[str, Callable[[], FuzzTarget]] = {
     "system toml": lambda: _spec_target("system"),
     "catalog toml": lambda: _spec_target("catalog"),
     "scenario toml": lambda: _spec_target("scenario"),
+    "measurement table csv": _measurements_target,
 }
 """The other modules' readers as fuzz targets, by name (each a function building the target)."""
 
