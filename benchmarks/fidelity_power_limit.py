@@ -27,8 +27,16 @@ Printed:
   models (Lambda/DLE NCF, SSD300, Transformer-XL one-GPU rows, priced as ``validate --published``
   prices them) and llm-foundry's MPT (139 FSDP rows on A100 SXM4 40/80 GB, ``fidelity_fsdp.py``).
 
-Run: ``PYTHONPATH=src python benchmarks/fidelity_power_limit.py [--cache DIR]`` (the profile cache of
-``fidelity_compute.py``; about a minute with a warm cache).
+``--per-tensor-flop`` prints a trial instead (not the model): the power dense tensor work draws taken
+as proportional to the board's tensor FLOP rate, ``e x peak_fp16`` (W per TFLOP/s of the dense FP16
+FP32-accumulate peak, i.e. energy per tensor operation), instead of to SMs x clock. The tensor
+throughput per SM per clock differs eight-fold across the catalog's boards (GeForce Ada 512
+FLOP/clk/SM with FP32 accumulate, A100 2,048, H100 SXM5 about 4,100), so per SM-GHz cannot be the
+same power on all of them. ``e`` is fitted by the same protocol as ``k`` (grid 0.2-6 W per TFLOP/s),
+with leave-one-GPU-out, the held-out tables, and fixed values of ``e`` for sensitivity.
+
+Run: ``PYTHONPATH=src python benchmarks/fidelity_power_limit.py [--cache DIR] [--per-tensor-flop]`` (the
+profile cache of ``fidelity_compute.py``; about a minute with a warm cache, two or three with a cold one).
 """
 
 from __future__ import annotations
@@ -69,6 +77,33 @@ def power_model(k: float, exponent: float) -> Iterator[None]:
         yield
     finally:
         system_spec.TENSOR_LOAD_W_PER_SM_GHZ, system_spec.POWER_CLOCK_EXPONENT = old
+
+
+E_GRID = np.geomspace(0.2, 6.0, 41)
+"""The W per TFLOP/s of dense FP16 tensor peak tried by ``--per-tensor-flop``."""
+E_FIXED = (1.0, 1.28, 1.6, 2.0)
+"""Fixed values of ``e`` printed for sensitivity (1.28 = 400 W / 312 TFLOP/s: the A100 SXM4 exactly at
+its limit)."""
+
+
+@contextmanager
+def per_tensor_flop(e_w_per_tflops: float) -> Iterator[None]:
+    """Inside the block, :meth:`GPUSpec.sustained_tensor_fraction` is
+    ``min(1, (board_power_w / (e x peak_tflops.fp16)) ** POWER_CLOCK_EXPONENT)`` (1 where the board
+    power is not given): the trial of ``--per-tensor-flop``, not the model."""
+    old = system_spec.GPUSpec.sustained_tensor_fraction
+
+    def fraction(gpu: system_spec.GPUSpec) -> float:
+        if gpu.board_power_w is None:
+            return 1.0
+        needed_w = e_w_per_tflops * gpu.peak_tflops.fp16
+        return min(1.0, (gpu.board_power_w / needed_w) ** system_spec.POWER_CLOCK_EXPONENT)
+
+    system_spec.GPUSpec.sustained_tensor_fraction = fraction
+    try:
+        yield
+    finally:
+        system_spec.GPUSpec.sustained_tensor_fraction = old
 
 
 class Rows:
@@ -120,6 +155,55 @@ def leave_one_gpu_out(rows: Rows, exponent: float) -> tuple[float, dict[str, tup
     return float(np.median([e for _, e in folds.values()])), folds
 
 
+def per_tensor_flop_trial(fit: Rows, pol: Rows, data: Path) -> None:
+    """Print the ``--per-tensor-flop`` trial: ``e`` fitted on the fit rows' cross-GPU ratios (in sample and
+    leave one GPU out, with the held-out GPU's absolute error at its fold's ``e``), then for the fitted
+    and fixed values the held-out tables (Pollux T4, the other models, MPT)."""
+    def predict(rows: Rows, e: float) -> np.ndarray:
+        with power_model(NO_LIMIT, system_spec.POWER_CLOCK_EXPONENT), per_tensor_flop(e):
+            return predict_single_gpu(rows.cases)["samples_per_s"].to_numpy()
+
+    gpus = sorted(set(fit.gpus))
+    preds = {e: predict(fit, e) for e in E_GRID}
+    best = float(min(E_GRID, key=lambda e: float(np.median(fit.pair_errors(preds[e])))))
+    pred = preds[best]
+    print(f"per tensor FLOP: e fitted on every row {best:.2f} W per TFLOP/s (in sample: ratio |error| median "
+          f"{pct(fit.pair_errors(pred)):.1f} % over pairs, "
+          f"{np.median([pct(fit.pair_errors(pred, only=g)) for g in gpus]):.1f} % median over GPUs; absolute "
+          f"{np.median(np.abs(pred / fit.measured - 1)) * 100:.1f} %)")
+    held_abs, folds = [], {}
+    for g in gpus:
+        e = float(min(E_GRID, key=lambda ee: float(np.median(fit.pair_errors(preds[ee], without=g)))))
+        folds[g] = (e, pct(fit.pair_errors(preds[e], only=g)))
+        mask = fit.gpus == g
+        held_abs.extend(np.abs(preds[e][mask] / fit.measured[mask] - 1) * 100)
+    print(f"  leave one GPU out: ratio |error| median over GPUs {np.median([v for _, v in folds.values()]):.1f} % "
+          f"(e per fold {min(e for e, _ in folds.values()):.2f}-{max(e for e, _ in folds.values()):.2f}); "
+          f"absolute |error| of the held-out GPU's rows, median {np.median(held_abs):.1f} %")
+    cat = builtin_catalog()
+    with per_tensor_flop(best):
+        held = {g: cat.gpu(g).sustained_tensor_fraction() for g in gpus}
+    for g, (e, err) in folds.items():
+        print(f"    {g:<18} {err:5.1f} %  (e {e:.2f}; clock held at e = {best:.2f}: {held[g]:.3f})")
+    other = held_out_models(data)
+    amp = np.array([r["precision"] == "fp16" for r in pol.rows])
+    for e in (best, *E_FIXED):
+        pp = predict(pol, e)
+        err = np.abs(pp / pol.measured - 1) * 100
+        with power_model(NO_LIMIT, system_spec.POWER_CLOCK_EXPONENT), per_tensor_flop(e):
+            res = validate_measurements(other)
+            mpt = fs.mpt_figures(data, builtin_catalog())
+            p = predict(fit, e)
+        test = res.rows.filter(pl.col("role") == "test")
+        ratio = res.ratios.filter(pl.col("kind") == "gpu").row(0, named=True)
+        print(f"  e = {e:.2f}: fit rows ratio median over GPUs "
+              f"{np.median([pct(fit.pair_errors(p, only=g)) for g in gpus]):.1f} %, absolute "
+              f"{np.median(np.abs(p / fit.measured - 1)) * 100:.1f} %; held out: Pollux T4 {np.median(err):.1f} % "
+              f"(ImageNet AMP {np.median(err[amp]):.1f} %), other models ratio "
+              f"{100 * ratio['median_abs_error']:.1f} % / absolute {100 * test['error'].abs().median():.1f} %, "
+              f"MPT on A100 SXM4 {mpt['mpt_abs_median']:.1f} % (signed {mpt['mpt_signed']:+.1f} %)")
+
+
 def held_out_models(data: Path) -> MeasurementTable:
     """The one-GPU rows of the shared Lambda + DLE measurement tables (``validate --published``'s) whose
     model is not one of the fit's (ResNet-50, BERT-base/large SQuAD): NCF, SSD300, Transformer-XL."""
@@ -132,12 +216,17 @@ def held_out_models(data: Path) -> MeasurementTable:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cache", type=Path, default=Path("/tmp/ddlscope-fidelity-cache"))
+    ap.add_argument("--per-tensor-flop", action="store_true",
+                    help="the trial of tensor-load power per tensor FLOP/s instead of per SM-GHz (not the model)")
     args = ap.parse_args()
     data = find_shared_data()
     if data is None:
         raise SystemExit("shared/data not found (set DDLSCOPE_SHARED_DATA)")
     all_rows = fc.measurements(data)
     fit = Rows([r for r in all_rows if not r["table"].startswith("pollux")], args.cache)
+    if args.per_tensor_flop:
+        per_tensor_flop_trial(fit, Rows([r for r in all_rows if r["table"].startswith("pollux")], args.cache), data)
+        return
     k0, e0 = system_spec.TENSOR_LOAD_W_PER_SM_GHZ, system_spec.POWER_CLOCK_EXPONENT
     none, with_k = fit.predict(NO_LIMIT, e0), fit.predict(k0, e0)
     print(f"fit rows: {len(fit.rows)} (Lambda + DLE one-GPU, {len(set(fit.gpus))} GPUs), {len(fit.pairs)} pairs")
