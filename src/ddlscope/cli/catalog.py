@@ -41,8 +41,10 @@ def register(app: typer.Typer) -> None:
                      "memory_mib": None if g.memory_mib is None else round(g.memory_mib),
                      "generation": g.generation or "",
                      "tensor_cores": ", ".join(g.tensor_core_precisions or ()), "sm_count": g.sm_count,
-                     "boost_clock_mhz": g.boost_clock_mhz, "board_power_w": g.board_power_w,
-                     # the share of the boost clock tensor work runs at under the board's power limit
+                     "boost_clock_mhz": g.boost_clock_mhz, "max_clock_mhz": g.max_clock_mhz,
+                     "board_power_w": g.board_power_w, "tensor_rate_of_die": g.tensor_rate_of_die,
+                     # the share of the boost clock tensor work runs at under the board's power limit (above 1:
+                     # the board boosts beyond its rated boost clock, up to max_clock_mhz)
                      "tensor_clock_held": round(g.sustained_tensor_fraction(), 3) if g.tensor_core_precisions else None,
                      "aliases": ", ".join(g.aliases), "source": g.source}
                     # by generation (oldest first, as GENERATIONS lists them), then name
@@ -86,9 +88,13 @@ def register(app: typer.Typer) -> None:
             "gpus": "dense peaks in TFLOP/s (tensor cores where the GPU has them for the precision, else its FP32 "
                     "rate); memory bandwidth in GB/s (1e9 bytes/s); memory_gb as sold (1e9 bytes), memory_mib as "
                     "the device reports it ('-': not recorded, memory_gb is used); boost_clock_mhz: the clock the "
-                    "peaks assume; board_power_w: the datasheet's power limit in W; tensor_clock_held: the share of "
-                    "the boost clock (so of the tensor peaks) the model prices tensor-core work at under that limit "
-                    "(docs/model.md; 1 without board_power_w); --sources shows each datasheet source",
+                    "peaks assume; max_clock_mhz: the highest clock the board reports (nvidia-smi 'Max Clocks'; '-': "
+                    "the boost clock); board_power_w: the datasheet's power limit in W; tensor_rate_of_die: the "
+                    "share of its die's tensor rate the board runs FP32-accumulate MMAs at (0.5 on GeForce RTX); "
+                    "tensor_clock_held: the "
+                    "share of the boost clock (so of the tensor peaks) the model prices tensor-core work at under "
+                    "that limit, above 1 where the board boosts beyond it (docs/model.md; 1 without board_power_w); "
+                    "--sources shows each datasheet source",
             "efficiencies": "fractions of the datasheet peak (compute) or bandwidth (memory); *_us in microseconds; "
                             "'-' where a generation has no tensor cores (its GEMMs run at cuda_gemm_eff); "
                             "--sources shows each value's source",

@@ -27,7 +27,7 @@ al., SC 2023) with ``F_half = peak_q * eff_max * compute_fill`` (see
   (:meth:`~ddlscope.specs.system.GPUSpec.has_tensor_cores`), else ``cuda_gemm_eff``. On tensor
   cores ``peak_q`` is the datasheet peak times the clock fraction the board's power limit sustains
   under tensor load (:meth:`~ddlscope.specs.system.GPUSpec.sustained_tensor_fraction`; 1 for a
-  board with ample power or without ``board_power_w``).
+  board without ``board_power_w``; above 1 for a board that boosts beyond its rated boost clock).
 - fused attention (:data:`FLASH_V2_OPS`: FlashAttention-2 and PyTorch's scaled-dot-product
   kernels; :data:`FLASH_V1_OPS`: FlashAttention v1) on 16-bit tensor cores:
   ``eff_max = fused_attention_eff`` / ``flash_v1_eff`` (:class:`~ddlscope.specs.efficiency.ComputeEfficiency`:
@@ -269,9 +269,10 @@ def _source_line(gpu: GPUSpec, eff: ComputeEfficiency, catalog_entry: ComputeEff
               f"launch {eff.kernel_launch_us:g} us, dispatch {eff.cpu_dispatch_us:g} us/op, "
               f"host {eff.step_overhead_us:g} us")
     held = gpu.sustained_tensor_fraction()
-    if held < 1.0 and gpu.has_tensor_cores(precision):
-        values += (f"; tensor cores at {held:.3f} of the boost clock (the {gpu.board_power_w:g} W board power "
-                   "limit, docs/model.md)")
+    if held != 1.0 and gpu.has_tensor_cores(precision):
+        why = (f"the {gpu.board_power_w:g} W board power limit" if held < 1.0 else
+               f"the {gpu.board_power_w:g} W board power leaves headroom above it, up to {gpu.max_clock_mhz:g} MHz")
+        values += f"; tensor cores at {held:.3f} of the boost clock ({why}, docs/model.md)"
     if eff == catalog_entry:
         return (f"catalog default for {eff.generation} ({gpu.name}): {values}; sources: "
                 f"`ddlscope catalog efficiencies --sources`")

@@ -50,22 +50,24 @@ Generation = Literal["kepler", "maxwell", "pascal", "volta", "turing", "ampere",
 GENERATIONS: tuple[str, ...] = Generation.__args__
 TensorPrecision = Literal["tf32", "fp16", "bf16"]
 MIB = 2**20
-TENSOR_LOAD_W_PER_SM_GHZ = 2.38
-"""Board power a GPU draws per SM per GHz of SM clock under dense tensor-core GEMMs, W: a board whose
-power limit is below ``TENSOR_LOAD_W_PER_SM_GHZ x sm_count x boost`` cannot hold its boost clock
-under that load (:meth:`GPUSpec.sustained_tensor_fraction`). Fitted, not measured: the value that
-minimises the median cross-GPU throughput-ratio error (which cancels any GPU-independent
-calibration) on the one-GPU rows of ``shared/data/lambda_benchmarks`` and ``dle_tables`` (13 GPUs:
-Volta, Turing, Ampere GA100/GA102, Ada, Hopper); leaving each GPU out in turn the fit gives 2.00 to
-2.59 (``benchmarks/fidelity_power_limit.py``). With it the boards at 2.38 W per SM-GHz or more (V100
-SXM2, A100 SXM4, H100 SXM5, RTX 3090) keep their boost clock, so the held-out MPT/FSDP table on A100
-SXM4 is unchanged."""
+TENSOR_LOAD_W_PER_SM_GHZ = 2.59
+"""Board power a GPU draws per SM per GHz of SM clock under dense tensor-core GEMMs at its die's full
+tensor rate, W: a board whose power limit is below ``TENSOR_LOAD_W_PER_SM_GHZ x sm_count x boost_GHz
+x tensor_rate_of_die`` cannot hold its boost clock under that load (:meth:`GPUSpec.sustained_tensor_fraction`;
+a GeForce board, running tensor MMAs at half its die's rate, draws half of it). Fitted, not measured:
+the value that minimises the median cross-GPU throughput-ratio error (which cancels any
+GPU-independent calibration) on the one-GPU rows of ``shared/data/lambda_benchmarks`` and
+``dle_tables`` (13 GPUs: Volta, Turing, Ampere GA100/GA102, Ada, Hopper); leaving each GPU out in turn
+the fit gives 2.00 to 3.08 (``benchmarks/fidelity_power_limit.py``). With it the A100 SXM4 (400 W) and
+the H100 SXM5 (700 W) keep their boost clock under tensor load, as their measured large-GEMM rates
+(250-280 of 312 TFLOPS; about 700 of 989) and the held-out MPT/FSDP table on A100 SXM4 require.
+Before the half rate and the clock ceiling were modelled the same fit gave 2.38."""
 POWER_CLOCK_EXPONENT = 1.0 / 3.0
 """Sustained clock over boost clock = (power limit / power needed at boost) ** this: CMOS dynamic power
 ``P = a C V^2 f`` with the supply voltage scaled with the clock along the DVFS curve (``V ~ f``), so
 ``P ~ f^3`` (Hennessy and Patterson, *Computer Architecture*, 6th ed., section 1.5). Not fitted: the
-leave-one-GPU-out figure of ``benchmarks/fidelity_power_limit.py`` is 9.3 / 9.8 / 9.5 % for exponents
-1/4, 1/3, 1/2 (10.9 % at 1)."""
+leave-one-GPU-out figure of ``benchmarks/fidelity_power_limit.py`` is 9.1 / 9.1 / 8.8 % for exponents
+1/4, 1/3, 1/2 (11.1 % at 1)."""
 
 
 class GPUSpec(BaseModel):
@@ -88,6 +90,21 @@ class GPUSpec(BaseModel):
       with ``sm_count`` and ``boost_clock_mhz`` it sets :meth:`sustained_tensor_fraction`. ``None``:
       tensor work at the boost clock (the built-in catalog leaves it unset where the figure is a
       module's, e.g. GH200, or outside the generations the power constant was fitted on: AMD, Blackwell).
+    - ``tensor_rate_of_die``: the share of its die's full tensor rate per SM per clock the board runs
+      FP16/BF16 MMAs with FP32 accumulate (what PyTorch's cuBLAS and cuDNN calls use) at: 0.5 on the
+      GeForce RTX 20/30/40 boards (NVIDIA's Turing, GA102 and Ada architecture whitepapers, appendices:
+      their FP16 tensor rate with FP32 accumulate is half that with FP16 accumulate, which the
+      workstation and data-centre boards of the same dies run at the full rate), else 1. Half the
+      tensor work per SM per clock draws half the tensor-load power (:meth:`sustained_tensor_fraction`);
+      the datasheet peaks already hold the rate.
+    - ``max_clock_mhz``: the highest SM clock GPU Boost may run the board at, MHz, as ``nvidia-smi -q``
+      reports it under "Max Clocks" (NVML ``NVML_CLOCK_SM`` maximum); ``max_clock_source`` says where the
+      figure comes from. Data-centre boards report their datasheet boost clock there (an A100 1,410
+      MHz, an A10G 1,710 MHz): ``None`` means that. GeForce and workstation boards report more (an RTX
+      3090 or RTX A6000 2,100 MHz, an RTX 4090 or RTX 6000 Ada 3,105 MHz; their "boost clock" is a
+      typical clock, NVIDIA's GPU Boost raising the clock further while power and temperature allow):
+      where the power limit leaves headroom, tensor work runs above the boost clock, up to this one.
+      Needs ``boost_clock_mhz`` and must not be below it.
     """
 
     model_config = SPEC_CONFIG
@@ -104,27 +121,43 @@ class GPUSpec(BaseModel):
     memory_mib: float | None = Field(None, gt=0)
     memory_source: str = ""
     board_power_w: float | None = Field(None, gt=0, strict=True)
+    tensor_rate_of_die: float = Field(1.0, gt=0, le=1, strict=True)
+    max_clock_mhz: float | None = Field(None, gt=0, strict=True)
+    max_clock_source: str = ""
     source: str = ""
 
     @model_validator(mode="after")
-    def _power_model_inputs(self) -> GPUSpec:
+    def _clock_inputs(self) -> GPUSpec:
         if self.board_power_w is not None and (self.sm_count is None or self.boost_clock_mhz is None):
             missing = " and ".join(n for n in ("sm_count", "boost_clock_mhz") if getattr(self, n) is None)
             raise ValueError(f"board_power_w needs {missing} too (the power-limited tensor clock is board power "
                              "over SMs x boost clock; docs/model.md)")
+        if self.max_clock_mhz is not None:
+            if self.boost_clock_mhz is None:
+                raise ValueError("max_clock_mhz needs boost_clock_mhz too (the clock ceiling is a multiple of the "
+                                 "boost clock the peaks assume; docs/model.md)")
+            if self.max_clock_mhz < self.boost_clock_mhz:
+                raise ValueError(f"max_clock_mhz ({self.max_clock_mhz:g}) is below boost_clock_mhz "
+                                 f"({self.boost_clock_mhz:g}): the maximum clock is at least the boost clock")
         return self
 
     def sustained_tensor_fraction(self) -> float:
-        """The share of the boost clock (so of the datasheet tensor-core peaks) a board sustains under
-        dense tensor-core GEMMs: ``min(1, (board_power_w / (TENSOR_LOAD_W_PER_SM_GHZ x sm_count x
-        boost_GHz)) ** POWER_CLOCK_EXPONENT)`` (NVIDIA GPU Boost lowers the clock to hold the board's
-        power limit; :data:`TENSOR_LOAD_W_PER_SM_GHZ`, :data:`POWER_CLOCK_EXPONENT`). 1.0 where the
-        board power, SM count or boost clock is not given. E.g. an A100 PCIe 40 GB (250 W, 108 SMs,
-        1.41 GHz) holds 0.884, an A100 SXM4 (400 W) 1.0."""
+        """The SM clock a board sustains under dense tensor-core GEMMs, as a share of the boost clock its
+        datasheet tensor peaks assume: ``min(max_clock_mhz / boost_clock_mhz, (board_power_w /
+        (TENSOR_LOAD_W_PER_SM_GHZ x sm_count x boost_GHz x tensor_rate_of_die)) ** POWER_CLOCK_EXPONENT)``
+        (NVIDIA GPU Boost lowers the clock to hold the board's power limit, and raises it up to the
+        board's maximum clock while the limit leaves headroom; :data:`TENSOR_LOAD_W_PER_SM_GHZ`,
+        :data:`POWER_CLOCK_EXPONENT`). The ceiling is 1 where ``max_clock_mhz`` is not given; the whole
+        is 1.0 where the board power, SM count or boost clock is not given. E.g. an A100 PCIe 40 GB
+        (250 W, 108 SMs, 1.41 GHz) holds ``(250 / 394.4) ** (1/3)`` = 0.859, an A100 SXM4 (400 W) 1.0;
+        an RTX 4090 (450 W, 128 SMs, 2.52 GHz, half rate) runs above its boost clock at ``(450 / 417.7)
+        ** (1/3)`` = 1.025, below its ceiling 3,105 / 2,520.
+        """
         if self.board_power_w is None or self.sm_count is None or self.boost_clock_mhz is None:
             return 1.0
-        needed_w = TENSOR_LOAD_W_PER_SM_GHZ * self.sm_count * self.boost_clock_mhz / 1e3
-        return min(1.0, (self.board_power_w / needed_w) ** POWER_CLOCK_EXPONENT)
+        ceiling = self.max_clock_mhz / self.boost_clock_mhz if self.max_clock_mhz is not None else 1.0
+        needed_w = TENSOR_LOAD_W_PER_SM_GHZ * self.sm_count * self.boost_clock_mhz / 1e3 * self.tensor_rate_of_die
+        return min(ceiling, (self.board_power_w / needed_w) ** POWER_CLOCK_EXPONENT)
 
     @property
     def memory_bytes(self) -> float:
