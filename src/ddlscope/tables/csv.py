@@ -27,7 +27,7 @@ reason                   when
 or a good row. Lines may end in LF, CRLF or CR CR LF (trailing carriage returns are dropped).
 
 **Comments.** With ``CsvOptions(comment_prefix="#")``, a line whose first characters other than
-white space are the prefix is a comment: skipped like a blank line (whatever it holds: quotes, separators,
+spaces and tabs are the prefix is a comment: skipped like a blank line (whatever it holds: quotes, separators,
 bytes that are not UTF-8), counted in :attr:`TableFile.comment_lines
 <ddlscope.tables.result.TableFile.comment_lines>`, and counted in the line numbers. The header is then
 the first line that is neither blank nor a comment (blank and comment lines may come before it).
@@ -79,7 +79,7 @@ class CsvOptions:
         short_lines: ``"reject"`` a line with fewer fields than the header (``missing_fields``),
             or ``"pad"`` it with nulls.
         keep_raw: keep each good line's text as ``_raw`` (String).
-        comment_prefix: a line whose first characters other than white space are this string is a
+        comment_prefix: a line whose first characters other than spaces and tabs are this string is a
             comment: skipped like a blank line, counted in ``comment_lines`` and in the line
             numbers; the header is the first line that is neither blank nor a comment. None
             (default): no comments, the header is line 1.
@@ -230,8 +230,8 @@ def read_csv(path: str | Path, options: CsvOptions | None = None, *, label: str 
         raise ValueError(f"separator: expected one character, got {sep!r}")
     label = label or str(path)
     prefix = opts.comment_prefix
-    if prefix is not None and (not prefix or prefix[0].isspace() or "\n" in prefix or "\r" in prefix):
-        raise ValueError(f"comment_prefix: expected a non-empty string that neither starts with white space nor "
+    if prefix is not None and (not prefix or prefix[0] in " \t" or "\n" in prefix or "\r" in prefix):
+        raise ValueError(f"comment_prefix: expected a non-empty string that neither starts with a space or tab nor "
                          f"holds a line end, got {prefix!r}")
     with local_source(path) as local:
         data, utf8 = check_utf8(read_text_bytes(local, label))
@@ -246,7 +246,7 @@ def read_csv(path: str | Path, options: CsvOptions | None = None, *, label: str 
     else:
         # a comment line's text becomes empty: it is parsed, counted and skipped as a blank line is
         lines = _lines(data)
-        comment = raw.str.strip_chars_start().str.starts_with(prefix)
+        comment = raw.str.strip_chars_start(" \t").str.starts_with(prefix)
         lines = lines.with_columns(_comment=comment).with_columns(
             pl.when(pl.col("_comment")).then(pl.lit("")).otherwise(raw).alias("_raw"))
         comment_lines = int(lines["_comment"].sum())
