@@ -112,3 +112,54 @@ def test_json_suffix_is_sniffed_between_otlp_and_json_lines(tmp_path):
     (tmp_path / "rows.json").write_text('{"a": 1}\n')
     assert detect_format(tmp_path / "spans.json") == "otlp"
     assert detect_format(tmp_path / "rows.json") == "jsonl"
+
+
+def test_comment_lines_are_skipped_and_counted_with_their_line_numbers(tmp_path):
+    p = tmp_path / "c.csv"
+    # 1 comment; 2 blank; 3 indented comment; 4 header; 5 ok; 6 comment holding a quote, commas and
+    # bad bytes; 7 extra field; 8 blank; 9 ok with '#' inside a field; 10 short; 11 '#' not first: a row
+    p.write_bytes(b'# made by hand\n\n   # "a, b\na,b\n1,2\n# "x,y,\xff\n3,4,5\n\n5,#6\n7\nx#,8\n')
+    tf = read_csv(p, CsvOptions(comment_prefix="#"))
+    assert tf.header == ["a", "b"]
+    assert tf.frame.select("_line", "a", "b").rows() == [(5, "1", "2"), (9, "5", "#6"), (11, "x#", "8")]
+    assert tf.rejected.select("line", "reason", "detail").rows() == [
+        (7, "extra_fields", "expected 2 fields, got 3"), (10, "missing_fields", "expected 2 fields, got 1")]
+    # 11 lines: 1 header + 3 comments + 2 blank + 5 data (3 kept, 2 rejected)
+    assert (tf.data_rows, tf.blank_lines, tf.comment_lines, tf.balanced) == (5, 2, 3, True)
+    # without the option, line 1 is the header and line 3's quote is a field's
+    with pytest.raises(ValueError, match=r"c\.csv:3: a quote is not closed on its line"):
+        read_csv(p)
+
+
+def test_comment_prefix_with_a_byte_order_mark_crlf_and_a_cut_last_line(tmp_path):
+    p = tmp_path / "b.csv"
+    # 1 BOM + comment; 2 header; 3 ok; 4 comment; 5 cut inside a quote (no newline)
+    p.write_bytes(b'\xef\xbb\xbf#c\r\nx,y\r\n"1,5",2\r\n  #z\r\n3,"fo')
+    tf = read_csv(p, CsvOptions(comment_prefix="#"))
+    assert tf.header == ["x", "y"]
+    assert tf.frame.select("_line", "x", "y").rows() == [(3, "1,5", "2")]
+    assert tf.rejected.select("line", "reason").rows() == [(5, "truncated_last_line")]
+    assert (tf.data_rows, tf.blank_lines, tf.comment_lines) == (2, 0, 2)
+    # a longer prefix, and a file whose comments end it without a newline
+    (tmp_path / "s.csv").write_bytes(b"-- head\nx,y\n-- 1,2\n1,2\n-- end")
+    tf = read_csv(tmp_path / "s.csv", CsvOptions(comment_prefix="--"))
+    assert tf.frame.select("_line", "x", "y").rows() == [(4, "1", "2")] and tf.rejected.height == 0
+    assert (tf.data_rows, tf.comment_lines) == (1, 3)
+
+
+def test_comment_prefix_errors_name_the_line(tmp_path):
+    (tmp_path / "only.csv").write_bytes(b"# nothing\n\n  # here\n")
+    with pytest.raises(ValueError, match=r"only\.csv: no header line: every line is blank or a comment"):
+        read_csv(tmp_path / "only.csv", CsvOptions(comment_prefix="#"))
+    (tmp_path / "h.csv").write_bytes(b"# ok\n\na,\xffb\n1,2\n")
+    with pytest.raises(ValueError, match=r"h\.csv:3: the header is not UTF-8 text: byte offset 8 "):
+        read_csv(tmp_path / "h.csv", CsvOptions(comment_prefix="#"))
+    # an unclosed quote, and a closing quote followed by a letter, name their line (not a comment's)
+    (tmp_path / "q.csv").write_bytes(b'# "\na,b\n1,2\n3,"x\n')
+    with pytest.raises(ValueError, match=r"q\.csv:4: a quote is not closed on its line"):
+        read_csv(tmp_path / "q.csv", CsvOptions(comment_prefix="#"))
+    (tmp_path / "x.csv").write_bytes(b'# "\na,b\n1,"2"\n3,"4"x\n')
+    with pytest.raises(ValueError, match=r"x\.csv:4: not CSV: a quoted field must close its quote and be followed"):
+        read_csv(tmp_path / "x.csv", CsvOptions(comment_prefix="#"))
+    with pytest.raises(ValueError, match="comment_prefix: expected a non-empty string"):
+        read_csv(tmp_path / "x.csv", CsvOptions(comment_prefix=""))

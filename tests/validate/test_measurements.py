@@ -405,12 +405,31 @@ def test_a_csv_row_with_the_wrong_field_count_is_one_rejected_row(tmp_path):
     t = read_measurements(path)
     assert t.rows["line"].to_list() == [2, 7] and t.rows["source"].to_list() == ["a", "a, b"]
     assert t.rows_in == 4
-    assert t.rejected.select("line", "reason").rows() == [(3, "field_count"), (5, "field_count")]
-    assert t.rejected["detail"].to_list() == [f"{path}:3: 8 fields, the header has 7",
-                                              f"{path}:5: 5 fields, the header has 7"]
+    assert t.rejected.select("line", "reason").rows() == [(3, "extra_fields"), (5, "missing_fields")]
+    assert t.rejected["detail"].to_list() == [f"{path}:3: expected 7 fields, got 8",
+                                              f"{path}:5: expected 7 fields, got 5"]
     with pytest.raises(MeasurementError, match=r"no data row with the header's 7 fields \(1 row\(s\) differ; first: "
-                                               r".*m2.csv:2: 6 fields"):
+                                               r".*m2.csv:2: expected 7 fields, got 6"):
         read_measurements(_write(tmp_path, HEADER + "resnet18_cifar,V100,1,32,fp32,0.05\n", "m2.csv"))
+
+
+def test_comments_and_blank_lines_before_the_header_count_in_the_line_numbers(tmp_path):
+    """``#`` lines (indented too) and blank lines are skipped before the header as after it; a line of
+    spaces is no blank line but a row with one field (rejected), and an empty file is an error."""
+    path = _write(tmp_path, "# measured on our cluster\n\n  # by hand\n" + HEADER + "\n".join([
+        "resnet18_cifar,V100,1,32,fp32,0.05,a",  # line 5
+        "#resnet18_cifar,V100,1,32,fp32,0.05,b",  # line 6: a row commented out
+        "   ",                                    # line 7: spaces
+        "resnet18_cifar,V100,1,32,fp32,0.06,c",  # line 8
+    ]) + "\n")
+    t = read_measurements(path)
+    assert t.rows.select("line", "source").rows() == [(5, "a"), (8, "c")]
+    assert t.rejected.select("line", "reason", "detail").rows() == [
+        (7, "missing_fields", f"{path}:7: expected 7 fields, got 1")]
+    with pytest.raises(MeasurementError, match=r"e.csv: empty file; expected a header line"):
+        read_measurements(_write(tmp_path, "", "e.csv"))
+    with pytest.raises(MeasurementError, match=r"c.csv: no header line: every line is blank or a comment"):
+        read_measurements(_write(tmp_path, "# nothing yet\n\n", "c.csv"))
 
 
 def test_a_header_naming_a_column_twice_is_an_error(tmp_path):
@@ -450,7 +469,7 @@ def test_a_byte_order_mark_and_crlf_line_ends_read_as_plain_csv(tmp_path):
                      + b"resnet18_cifar,V100,1,32,fp32,0.05,a\r\n\r\nresnet18_cifar,V100,1,32,fp32,0.05\r\n")
     t = read_measurements(path)
     assert t.rows.select("line", "model", "source").rows() == [(2, "resnet18_cifar", "a")]
-    assert t.rejected.select("line", "reason").rows() == [(4, "field_count")]
+    assert t.rejected.select("line", "reason").rows() == [(4, "missing_fields")]
 
 
 def test_a_line_of_separators_is_a_row_and_unreadable_text_names_its_line(tmp_path):
@@ -460,16 +479,33 @@ def test_a_line_of_separators_is_a_row_and_unreadable_text_names_its_line(tmp_pa
     path = _write(tmp_path, HEADER + "resnet18_cifar,V100,1,32,fp32,0.05,a\n,,,,,,\n,,,\n , , , , , , \n")
     t = read_measurements(path)
     assert t.rows["line"].to_list() == [2]
-    assert t.rejected.select("line", "reason").rows() == [(3, "missing_value"), (4, "field_count"),
+    assert t.rejected.select("line", "reason").rows() == [(3, "missing_value"), (4, "missing_fields"),
                                                           (5, "missing_value")]
-    with pytest.raises(MeasurementError, match=r"q.csv:3: not CSV from this line on"):
+    with pytest.raises(MeasurementError, match=r"q.csv:3: not CSV: a quoted field must close its quote and be "
+                                               "followed by the separator or the line's end"):
         read_measurements(_write(tmp_path, HEADER + "resnet18_cifar,V100,1,32,fp32,0.05,a\n"
                                                     'resnet18_cifar,"V100"x,1,32,fp32,0.05,a\n', "q.csv"))
+    # a quoted field spanning two lines is not read (one record a line): an error naming its first line
+    with pytest.raises(MeasurementError, match=r"o.csv:3: a quote is not closed on its line; quoted fields spanning "
+                                               "lines are not supported"):
+        read_measurements(_write(tmp_path, HEADER + "resnet18_cifar,V100,1,32,fp32,0.05,a\n"
+                                                    'resnet18_cifar,V100,1,32,fp32,0.05,"two\nlines"\n', "o.csv"))
+    # a line that is not UTF-8 is one rejected row naming its line and byte; the other rows are read
     latin = tmp_path / "l.csv"
     latin.write_bytes((HEADER + "resnet18_cifar,V100,1,32,fp32,0.05,a\n").encode() + "r\xe9snet,V100,1,32,fp32,0.05,a\n"
-                      .encode("latin-1"))
-    with pytest.raises(MeasurementError, match=r"l.csv:3: not UTF-8 \(byte 0xe9\): save the table as UTF-8"):
-        read_measurements(latin)
+                      .encode("latin-1") + b"resnet18_cifar,V100,1,32,fp32,0.05,a\n")
+    t = read_measurements(latin)
+    assert t.rows["line"].to_list() == [2, 4]
+    # the header (58 bytes) and line 2 (37 bytes): 0xe9 is byte 96, the 2nd of line 3
+    assert t.rejected.select("line", "reason", "detail").rows() == [
+        (3, "invalid_utf8", f"{latin}:3: byte offset 96 (byte 2 of the line): 0xe9 is not UTF-8: save the table as "
+                            "UTF-8")]
+    # a UTF-16 file has no readable line at all: an error with the hint
+    utf16 = tmp_path / "w.csv"
+    utf16.write_bytes((HEADER + "resnet18_cifar,V100,1,32,fp32,0.05,a\n").encode("utf-16"))
+    with pytest.raises(MeasurementError, match=r"w.csv:1: not UTF-8 \(byte 0x(ff|fe); the file starts with a UTF-16 "
+                                               r"byte-order mark\): save the table as UTF-8"):
+        read_measurements(utf16)
     with pytest.raises(MeasurementError, match=r"s.csv: the header is one field .*comma-separated"):
         read_measurements(_write(tmp_path, HEADER.replace(",", ";") + "resnet18_cifar;V100;1;32;fp32;0.05;a\n",
                                  "s.csv"))

@@ -9,8 +9,9 @@ A file is read in native Polars code, never line by line in Python:
 3. the fields themselves come from Polars' CSV parser (quote-aware only when some line holds a
    quote), one row per physical line, so the two passes line up row for row.
 
-A line is then the header, blank (empty: counted, not data), rejected (:data:`REJECTED_SCHEMA
-<ddlscope.tables.result.REJECTED_SCHEMA>`, first that applies):
+A line is then the header, blank (empty: counted, not data), a comment (with ``comment_prefix``:
+counted, not data), rejected (:data:`REJECTED_SCHEMA <ddlscope.tables.result.REJECTED_SCHEMA>`,
+first that applies):
 
 =======================  ======================================================================
 reason                   when
@@ -24,11 +25,20 @@ reason                   when
 =======================  ======================================================================
 
 or a good row. Lines may end in LF, CRLF or CR CR LF (trailing carriage returns are dropped).
+
+**Comments.** With ``CsvOptions(comment_prefix="#")``, a line whose first characters other than
+spaces and tabs are the prefix is a comment: skipped like a blank line (whatever it holds: quotes, separators,
+bytes that are not UTF-8), counted in :attr:`TableFile.comment_lines
+<ddlscope.tables.result.TableFile.comment_lines>`, and counted in the line numbers. The header is then
+the first line that is neither blank nor a comment (blank and comment lines may come before it).
+Without ``comment_prefix`` no line is a comment and the header is line 1.
 ``.gz`` files are decompressed; a ``.tar.gz`` archive must hold one CSV member
 (:func:`~ddlscope.tables.text.local_source`).
 
 Limitation: a quoted field that spans several physical lines is not supported; such a file (or
-one with a quote that is not closed before the last line) is a clear error naming the line.
+one with a quote that is not closed before the last line) is a clear error naming the line, as is a
+line the CSV parser refuses because a quoted field is followed by something other than the
+separator or the line's end (``"a"b``).
 """
 
 from __future__ import annotations
@@ -69,6 +79,10 @@ class CsvOptions:
         short_lines: ``"reject"`` a line with fewer fields than the header (``missing_fields``),
             or ``"pad"`` it with nulls.
         keep_raw: keep each good line's text as ``_raw`` (String).
+        comment_prefix: a line whose first characters other than spaces and tabs are this string is a
+            comment: skipped like a blank line, counted in ``comment_lines`` and in the line
+            numbers; the header is the first line that is neither blank nor a comment. None
+            (default): no comments, the header is line 1.
     """
 
     separator: str = ","
@@ -77,6 +91,7 @@ class CsvOptions:
     select: Sequence[str] | None = None
     short_lines: Literal["reject", "pad"] = "reject"
     keep_raw: bool = False
+    comment_prefix: str | None = None
 
 
 def split_header(line: str, separator: str = ",") -> list[str]:
@@ -178,6 +193,17 @@ def _unclosed_quote(lines: pl.DataFrame, label: str) -> None:
                          "spanning lines are not supported")
 
 
+def _misquoted(lines: pl.DataFrame, label: str, sep: str) -> None:
+    """Raise naming the first line of ``lines`` that is not RFC 4180 fields: each field empty,
+    quoted (``"..."``, ``""`` an escaped quote) or unquoted (not starting with a quote), if any."""
+    s = f"\\x{{{ord(sep):X}}}"  # the separator as a regex escape, in or out of a class
+    field = f'(?:{_QUOTED}|[^"{s}][^{s}]*)?'
+    bad = lines.filter(pl.col("_raw").str.len_bytes() > 0, ~pl.col("_raw").str.contains(f"^{field}(?:{s}{field})*$"))
+    if bad.height:
+        raise ValueError(f"{label}:{int(bad['_line'][0])}: not CSV: a quoted field must close its quote and be "
+                         "followed by the separator or the line's end")
+
+
 def read_csv(path: str | Path, options: CsvOptions | None = None, *, label: str | None = None) -> TableFile:
     """Read one delimited text table; see the module docstring for what becomes of each line.
 
@@ -192,30 +218,54 @@ def read_csv(path: str | Path, options: CsvOptions | None = None, *, label: str 
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: a bad separator, an empty file where a header is expected, a header that is
-            not UTF-8, a selected column the file lacks (with a separator hint), or a quote not
-            closed before the last line (naming the line).
+        ValueError: a bad separator or ``comment_prefix``, an empty file (or, with
+            ``comment_prefix``, one of blank and comment lines only) where a header is expected, a
+            header that is not UTF-8, a selected column the file lacks (with a separator hint), a
+            quote not closed before the last line, or a quoted field followed by something other
+            than the separator or the line's end (naming the line).
     """
     opts = options or CsvOptions()
     sep = opts.separator
     if len(sep) != 1:
         raise ValueError(f"separator: expected one character, got {sep!r}")
     label = label or str(path)
+    prefix = opts.comment_prefix
+    if prefix is not None and (not prefix or prefix[0] in " \t" or "\n" in prefix or "\r" in prefix):
+        raise ValueError(f"comment_prefix: expected a non-empty string that neither starts with a space or tab nor "
+                         f"holds a line end, got {prefix!r}")
     with local_source(path) as local:
         data, utf8 = check_utf8(read_text_bytes(local, label))
-    end = data.find(b"\n")
-    first = data[: end if end >= 0 else len(data)].decode("utf-8").rstrip("\r").removeprefix("\ufeff") \
-        if data else None
+    raw = pl.col("_raw")
+    lines: pl.DataFrame | None = None
+    if prefix is None:
+        end = data.find(b"\n")
+        first = data[: end if end >= 0 else len(data)].decode("utf-8").rstrip("\r").removeprefix("\ufeff") \
+            if data else None
+        first_line = 1
+        comment_lines = 0
+    else:
+        # a comment line's text becomes empty: it is parsed, counted and skipped as a blank line is
+        lines = _lines(data)
+        comment = raw.str.strip_chars_start(" \t").str.starts_with(prefix)
+        lines = lines.with_columns(_comment=comment).with_columns(
+            pl.when(pl.col("_comment")).then(pl.lit("")).otherwise(raw).alias("_raw"))
+        comment_lines = int(lines["_comment"].sum())
+        content = lines.filter(raw.str.len_bytes() > 0).head(1)
+        first = content["_raw"][0] if content.height else None
+        first_line = int(content["_line"][0]) if content.height else None
+        lines = lines.drop("_comment")
     has_header = opts.has_header
     if has_header == "auto":
         has_header = bool(opts.columns) and first is not None and split_header(first, sep) == list(opts.columns or [])
     header: list[str] | None = None
     if has_header:
         if first is None:
+            if data:
+                raise ValueError(f"{label}: no header line: every line is blank or a comment (prefix {prefix!r})")
             raise ValueError(f"{label}: empty file; expected a header line")
-        bad = [p for p in utf8 if p.line == 1]
+        bad = [p for p in utf8 if p.line == first_line]
         if bad:
-            raise ValueError(f"{label}:1: the header is not UTF-8 text: {bad[0].describe()}")
+            raise ValueError(f"{label}:{first_line}: the header is not UTF-8 text: {bad[0].describe()}")
         header = split_header(first, sep)
         names = _unique_names(header)
     else:
@@ -227,14 +277,17 @@ def read_csv(path: str | Path, options: CsvOptions | None = None, *, label: str 
     if missing:
         raise ValueError(f"{label}: unknown column(s) {missing}; the table's columns are {names}"
                          + separator_hint(header, sep))
-    if opts.short_lines == "pad" and not opts.keep_raw and header is not None and not utf8:
+    if opts.short_lines == "pad" and not opts.keep_raw and header is not None and not utf8 and prefix is None:
         fast = _read_padded_fast(data, label, header, names, select, sep)
         if fast is not None:
             return fast
-    lines = _lines(data)
-    body_lines = lines.slice(1) if header is not None else lines
+    if lines is None:
+        lines = _lines(data)
+    # the lines before the header (blank or, with comment_prefix, comments) are no data either
+    head_lines = int(first_line) if header is not None and first_line is not None else 0
+    before = lines.slice(0, max(head_lines - 1, 0))
+    body_lines = lines.slice(head_lines)
     n_expected = len(names)
-    raw = pl.col("_raw")
     quoted = bool(lines["_raw"].str.contains('"', literal=True).any()) if lines.height else False
     stripped = raw.str.replace_all(_QUOTED, "Q") if quoted else raw
     body_lines = body_lines.with_columns(_n=(stripped.str.count_matches(sep, literal=True) + 1).cast(pl.Int64))
@@ -255,9 +308,10 @@ def read_csv(path: str | Path, options: CsvOptions | None = None, *, label: str 
     # the values, one row per physical line
     width = max(n_expected, int(parse_lines["_n"].max() or 0)) if parse_lines.height else n_expected
     schema = dict.fromkeys(names, pl.String) | {f"__extra_{i}": pl.String for i in range(width - n_expected)}
+    # the lines as cleaned above (CR CR LF, comments emptied, lines before the header or the cut line left out)
+    rebuilt = truncated is not None or b"\r\r\n" in data or prefix is not None
     if parse_lines.height:
-        if truncated is not None or b"\r\r\n" in data:
-            # the lines as cleaned above (CR CR LF, or without the cut line)
+        if rebuilt:
             body = (parse_lines["_raw"].str.join("\n").item() + "\n").encode()
             skip = 0
         else:
@@ -271,6 +325,8 @@ def read_csv(path: str | Path, options: CsvOptions | None = None, *, label: str 
             )
         except pl.exceptions.PolarsError as exc:
             _unclosed_quote(parse_lines, label)
+            if quoted:
+                _misquoted(parse_lines, label, sep)
             raise ValueError(f"{label}: cannot parse as CSV: {str(exc).strip().splitlines()[0]}") from exc
         if values.height != parse_lines.height:
             _unclosed_quote(parse_lines, label)
@@ -282,7 +338,8 @@ def read_csv(path: str | Path, options: CsvOptions | None = None, *, label: str 
         values = pl.concat([values, pl.DataFrame({c: [None] for c in select}, schema=dict.fromkeys(select, pl.String))])
     frame = pl.concat([body_lines, values.select(select)], how="horizontal")
     blank = raw.str.len_bytes() == 0
-    blank_lines = int(frame.select(blank.sum()).item()) if frame.height else 0
+    blank_lines = int(frame.select(blank.sum()).item()) + before.height if frame.height or before.height else 0
+    blank_lines -= comment_lines  # comment lines were emptied: counted as comments, not blank
     frame = frame.filter(~blank)
 
     bad_utf8: dict[int, str] = {}
@@ -311,14 +368,14 @@ def read_csv(path: str | Path, options: CsvOptions | None = None, *, label: str 
     ).cast(REJECTED_SCHEMA) if bad_rows.height else pl.DataFrame(schema=REJECTED_SCHEMA)
     good = frame.filter(pl.col("_reason").is_null()).drop("_reason", "_n")
     last = names[-1]
-    if last in select and b"\r\r\n" not in data and b"\r" in data:
+    if last in select and not rebuilt and b"\r" in data:
         good = good.with_columns(pl.col(last).str.strip_chars_end("\r"))
     if not opts.keep_raw:
         good = good.drop("_raw")
     notes = ("lines end in CR CR LF (a CRLF file converted again): the extra CRs are dropped",) \
         if b"\r\r\n" in data else ()
     return TableFile(file=label, format="csv", frame=good, rejected=rejected, data_rows=frame.height,
-                     blank_lines=blank_lines, header=header, notes=notes)
+                     blank_lines=blank_lines, header=header, notes=notes, comment_lines=comment_lines)
 
 
 def infer_types(frame: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:

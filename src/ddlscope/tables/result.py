@@ -4,7 +4,7 @@ A :class:`TableFile` is one file read: its good rows (``frame``, with ``_line``,
 physical line of the row in the file; the row number for Parquet) and its rejected rows
 (``rejected``, :data:`REJECTED_SCHEMA`: file, line, reason, detail, text). Its accounting
 balances by construction: ``data_rows = frame.height + rejected.height``, where data rows are
-the lines that are neither the header nor blank.
+the lines that are neither the header nor blank (nor, where the reader skips them, a comment).
 
 Reasons (the categories rejected rows are counted by) are the module's constants; callers may
 rename them to their own vocabulary (the RPC readers keep ``extra_fields``, ingest keeps
@@ -69,11 +69,12 @@ class TableFile:
             (Int64, 1-based physical line; row number for Parquet) and, when asked for, ``_raw``
             (the line's text).
         rejected: the rows not kept, one per line, :data:`REJECTED_SCHEMA`.
-        data_rows: lines (rows) that are neither the header nor blank: ``frame.height +
-            rejected.height``.
+        data_rows: lines (rows) that are neither the header nor blank nor a comment:
+            ``frame.height + rejected.height``.
         blank_lines: empty (or, for JSON lines, white-space only) lines: counted, not data.
         header: the column names of the header line (CSV) or of the file (Parquet, JSON lines).
         notes: what the reader inferred (e.g. a CR CR LF line ending), for the report.
+        comment_lines: comment lines skipped (CSV read with ``comment_prefix``): counted, not data.
     """
 
     file: str
@@ -84,6 +85,7 @@ class TableFile:
     blank_lines: int = 0
     header: list[str] | None = None
     notes: tuple[str, ...] = ()
+    comment_lines: int = 0
 
     @property
     def balanced(self) -> bool:

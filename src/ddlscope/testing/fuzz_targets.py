@@ -36,16 +36,14 @@ scenario toml             ``check_catalog_file``, ``check_scenario_file`` on the
                           among the mutations; rows: the file's entries (1 system, the
                           ``[server.*]`` tables, the ``[[scenario]]`` entries)
 measurement table csv     :func:`ddlscope.validate.measurements.read_measurements` on
-                          :data:`MEASUREMENTS_SAMPLE`; rows: CSV records after the header, less
+                          :data:`MEASUREMENTS_SAMPLE`; rows: physical lines after the header, less
                           blank and ``#`` lines
 ========================= ======================================================================
 """
 
 from __future__ import annotations
 
-import csv
 import gzip
-import io
 import json
 import tomllib
 from collections.abc import Callable
@@ -295,10 +293,14 @@ tokens/s with a quoted source holding a comma, two servers), a comment and a bla
 
 
 def _measurement_rows_in(data: bytes) -> int:
-    """Data rows of a measurement CSV counted from its bytes: CSV records after the header, less
-    blank lines (no field, or one of spaces) and lines starting with ``#``."""
-    records = csv.reader(io.StringIO(data.decode("utf-8-sig"), newline=""))
-    kept = [r for r in records if r and not (len(r) == 1 and not r[0].strip()) and not r[0].lstrip().startswith("#")]
+    """Data rows of a measurement CSV counted from its bytes: its physical lines (split at LF, trailing
+    CRs and a leading UTF-8 byte-order mark dropped) after the header, less blank lines (empty) and
+    comments (first characters other than spaces and tabs ``#``); the header is the first line that is
+    neither (the reader reads one record a line: a quoted field spanning lines is an error)."""
+    lines = data.decode("utf-8", errors="replace").removeprefix("\ufeff").split("\n")
+    if lines and lines[-1] == "":  # the newline ending the last line starts no line
+        lines.pop()
+    kept = [t for t in (line.rstrip("\r") for line in lines) if t and not t.lstrip(" \t").startswith("#")]
     return max(len(kept) - 1, 0)
 
 

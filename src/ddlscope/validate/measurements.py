@@ -53,9 +53,11 @@ column               required  meaning
 
 Rows that cannot be used (a missing required value, a value that is not a number, an unknown model
 or GPU, a ``tokens/s`` row with no sequence length, a CSV row with more or fewer fields than the
-header) are **rejected with their line and reason**, and counted (:attr:`MeasurementTable.rejected`);
-a table without a required column, or a header naming a column twice, is an error naming the file
-and the column. An integer column takes a whole number written as a float (``4.0``, as Parquet and
+header: ``extra_fields``, ``missing_fields``; a CSV line that is not UTF-8: ``invalid_utf8``) are
+**rejected with their line and reason**, and counted (:attr:`MeasurementTable.rejected`); a table
+without a required column, or a header naming a column twice, is an error naming the file and the
+column. A CSV table is one record a line (:func:`ddlscope.tables.read_csv`): a quoted field spanning
+lines is an error naming the line. An integer column takes a whole number written as a float (``4.0``, as Parquet and
 JSON writers of float columns give it).
 
 **Prediction.** Each distinct (model, precision, optimizer, seq_len, image_size, attention, amp) is profiled at
@@ -91,8 +93,6 @@ ratio errors are out-of-sample too.
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -109,6 +109,8 @@ from ddlscope.model.step_time import breakdown
 from ddlscope.specs.catalog import Catalog, CatalogError, builtin_catalog
 from ddlscope.specs.efficiency import ComputeEfficiency
 from ddlscope.specs.overlap import overlap_fraction
+from ddlscope.tables import CsvOptions, read_csv, separator_hint
+from ddlscope.tables.result import INVALID_UTF8
 from ddlscope.validate.ddp import ddp_buckets_expr
 from ddlscope.validate.published import WORKLOAD_LINEAR
 
@@ -226,7 +228,7 @@ class MeasurementTable:
 
 def _read_raw(path: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The file's rows as strings with their ``line``, and the CSV rows left out before any check
-    (``line``, ``source``, ``reason``, ``detail``: a row whose field count is not the header's)."""
+    (``line``, ``source``, ``reason``, ``detail``: :func:`_read_csv_rows`)."""
     suffix = path.suffix.lower()
     try:
         if suffix == ".parquet":
@@ -251,50 +253,39 @@ def _no_rows() -> pl.DataFrame:
 
 
 def _read_csv_rows(path: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """A CSV measurement table read with the standard library's :mod:`csv` (RFC 4180 quoting), row by
-    row, so that a row with more or fewer fields than the header is one rejected row naming its line
-    (``field_count``) instead of an error for the whole file (Polars' reader stops at it without
-    a line number). Blank lines and lines starting with ``#`` are skipped; ``line`` is the 1-based line
-    a row starts on.
+    """A CSV measurement table read with :func:`ddlscope.tables.read_csv` (RFC 4180 quoting, one
+    record a line), ``#`` lines as comments: every line is the header, blank, a comment, a rejected
+    row or a row. A row with more or fewer fields than the header (``extra_fields``,
+    ``missing_fields``), with bytes that are not UTF-8 (``invalid_utf8``) or cut short at the end of
+    the file (``truncated_last_line``) is one rejected row naming its line (``line``, ``source``: the
+    file's name, ``reason``, ``detail``: ``FILE:LINE: ...``). Blank lines and lines whose first
+    characters other than spaces and tabs are ``#`` are skipped, before the header too; ``line`` is the
+    1-based physical line. The returned rows hold the header's named columns as strings (an empty
+    field ``""``) and ``line``.
 
     Raises:
-        MeasurementError: the file is not UTF-8 or not CSV, has no header, a header names a column
-            twice (which value would count?) or has an unnamed column holding values.
+        MeasurementError: the file starts with a UTF-16 byte-order mark, has no header, is not CSV (a
+            quote not closed on its line, so also a quoted field spanning lines, or a closing quote
+            followed by something other than a comma: naming the line), has a header that is not
+            UTF-8 or is one field holding ``;``, a tab or ``|``, names a column twice (which value
+            would count?) or has an unnamed column holding values.
     """
-    header: list[str] | None = None
-    records: list[tuple[int, list[str]]] = []
-    bad: list[dict] = []
     try:
-        data = path.read_bytes()
+        with path.open("rb") as fh:
+            start = fh.read(2)
     except OSError as exc:
         raise MeasurementError(f"{path}: cannot read as a measurement table ({type(exc).__name__}: {exc})") from exc
+    if start in (b"\xff\xfe", b"\xfe\xff"):  # UTF-16: every line would be unreadable
+        raise MeasurementError(f"{path}:1: not UTF-8 (byte 0x{start[0]:02x}; the file starts with a UTF-16 "
+                               "byte-order mark): save the table as UTF-8")
     try:
-        text = data.decode("utf-8-sig")  # -sig: a byte-order mark is not part of the header
-    except UnicodeDecodeError as exc:
-        utf16 = data[:2] in (b"\xff\xfe", b"\xfe\xff")
-        line = data[:exc.start].count(b"\n") + 1
-        raise MeasurementError(
-            f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x}"
-            + ("; the file starts with a UTF-16 byte-order mark" if utf16 else "")
-            + "): save the table as UTF-8") from exc
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
-    next_line = 1
-    try:
-        for rec in reader:
-            line, next_line = next_line, reader.line_num + 1
-            # a blank line (or one of spaces) and a comment are no rows; a line of separators is a row
-            if not rec or (len(rec) == 1 and not rec[0].strip()) or rec[0].lstrip().startswith("#"):
-                continue
-            if header is None:
-                header = [f.strip() for f in rec]
-                continue
-            records.append((line, rec))
-    except csv.Error as exc:
-        raise MeasurementError(f"{path}:{next_line}: not CSV from this line on ({exc}): a quote that opens a "
-                               "field must close it, followed by a comma or the line's end") from exc
-    if header is None:
-        raise MeasurementError(f"{path}: no data row")
-    if len(header) == 1 and any(sep in header[0] for sep in (";", "\t", "|")):
+        tf = read_csv(path, CsvOptions(comment_prefix="#"), label=str(path))
+    except OSError as exc:
+        raise MeasurementError(f"{path}: cannot read as a measurement table ({type(exc).__name__}: {exc})") from exc
+    except ValueError as exc:
+        raise MeasurementError(str(exc)) from exc
+    header = tf.header or []
+    if separator_hint(header, ","):
         raise MeasurementError(f"{path}: the header is one field ({header[0][:60]!r}): a measurement table is "
                                "comma-separated")
     seen: dict[str, int] = {}
@@ -303,25 +294,27 @@ def _read_csv_rows(path: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
             raise MeasurementError(f"{path}: the header names column {name!r} twice (fields {seen[name]} and {i}): "
                                    "keep one")
         seen.setdefault(name, i)
-    width = len(header)
-    kept: list[tuple[int, list[str]]] = []
-    for line, rec in records:
-        if len(rec) == width:
-            kept.append((line, rec))
-        else:
-            bad.append({"line": line, "source": path.name, "reason": "field_count",
-                        "detail": f"{path}:{line}: {len(rec)} fields, the header has {width}"})
-    unnamed = [i for i, name in enumerate(header) if not name]
-    for i in unnamed:
-        holding = [line for line, rec in kept if rec[i].strip()]
-        if holding:
-            raise MeasurementError(f"{path}: field {i + 1} of the header has no name but line {holding[0]} gives it "
-                                   "a value: name the column")
-    named = [i for i, name in enumerate(header) if name]
-    raw = pl.DataFrame({header[i]: [rec[i] for _, rec in kept] for i in named},
-                       schema={header[i]: pl.String for i in named})
-    raw = raw.with_columns(line=pl.Series([line for line, _ in kept], dtype=pl.Int64))
-    return raw, pl.DataFrame(bad, schema=_no_rows().schema) if bad else _no_rows()
+    columns = [c for c in tf.frame.columns if c != "_line"]  # the header's names, made unique, in order
+    for i, (name, col) in enumerate(zip(header, columns, strict=True)):
+        if name:
+            continue
+        holding = tf.frame.filter(pl.col(col).str.strip_chars().str.len_bytes() > 0)
+        if holding.height:
+            raise MeasurementError(f"{path}: field {i + 1} of the header has no name but line "
+                                   f"{holding['_line'][0]} gives it a value: name the column")
+    named = [(name, col) for name, col in zip(header, columns, strict=True) if name]
+    raw = tf.frame.select(*(pl.col(col).fill_null("").alias(name) for name, col in named),
+                          pl.col("_line").alias("line"))
+    where = pl.format("{}:{}: ", pl.lit(str(path)), pl.col("line"))
+    unread = tf.rejected.select(
+        "line",
+        source=pl.lit(path.name),
+        reason=pl.col("reason"),
+        detail=pl.when(pl.col("reason") == INVALID_UTF8)
+        .then(pl.concat_str(where, "detail", pl.lit(": save the table as UTF-8")))
+        .otherwise(pl.concat_str(where, "detail")),
+    )
+    return raw, unread
 
 
 def read_measurements(path: str | Path, catalog: Catalog | None = None) -> MeasurementTable:
@@ -337,8 +330,10 @@ def read_measurements(path: str | Path, catalog: Catalog | None = None) -> Measu
     Raises:
         MeasurementError: the file is missing or unreadable, has no data row, lacks a required column,
             has neither ``throughput`` nor ``step_time_s``, or (CSV) names a column twice or gives a
-            value under an unnamed column. A CSV row with more or fewer fields than the header is a
-            rejected row (``field_count``), not an error.
+            value under an unnamed column, or is not CSV (naming the line). A CSV row with more or
+            fewer fields than the header (``extra_fields``, ``missing_fields``), with bytes that are not
+            UTF-8 (``invalid_utf8``) or cut short at the end of the file (``truncated_last_line``) is a
+            rejected row, not an error.
     """
     path = Path(path)
     if not path.is_file():

@@ -64,6 +64,7 @@ from ddlscope.model.overlap import bucket_timeline
 from ddlscope.model.step_time import breakdown
 from ddlscope.specs.catalog import Catalog, builtin_catalog
 from ddlscope.specs.system import System
+from ddlscope.tables import read_csv
 from ddlscope.validate.ddp import ddp_buckets_expr
 
 WORKLOAD_LINEAR = (
@@ -397,14 +398,33 @@ DLE_TABLES = ("resnet50v1.5_pytorch_training_perf_ngc19.10.csv", "resnet50v1.5_p
 
 
 def _read_text_csv(path: Path, columns: Sequence[str], what: str, sources: str) -> pl.DataFrame:
-    """``path`` as a CSV table of text columns, a UTF-8 byte-order mark (a spreadsheet's export) and
-    spaces stripped from the names. Raises ValueError naming the file: not CSV, a column of
-    ``columns`` missing (``what`` is the table's kind, ``sources`` its SOURCES.md), no data row."""
+    """``path`` as a CSV table of text columns, read with :func:`ddlscope.tables.read_csv` (a UTF-8
+    byte-order mark, CRLF line ends and blank lines read as a plain table; spaces and quotes around
+    the names stripped): the file's columns as String (empty fields null) and ``_line`` (Int64, the
+    file's line, 1 = the header).
+
+    Raises:
+        ValueError naming the file (``what`` is the table's kind, ``sources`` its SOURCES.md): it is
+            not CSV (with the line where read_csv names one), a column of ``columns`` is missing, it
+            has no data row, or a line is rejected (more or fewer fields than the header, not UTF-8,
+            cut short at the end): a shared table is refused whole, naming the first such line and
+            its reason, never read in part.
+    """
+    label = str(path)
     try:
-        raw = pl.read_csv(path, infer_schema=False)
-    except (pl.exceptions.NoDataError, pl.exceptions.ComputeError) as exc:
-        raise ValueError(f"{path}: not a readable CSV table ({str(exc).splitlines()[0]})") from exc
-    raw = raw.rename({n: n.lstrip("\ufeff").strip() for n in raw.columns})
+        tf = read_csv(path, label=label)
+    except ValueError as exc:  # read_csv's messages start with the label, then the line where there is one
+        message = str(exc).removeprefix(label)
+        where, _, rest = message.removeprefix(":").partition(": ")
+        if where.isdigit():
+            raise ValueError(f"{path}: line {where}: not a readable CSV table ({rest})") from exc
+        raise ValueError(f"{path}: not a readable CSV table ({message.removeprefix(': ')})") from exc
+    if tf.rejected.height:
+        first = tf.rejected.row(0, named=True)
+        more = f"; {tf.rejected.height - 1} more line(s) rejected" if tf.rejected.height > 1 else ""
+        raise ValueError(f"{path}: line {first['line']}: {first['reason']} ({first['detail']}){more}: {what} is "
+                         f"refused, not read in part ({sources})")
+    raw = tf.frame
     missing = [c for c in columns if c not in raw.columns]
     if missing:
         raise ValueError(f"{path}: missing column(s) {', '.join(missing)} ({what} has {', '.join(columns)}; "
@@ -416,13 +436,13 @@ def _read_text_csv(path: Path, columns: Sequence[str], what: str, sources: str) 
 
 def _refuse_first_bad(path: Path, raw: pl.DataFrame, checks: Sequence[tuple[str, pl.Series, str]]) -> None:
     """Raise ValueError ``path: line N: column: expected ..., got '...'`` for the first row of the
-    first check ``(column, bad, expected)`` whose ``bad`` (a Boolean Series; null counts as bad) holds
-    (line 1 = the header)."""
+    first check ``(column, bad, expected)`` whose ``bad`` (a Boolean Series; null counts as bad) holds;
+    N is the row's ``_line`` in ``raw`` (the file's line, 1 = the header)."""
     for col, bad, expected in checks:
         bad = bad.fill_null(True)
         if bad.any():
             i = int(bad.arg_true()[0])
-            raise ValueError(f"{path}: line {i + 2}: {col}: expected {expected}, got {raw[col][i]!r}")
+            raise ValueError(f"{path}: line {raw['_line'][i]}: {col}: expected {expected}, got {raw[col][i]!r}")
 
 
 def read_dle_table(path: Path) -> pl.DataFrame:
@@ -430,10 +450,11 @@ def read_dle_table(path: Path) -> pl.DataFrame:
     typed, and ``line`` (the file's line, 1 = the header).
 
     Raises:
-        ValueError: the file is not CSV, has no data row, lacks a column, or holds a value that is not
-            of its column's type (``gpus``, ``batch_per_gpu``: integers >= 1; ``throughput_img_s``:
-            images/s > 0, finite; the names not empty); the message names the file, and the line and
-            column of the first bad value.
+        ValueError: the file is not CSV, has no data row, lacks a column, has a line with more or
+            fewer fields than the header or not UTF-8 (:func:`_read_text_csv`: naming the line and
+            the reason), or holds a value that is not of its column's type (``gpus``,
+            ``batch_per_gpu``: integers >= 1; ``throughput_img_s``: images/s > 0, finite; the names
+            not empty); the message names the file, and the line and column of the first bad value.
     """
     raw = _read_text_csv(path, list(DLE_COLUMNS), "a DLE table", "shared/data/dle_tables/SOURCES.md")
     typed = raw.with_columns(pl.col(c).str.strip_chars().cast(t, strict=False) for c, t in DLE_COLUMNS.items())
@@ -447,7 +468,7 @@ def read_dle_table(path: Path) -> pl.DataFrame:
         else:
             checks.append((col, v.str.len_chars() == 0, "a name"))
     _refuse_first_bad(path, raw, checks)
-    return typed.with_row_index("line", offset=2).with_columns(pl.col("line").cast(pl.Int64))
+    return typed.select(pl.col("_line").alias("line"), pl.exclude("_line"))
 
 
 def read_pollux_table(path: Path, kind: str) -> pl.DataFrame:
@@ -455,10 +476,11 @@ def read_pollux_table(path: Path, kind: str) -> pl.DataFrame:
     :data:`POLLUX_COLUMNS`, typed.
 
     Raises:
-        ValueError: the file is empty, not CSV, has no data row, lacks a column, or holds a value
-            that is not of its column's type or (``placement``) not a string of digits, or
-            (scalability) more nodes than replicas; the message names the file, and the column and
-            line (1 = the header) of the first bad value.
+        ValueError: the file is empty, not CSV, has no data row, lacks a column, has a line with
+            more or fewer fields than the header or not UTF-8 (:func:`_read_text_csv`: naming the
+            line and the reason), or holds a value that is not of its column's type or
+            (``placement``) not a string of digits, or (scalability) more nodes than replicas; the
+            message names the file, and the column and line (1 = the header) of the first bad value.
     """
     want = POLLUX_COLUMNS[kind]
     raw = _read_text_csv(path, list(want), f"a {kind} table of Pollux's", "shared/data/pollux/SOURCES.md")
