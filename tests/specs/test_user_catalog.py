@@ -92,3 +92,26 @@ def test_the_system_file_example_in_the_docs_resolves(tmp_path):
     system, _ = load_system(f)
     assert system.gpu.name == "A100-SXM4-40GB" and system.nvlink is None and system.gpus_per_server == 4
     assert system.storage_read_gb_s == 2.0 and system.efficiency.compute == 0.5
+
+
+def test_catalog_gpus_shows_the_tensor_clock_predict_uses(tmp_path):
+    # the docs' example: 200 W for 56 SMs at 1.65 GHz: (200 / (2.59 x 56 x 1.65)) ** (1/3) = 0.942 of boost
+    f = tmp_path / "my-catalog.toml"
+    f.write_text(_docs_example())
+    # without tensor_core_precisions the GPU counts as having tensor cores where a peak exceeds FP32's,
+    # as predict prices it: the catalog shows the same clock, not '-'
+    g = tmp_path / "no-list.toml"
+    text = _docs_example()
+    assert 'tensor_core_precisions = ["tf32", "fp16", "bf16"]  # optional\n' in text
+    g.write_text(text.replace('tensor_core_precisions = ["tf32", "fp16", "bf16"]  # optional\n', ""))
+    for path in (f, g):
+        res = CliRunner().invoke(app, ["catalog", "gpus", "--catalog", str(path), "--format", "json"])
+        assert res.exit_code == 0, res.output
+        row = next(r for r in json.loads(res.stdout) if r["name"] == "RTX-A4500")
+        assert row["tensor_clock_held"] == pytest.approx((200 / (2.59 * 56 * 1.65)) ** (1 / 3), abs=1e-3)
+        assert (row["max_clock_mhz"], row["tensor_rate_of_die"]) == (None, 1.0)
+    # a GPU without tensor cores has no tensor clock
+    res = CliRunner().invoke(app, ["catalog", "gpus", "--format", "json"])
+    rows = {r["name"]: r for r in json.loads(res.stdout)}
+    assert rows["P100-PCIE-16GB"]["tensor_clock_held"] is None
+    assert (rows["RTX-3090"]["max_clock_mhz"], rows["RTX-3090"]["tensor_rate_of_die"]) == (2100, 0.5)

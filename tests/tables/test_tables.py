@@ -163,3 +163,20 @@ def test_comment_prefix_errors_name_the_line(tmp_path):
         read_csv(tmp_path / "x.csv", CsvOptions(comment_prefix="#"))
     with pytest.raises(ValueError, match="comment_prefix: expected a non-empty string"):
         read_csv(tmp_path / "x.csv", CsvOptions(comment_prefix=""))
+
+
+def test_lines_of_spaces_before_the_header_are_blank_and_cr_only_line_ends_are_an_error(tmp_path):
+    # 1 comment; 2 spaces; 3 a tab; 4 header; 5 ok; 6 spaces after the header: a row with 1 field
+    p = tmp_path / "s.csv"
+    p.write_bytes(b"# runs\n   \n\t\na,b\n1,2\n  \n")
+    tf = read_csv(p, CsvOptions(comment_prefix="#"))
+    assert tf.header == ["a", "b"]
+    assert tf.frame.select("_line", "a", "b").rows() == [(5, "1", "2")]
+    assert tf.rejected.select("line", "reason").rows() == [(6, "missing_fields")]
+    assert (tf.data_rows, tf.blank_lines, tf.comment_lines, tf.balanced) == (2, 2, 1, True)
+    # classic Mac OS line ends: the whole file would be one line; a trailing CR alone is fine
+    (tmp_path / "cr.csv").write_bytes(b"a,b\r1,2\r3,4\r")
+    with pytest.raises(ValueError, match=r"cr\.csv: lines end in CR only \(classic Mac OS line ends\)"):
+        read_csv(tmp_path / "cr.csv")
+    (tmp_path / "one.csv").write_bytes(b"a,b\r")
+    assert read_csv(tmp_path / "one.csv").header == ["a", "b"]

@@ -45,7 +45,8 @@ def register(app: typer.Typer) -> None:
                      "board_power_w": g.board_power_w, "tensor_rate_of_die": g.tensor_rate_of_die,
                      # the share of the boost clock tensor work runs at under the board's power limit (above 1:
                      # the board boosts beyond its rated boost clock, up to max_clock_mhz)
-                     "tensor_clock_held": round(g.sustained_tensor_fraction(), 3) if g.tensor_core_precisions else None,
+                     "tensor_clock_held": round(g.sustained_tensor_fraction(), 3)
+                     if any(g.has_tensor_cores(q) for q in ("tf32", "fp16", "bf16")) else None,
                      "aliases": ", ".join(g.aliases), "source": g.source}
                     # by generation (oldest first, as GENERATIONS lists them), then name
                     for g in sorted(cat.gpus.values(), key=lambda g: (
@@ -93,7 +94,8 @@ def register(app: typer.Typer) -> None:
                     "share of its die's tensor rate the board runs FP32-accumulate MMAs at (0.5 on GeForce RTX); "
                     "tensor_clock_held: the "
                     "share of the boost clock (so of the tensor peaks) the model prices tensor-core work at under "
-                    "that limit, above 1 where the board boosts beyond it (docs/model.md; 1 without board_power_w); "
+                    "that limit, above 1 where the board boosts beyond it (docs/model.md; 1 without board_power_w, '-' "
+                    "for a GPU without tensor cores); "
                     "--sources shows each datasheet source",
             "efficiencies": "fractions of the datasheet peak (compute) or bandwidth (memory); *_us in microseconds; "
                             "'-' where a generation has no tensor cores (its GEMMs run at cuda_gemm_eff); "

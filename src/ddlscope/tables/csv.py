@@ -24,13 +24,15 @@ reason                   when
                          the missing fields are null)
 =======================  ======================================================================
 
-or a good row. Lines may end in LF, CRLF or CR CR LF (trailing carriage returns are dropped).
+or a good row. Lines may end in LF, CRLF or CR CR LF (trailing carriage returns are dropped); a file
+whose lines end in CR only (classic Mac OS) is an error saying so.
 
 **Comments.** With ``CsvOptions(comment_prefix="#")``, a line whose first characters other than
 spaces and tabs are the prefix is a comment: skipped like a blank line (whatever it holds: quotes, separators,
 bytes that are not UTF-8), counted in :attr:`TableFile.comment_lines
 <ddlscope.tables.result.TableFile.comment_lines>`, and counted in the line numbers. The header is then
-the first line that is neither blank nor a comment (blank and comment lines may come before it).
+the first line that is neither blank nor a comment (blank and comment lines, and lines of only
+spaces and tabs, may come before it; they count as blank).
 Without ``comment_prefix`` no line is a comment and the header is line 1.
 ``.gz`` files are decompressed; a ``.tar.gz`` archive must hold one CSV member
 (:func:`~ddlscope.tables.text.local_source`).
@@ -218,8 +220,8 @@ def read_csv(path: str | Path, options: CsvOptions | None = None, *, label: str 
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: a bad separator or ``comment_prefix``, an empty file (or, with
-            ``comment_prefix``, one of blank and comment lines only) where a header is expected, a
+        ValueError: a bad separator or ``comment_prefix``, lines that end in CR only, an empty file (or,
+            with ``comment_prefix``, one of blank and comment lines only) where a header is expected, a
             header that is not UTF-8, a selected column the file lacks (with a separator hint), a
             quote not closed before the last line, or a quoted field followed by something other
             than the separator or the line's end (naming the line).
@@ -235,6 +237,9 @@ def read_csv(path: str | Path, options: CsvOptions | None = None, *, label: str 
                          f"holds a line end, got {prefix!r}")
     with local_source(path) as local:
         data, utf8 = check_utf8(read_text_bytes(local, label))
+    if b"\n" not in data and b"\r" in data.rstrip(b"\r"):
+        raise ValueError(f"{label}: lines end in CR only (classic Mac OS line ends), so the file reads as one line: "
+                         "save it with LF or CRLF line ends")
     raw = pl.col("_raw")
     lines: pl.DataFrame | None = None
     if prefix is None:
@@ -250,7 +255,8 @@ def read_csv(path: str | Path, options: CsvOptions | None = None, *, label: str 
         lines = lines.with_columns(_comment=comment).with_columns(
             pl.when(pl.col("_comment")).then(pl.lit("")).otherwise(raw).alias("_raw"))
         comment_lines = int(lines["_comment"].sum())
-        content = lines.filter(raw.str.len_bytes() > 0).head(1)
+        # the header: the first line holding more than spaces and tabs (those before it count as blank)
+        content = lines.filter(raw.str.strip_chars(" \t").str.len_bytes() > 0).head(1)
         first = content["_raw"][0] if content.height else None
         first_line = int(content["_line"][0]) if content.height else None
         lines = lines.drop("_comment")

@@ -76,8 +76,10 @@ memory_gb = 20.0
 generation = "ampere"                            # optional: selects the compute-efficiency curves
 tensor_core_precisions = ["tf32", "fp16", "bf16"]  # optional
 sm_count = 56                                    # optional, with the next two: the power-limited tensor
-boost_clock_mhz = 1650                           #   clock (0.969 of boost here; "How true it is" below)
+boost_clock_mhz = 1650                           #   clock (0.942 of boost here; "How true it is" below)
 board_power_w = 200                              #   the datasheet's max power, W
+# max_clock_mhz = 2100                           # optional: nvidia-smi -q "Max Clocks" SM, where above boost
+# tensor_rate_of_die = 0.5                       # optional: 0.5 on GeForce RTX boards (half-rate FP32 accumulate)
 source = "NVIDIA RTX A4500 datasheet (2021): 23.7 TFLOPS FP32, 189.2 sparse tensor, 640 GB/s, 20 GB, 200 W"
 
 [link."eth-50g"]
