@@ -128,9 +128,9 @@ class Rows:
         self.same_die = [(i, j) for i, j in self.pairs
                          if die.get(self.gpus[i], "i") == die.get(self.gpus[j], "j")]
 
-    def predict(self, e: float, exponent: float, **kw) -> np.ndarray:
+    def predict(self, k: float, exponent: float, **kw) -> np.ndarray:
         """samples/s of every row with the power model (``power_model``'s arguments)."""
-        with power_model(e, exponent, **kw):
+        with power_model(k, exponent, **kw):
             return predict_single_gpu(self.cases)["samples_per_s"].to_numpy()
 
     def pair_errors(self, pred: np.ndarray, only: str | None = None, without: str | None = None,

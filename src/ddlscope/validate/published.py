@@ -410,15 +410,10 @@ def _read_text_csv(path: Path, columns: Sequence[str], what: str, sources: str) 
             cut short at the end): a shared table is refused whole, naming the first such line and
             its reason, never read in part.
     """
-    label = str(path)
     try:
-        tf = read_csv(path, label=label)
-    except ValueError as exc:  # read_csv's messages start with the label, then the line where there is one
-        message = str(exc).removeprefix(label)
-        where, _, rest = message.removeprefix(":").partition(": ")
-        if where.isdigit():
-            raise ValueError(f"{path}: line {where}: not a readable CSV table ({rest})") from exc
-        raise ValueError(f"{path}: not a readable CSV table ({message.removeprefix(': ')})") from exc
+        tf = read_csv(path, label=str(path))
+    except ValueError as exc:  # read_csv's message names the file and, where there is one, the line
+        raise ValueError(f"{exc}: not a readable CSV table ({what}; {sources})") from exc
     if tf.rejected.height:
         first = tf.rejected.row(0, named=True)
         more = f"; {tf.rejected.height - 1} more line(s) rejected" if tf.rejected.height > 1 else ""
