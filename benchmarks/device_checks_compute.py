@@ -1,7 +1,7 @@
 """One short run on one GPU that measures what the compute model assumes where the shared tables
 say it errs (issue 14), each figure printed beside the model's prediction for the same work.
 
-The open questions, and the check that answers each (docs/model.md, "What is left"):
+The open questions, and the check that answers each (docs/model.md, "What would settle the rest"):
 
 1. **Misaligned GEMMs.** Transformer-XL's 267,735-word softmax is the largest GEMM of the Lambda
    rows the model over-predicts most on A100/H100 (+35-110 % under AMP). 267,735 is odd: cuBLAS
