@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 import polars as pl
 import pytest
@@ -20,6 +21,7 @@ from ddlscope.tables import (
     read_table_file,
     register_format,
     scan_parquet,
+    utf16_encoding,
 )
 
 
@@ -58,6 +60,29 @@ def test_check_utf8_gives_line_and_offsets():
     # 0xff at offset 5 = "ok\n" (3) + "ab" (2), byte 3 of line 2; 0xc3 at 3 + 5 + 5 = 13, byte 1 of line 4
     assert [(p.line, p.offset, p.column, p.bad) for p in problems] == [(2, 5, 3, "ff"), (4, 13, 1, "c3")]
     assert check_utf8(b"plain\n") == (b"plain\n", [])
+
+
+@pytest.mark.parametrize(("codec", "said"), [
+    ("utf-16-le", "UTF-16 LE (a NUL byte after every character)"),
+    ("utf-16-be", "UTF-16 BE (a NUL byte before every character)"),
+    ("utf-16", "UTF-16 LE (byte-order mark)"),  # Python writes its native order with a mark
+])
+def test_utf16_tables_are_refused_naming_the_encoding(tmp_path, codec, said):
+    text = "a,b\n1,2\n"
+    (tmp_path / "t.csv").write_bytes(text.encode(codec))
+    (tmp_path / "t.jsonl").write_bytes('{"a": 1}\n'.encode(codec))
+    for reader, name in ((read_csv, "t.csv"), (read_jsonl, "t.jsonl")):
+        want = rf"{re.escape(name)}:1: the file is {re.escape(said)}, not UTF-8: save it as UTF-8"
+        with pytest.raises(ValueError, match=want):
+            reader(tmp_path / name)
+
+
+def test_utf16_guess_leaves_utf8_alone():
+    assert utf16_encoding(b"a,b\n1,2\n") is None
+    assert utf16_encoding("é,ü\n1,2\n".encode()) is None
+    assert utf16_encoding(b"a\x00,b\n") is None  # one NUL in UTF-8 text: not the every-other-byte pattern
+    assert utf16_encoding(b"a\x00") is None  # too short to tell
+    assert utf16_encoding("ab".encode("utf-16-le")) == "UTF-16 LE (a NUL byte after every character)"
 
 
 def test_gzip_csv_and_lazy_parquet(tmp_path):

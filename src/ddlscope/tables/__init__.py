@@ -35,12 +35,13 @@ from ddlscope.tables.result import (
     empty_rejected,
     first_line,
 )
-from ddlscope.tables.text import Utf8Problem, check_utf8, local_source, read_text_bytes
+from ddlscope.tables.text import Utf8Problem, check_utf8, local_source, read_text_bytes, refuse_utf16, utf16_encoding
 
 __all__ = [
     "EXTRA_FIELDS", "FORMATS", "INVALID_UTF8", "MISSING_FIELDS", "REASONS", "REJECTED_SCHEMA", "TEXT_CHARS",
     "TRUNCATED_LAST_LINE", "UNPARSEABLE_LINE", "CsvOptions", "TableFile", "TableFormat", "Utf8Problem",
     "check_utf8", "csv_header", "describe_json_document", "detect_format", "empty_rejected", "first_line",
     "infer_types", "local_source", "parquet_columns", "read_csv", "read_jsonl", "read_parquet", "read_table_file",
-    "read_text_bytes", "register_format", "scan_parquet", "separator_hint", "split_header", "table_columns",
+    "read_text_bytes", "refuse_utf16", "register_format", "scan_parquet", "separator_hint", "split_header",
+    "table_columns", "utf16_encoding",
 ]

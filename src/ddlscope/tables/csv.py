@@ -63,7 +63,7 @@ from ddlscope.tables.result import (
     TRUNCATED_LAST_LINE,
     TableFile,
 )
-from ddlscope.tables.text import check_utf8, local_source, read_text_bytes
+from ddlscope.tables.text import check_utf8, local_source, read_text_bytes, refuse_utf16
 
 _QUOTED = r'"(?:[^"]|"")*"'
 
@@ -220,7 +220,8 @@ def read_csv(path: str | Path, options: CsvOptions | None = None, *, label: str 
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: a bad separator or ``comment_prefix``, lines that end in CR only, an empty file (or,
+        ValueError: a bad separator or ``comment_prefix``, a UTF-16 file (with or without a byte-order
+            mark, :func:`~ddlscope.tables.text.refuse_utf16`), lines that end in CR only, an empty file (or,
             with ``comment_prefix``, one of blank and comment lines only) where a header is expected, a
             header that is not UTF-8, a selected column the file lacks (with a separator hint), a
             quote not closed before the last line, or a quoted field followed by something other
@@ -236,7 +237,9 @@ def read_csv(path: str | Path, options: CsvOptions | None = None, *, label: str 
         raise ValueError(f"comment_prefix: expected a non-empty string that neither starts with a space or tab nor "
                          f"holds a line end, got {prefix!r}")
     with local_source(path) as local:
-        data, utf8 = check_utf8(read_text_bytes(local, label))
+        raw_bytes = read_text_bytes(local, label)
+    refuse_utf16(raw_bytes, label)
+    data, utf8 = check_utf8(raw_bytes)
     if b"\n" not in data and b"\r" in data.rstrip(b"\r"):
         raise ValueError(f"{label}: lines end in CR only (classic Mac OS line ends), so the file reads as one line: "
                          "save it with LF or CRLF line ends")

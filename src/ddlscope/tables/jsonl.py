@@ -31,7 +31,7 @@ from ddlscope.tables.result import (
     TableFile,
     empty_rejected,
 )
-from ddlscope.tables.text import check_utf8, read_text_bytes
+from ddlscope.tables.text import check_utf8, read_text_bytes, refuse_utf16
 
 _NON_SPACE = re.compile(rb"\S")
 
@@ -109,10 +109,13 @@ def read_jsonl(path: str | Path, *, label: str | None = None, expected: str = JS
     Raises:
         FileNotFoundError: no such file.
         ValueError: the file is a JSON document (array, pretty-printed object, Chrome trace), not
-            JSON lines; the message says which and what was expected.
+            JSON lines; the message says which and what was expected; or it is UTF-16 text
+            (:func:`~ddlscope.tables.text.refuse_utf16`).
     """
     label = label or str(path)
-    data, utf8 = check_utf8(read_text_bytes(path, label))
+    raw = read_text_bytes(path, label)
+    refuse_utf16(raw, label)
+    data, utf8 = check_utf8(raw)
     _refuse_document(data, label, expected)
     if not utf8 and data and not data[:1].isspace() and b"\n\n" not in data and b"\n\r\n" not in data \
             and not data[-4096:].rstrip(b"\r\n").endswith((b"\n", b" ")):

@@ -4,7 +4,9 @@
 byte sequence that is not UTF-8 (RFC 3629): it returns the bytes with each one replaced by U+FFFD
 (so the lines still line up with the file's) and, per bad sequence, its line and byte offset,
 so that a reader rejects those lines naming ``file:line`` and the offset instead of failing on the
-whole file. :func:`local_source` gives a path Polars can read for a ``.tar.gz`` archive (its one
+whole file. :func:`refuse_utf16` stops a UTF-16 file first (every line of it would be rejected,
+or, without a byte-order mark, read as text with a NUL byte between the characters).
+:func:`local_source` gives a path Polars can read for a ``.tar.gz`` archive (its one
 CSV member, extracted).
 """
 
@@ -105,6 +107,48 @@ def check_utf8(data: bytes) -> tuple[bytes, list[Utf8Problem]]:
         problems.append(Utf8Problem(line=n + 1, offset=start, column=start - line_start + 1,
                                     bad=data[start:end].hex()))
     return "".join(parts).encode("utf-8"), problems
+
+
+UTF16_PROBE_BYTES = 64
+"""How many leading bytes :func:`utf16_encoding` looks at."""
+
+
+def utf16_encoding(data: bytes) -> str | None:
+    """``"UTF-16 LE"`` / ``"UTF-16 BE"`` with why (``"byte-order mark"``, or ``"a NUL byte after
+    every character"`` / ``"before"``) when ``data`` is UTF-16 text, else None.
+
+    Without a byte-order mark (the Unicode Standard, section 3.10, "D98"), text of the ASCII range
+    encodes to a 0x00 byte beside each character: among the first :data:`UTF16_PROBE_BYTES` bytes
+    (at least 4 and an even count), every odd-positioned byte 0 and no even-positioned one
+    (little-endian), or the reverse (big-endian). UTF-8 text never holds NUL bytes so regularly.
+    """
+    if data.startswith(b"\xff\xfe"):
+        return "UTF-16 LE (byte-order mark)"
+    if data.startswith(b"\xfe\xff"):
+        return "UTF-16 BE (byte-order mark)"
+    head = data[:UTF16_PROBE_BYTES]
+    head = head[: len(head) - len(head) % 2]
+    if len(head) < 4:
+        return None
+    even, odd = head[0::2], head[1::2]
+    if not odd.strip(b"\x00") and b"\x00" not in even:
+        return "UTF-16 LE (a NUL byte after every character)"
+    if not even.strip(b"\x00") and b"\x00" not in odd:
+        return "UTF-16 BE (a NUL byte before every character)"
+    return None
+
+
+def refuse_utf16(data: bytes, label: str) -> None:
+    """Raise if ``data`` is UTF-16 text (:func:`utf16_encoding`).
+
+    Raises:
+        ValueError: ``LABEL:1: the file is UTF-16 LE (byte-order mark), not UTF-8: save it as
+            UTF-8`` (Excel's "Unicode Text" export writes UTF-16 LE).
+    """
+    enc = utf16_encoding(data)
+    if enc is not None:
+        raise ValueError(f"{label}:1: the file is {enc}, not UTF-8: save it as UTF-8 (Excel's \"Unicode Text\" "
+                         "export writes UTF-16)")
 
 
 @contextmanager
