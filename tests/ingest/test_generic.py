@@ -458,11 +458,11 @@ def test_invalid_utf8_is_a_malformed_row_naming_the_byte_offset(tmp_path):
     offset = text.index(b"\xff")   # 17 + 18 + 6 = 41: the header line, line 2, then "j2,res"
     assert offset == 17 + 18 + 6
     assert report.malformed.select("line", "problem", "detail").rows() == [
-        (3, "invalid UTF-8", f"byte offset {offset} (byte 7 of the line): 0xff is not UTF-8")]
+        (3, "invalid UTF-8", f"byte {offset + 1} of the file (byte 7 of the line): 0xff is not UTF-8")]
     assert pop["job_id"].to_list() == ["j1", "j3"]
     # the header: an error naming file and line 1
     (tmp_path / "head.csv").write_bytes(b"i\xffd,net,gpus,secs\nj1,resnet50,2,100\n")
-    with pytest.raises(ValueError, match=r"head\.csv:1: the header is not UTF-8 text: byte offset 1 "):
+    with pytest.raises(ValueError, match=r"head\.csv:1: the header is not UTF-8 text: byte 2 of the file "):
         read_population(tmp_path / "head.csv", mapping=parse_map_pairs(M))
 
 

@@ -219,7 +219,7 @@ def test_invalid_utf8_names_file_byte_and_line(tmp_path, gz):
     path = tmp_path / ("bad.json.gz" if gz else "bad.json")
     path.write_bytes(gzip.compress(raw) if gz else raw)
     where = " of the decompressed data" if gz else ""
-    assert _error(path) == (f"{path}: not valid UTF-8 at byte {at}{where} (line {line}, column {col}): byte 0xff "
+    assert _error(path) == (f"{path}: not valid UTF-8 at byte {at + 1}{where} (line {line}, column {col}): byte 0xff "
                             "(invalid start byte); expected UTF-8 JSON text (a damaged file or transfer?)")
 
 
@@ -231,7 +231,7 @@ def test_invalid_utf8_in_a_field_the_reader_skips(tmp_path):
     at = text.index(b"PLACEHOLDER")
     path = tmp_path / "bad.json"
     path.write_bytes(text.replace(b"PLACEHOLDER", b"\xc3\x28"))
-    assert _error(path).startswith(f"{path}: not valid UTF-8 at byte {at} (line 1, column {at + 1}): byte 0xc3 "
+    assert _error(path).startswith(f"{path}: not valid UTF-8 at byte {at + 1} (line 1, column {at + 1}): byte 0xc3 "
                                    "(invalid continuation byte)")
 
 

@@ -100,7 +100,7 @@ def test_rules_csv_invalid_utf8_and_duplicate_column(tmp_path):
     path.write_bytes(b"pattern,class,kind\n^volta\xff,compute_bound,gemm\n")
     with pytest.raises(ValueError) as exc:
         check_rules_csv(path)
-    assert str(exc.value) == (f"{path}: not valid UTF-8 at byte 25 (line 2): byte 0xff (invalid start byte); "
+    assert str(exc.value) == (f"{path}: not valid UTF-8 at byte 26 (line 2): byte 0xff (invalid start byte); "
                               "expected a UTF-8 CSV file")
     path.write_text("pattern,class,class,kind\n^volta,compute_bound,compute_bound,gemm\n")
     with pytest.raises(ValueError, match=r"line 1: column\(s\) class named twice in the header"):

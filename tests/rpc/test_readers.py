@@ -354,7 +354,7 @@ def test_invalid_utf8_is_rejected_naming_line_and_byte_offset(tmp_path):
     log = read_rpc_log(tmp_path / "bad.csv")
     assert log.rejected.select("log_file", "log_line", "reason", "detail").rows() == [
         (str(tmp_path / "bad.csv"), 3, "invalid_utf8",
-         f"byte offset {line3 + 4} (byte 5 of the line): 0xff is not UTF-8")]
+         f"byte {line3 + 5} of the file (byte 5 of the line): 0xff is not UTF-8")]
     assert log.frame.get_column("rpc_id").to_list() == [0, 2]
     lines = [json.dumps(_row(i)).encode() for i in range(3)]
     lines[2] = lines[2][:10] + b"\xc3\x28" + lines[2][10:]
@@ -362,11 +362,11 @@ def test_invalid_utf8_is_rejected_naming_line_and_byte_offset(tmp_path):
     log = read_rpc_log(tmp_path / "bad.jsonl")
     offset = len(lines[0]) + 1 + len(lines[1]) + 1 + 10
     assert log.rejected.select("log_line", "reason", "detail").rows() == [
-        (3, "invalid_utf8", f"byte offset {offset} (byte 11 of the line): 0xc3 is not UTF-8")]
+        (3, "invalid_utf8", f"byte {offset + 1} of the file (byte 11 of the line): 0xc3 is not UTF-8")]
     assert log.frame.height == 2
     # a header that is not UTF-8 is an error naming the file and line 1
     (tmp_path / "head.csv").write_bytes(b"rpc\xff_id" + data[6:])
-    with pytest.raises(ValueError, match=r"head\.csv:1: the header is not UTF-8 text: byte offset 3 "):
+    with pytest.raises(ValueError, match=r"head\.csv:1: the header is not UTF-8 text: byte 4 of the file "):
         read_rpc_log(tmp_path / "head.csv")
 
 

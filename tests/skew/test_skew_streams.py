@@ -188,7 +188,7 @@ def test_rpc_log_ids_that_are_not_whole_numbers_name_the_line(tmp_path: Path) ->
 def test_text_that_is_not_utf8_names_the_line(tmp_path: Path) -> None:
     p = tmp_path / "t.txt"
     p.write_bytes(b"to be\nor not\xff to be\n")
-    with pytest.raises(ValueError, match=r"t\.txt:2: not UTF-8 text: byte offset 12 \(byte 7 of the line\): 0xff"):
+    with pytest.raises(ValueError, match=r"t\.txt:2: not UTF-8 text: byte 13 of the file \(byte 7 of the line\): 0xff"):
         read_text_tokens(p)   # offset 12 = "to be\n" (6) + "or not" (6)
 
 

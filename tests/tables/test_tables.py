@@ -177,7 +177,7 @@ def test_comment_prefix_errors_name_the_line(tmp_path):
     with pytest.raises(ValueError, match=r"only\.csv: no header line: every line is blank or a comment"):
         read_csv(tmp_path / "only.csv", CsvOptions(comment_prefix="#"))
     (tmp_path / "h.csv").write_bytes(b"# ok\n\na,\xffb\n1,2\n")
-    with pytest.raises(ValueError, match=r"h\.csv:3: the header is not UTF-8 text: byte offset 8 "):
+    with pytest.raises(ValueError, match=r"h\.csv:3: the header is not UTF-8 text: byte 9 of the file "):
         read_csv(tmp_path / "h.csv", CsvOptions(comment_prefix="#"))
     # an unclosed quote, and a closing quote followed by a letter, name their line (not a comment's)
     (tmp_path / "q.csv").write_bytes(b'# "\na,b\n1,2\n3,"x\n')

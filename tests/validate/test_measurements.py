@@ -496,10 +496,10 @@ def test_a_line_of_separators_is_a_row_and_unreadable_text_names_its_line(tmp_pa
                       .encode("latin-1") + b"resnet18_cifar,V100,1,32,fp32,0.05,a\n")
     t = read_measurements(latin)
     assert t.rows["line"].to_list() == [2, 4]
-    # the header (58 bytes) and line 2 (37 bytes): 0xe9 is byte 96, the 2nd of line 3
+    # the header (58 bytes) and line 2 (37 bytes): 0xe9 is byte 97 counted from 1, the 2nd of line 3
     assert t.rejected.select("line", "reason", "detail").rows() == [
-        (3, "invalid_utf8", f"{latin}:3: byte offset 96 (byte 2 of the line): 0xe9 is not UTF-8: save the table as "
-                            "UTF-8")]
+        (3, "invalid_utf8", f"{latin}:3: byte 97 of the file (byte 2 of the line): 0xe9 is not UTF-8: save the "
+                            "table as UTF-8")]
     # a UTF-16 file has no readable line at all: an error with the hint
     utf16 = tmp_path / "w.csv"
     utf16.write_bytes((HEADER + "resnet18_cifar,V100,1,32,fp32,0.05,a\n").encode("utf-16"))

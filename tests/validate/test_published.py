@@ -165,7 +165,7 @@ def test_a_bad_pollux_table_is_named_with_its_line(tmp_path, change, message):
     ("placement,local_bsz,step_time,sync_time\n1,20,0.1,0.0\n1,20,0.1\n",
      ": line 3: missing_fields (expected 4 fields, got 3): a placements table"),
     (b"placement,local_bsz,step_time,sync_time\n1,20,0.1,0.0\n1\xff,20,0.1,0.0\n",
-     ": line 3: invalid_utf8 (byte offset 54 (byte 2 of the line): 0xff is not UTF-8): a placements table"),
+     ": line 3: invalid_utf8 (byte 55 of the file (byte 2 of the line): 0xff is not UTF-8): a placements table"),
     ("placement,local_bsz,step_time,sync_time\n1,20,0.1,0.0\n1,20,0.1", ": line 3: truncated_last_line (the file "
      "ends without a newline in this line: 3 of 4 fields)"),
     # a blank line is counted: the bad value is on line 4

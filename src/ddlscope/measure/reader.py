@@ -319,7 +319,8 @@ def _lenient(raw: bytes) -> bytes:
 def _utf8_error(label: str, raw: bytes) -> TraceReadError | None:
     """The error naming the byte offset (and line) of the first byte of ``raw`` that is not UTF-8
     (None when ``raw`` is valid UTF-8). JSON text is UTF-8 (RFC 8259, section 8.1); offsets of a
-    compressed file or archive member count in its decompressed data."""
+    compressed file or archive member count in its decompressed data. Byte, line and column all
+    count from 1."""
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -327,7 +328,7 @@ def _utf8_error(label: str, raw: bytes) -> TraceReadError | None:
         col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
         where = " of the decompressed data" if re.search(r"\.(gz|tgz)($|!)", label) else ""
         return TraceReadError(
-            f"{label}: not valid UTF-8 at byte {exc.start}{where} (line {line}, column {col}): byte "
+            f"{label}: not valid UTF-8 at byte {exc.start + 1}{where} (line {line}, column {col}): byte "
             f"0x{raw[exc.start]:02x} ({exc.reason}); expected UTF-8 JSON text (a damaged file or transfer?)")
     return None
 

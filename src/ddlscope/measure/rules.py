@@ -251,7 +251,7 @@ def _read_file(path: Path) -> dict[str, Any]:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             line = raw.count(b"\n", 0, exc.start) + 1
-            raise RulesError(f"{path}: not valid UTF-8 at byte {exc.start} (line {line}): byte "
+            raise RulesError(f"{path}: not valid UTF-8 at byte {exc.start + 1} (line {line}): byte "
                              f"0x{raw[exc.start]:02x} ({exc.reason}); expected a UTF-8 CSV file") from None
         return _parse_csv(text, str(path))
     try:

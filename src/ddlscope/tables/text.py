@@ -69,8 +69,9 @@ class Utf8Problem:
     bad: str
 
     def describe(self) -> str:
-        """``byte offset 1234 (byte 5 of the line): 0xff is not UTF-8``."""
-        return f"byte offset {self.offset} (byte {self.column} of the line): 0x{self.bad} is not UTF-8"
+        """``byte 1235 of the file (byte 5 of the line): 0xff is not UTF-8``: both counts 1-based, as
+        editors and ``cmp`` count (:attr:`offset` is 0-based)."""
+        return f"byte {self.offset + 1} of the file (byte {self.column} of the line): 0x{self.bad} is not UTF-8"
 
 
 def check_utf8(data: bytes) -> tuple[bytes, list[Utf8Problem]]:
