@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ddlscope.engine import MissingExtraError
+from ddlscope.report.console import shown
 from ddlscope.specs.architecture import ARCHITECTURES, Architecture
 from ddlscope.specs.catalog import Catalog, CatalogError, load_catalog, load_system
 from ddlscope.specs.errors import describe_validation
@@ -42,9 +43,10 @@ def user_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except ValidationError as exc:
-            err_console.print(f"[red]error:[/red] {escape(describe_validation(exc, exc.title.lower()))}", emoji=False)
+            err_console.print(f"[red]error:[/red] {escape(shown(describe_validation(exc, exc.title.lower())))}",
+                              emoji=False)
         except (ValueError, CatalogError, FileNotFoundError, OSError, MissingExtraError) as exc:
-            err_console.print(f"[red]error:[/red] {escape(str(exc))}", emoji=False)
+            err_console.print(f"[red]error:[/red] {escape(shown(str(exc)))}", emoji=False)
         sys.exit(2)
 
     return wrapper  # type: ignore[return-value]

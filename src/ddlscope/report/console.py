@@ -45,8 +45,23 @@ def terminal(stream: TextIO | None = None) -> Console:
     return console if console.is_terminal else Console(file=stream, width=200)
 
 
+CONTROL_ESCAPES: dict[int, str] = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))
+                                   if c not in (9, 10)}
+"""``str.translate`` table showing C0 and C1 control characters and DEL (Unicode General Category Cc)
+as ``\\xNN``, tab and newline kept: a NUL or an escape sequence read from a user's file would
+otherwise reach the terminal raw (a NUL prints as nothing, ESC starts a terminal command)."""
+
+
+def shown(text: str) -> str:
+    """``text`` with its control characters as ``\\xNN`` (:data:`CONTROL_ESCAPES`), for a terminal."""
+    return text.translate(CONTROL_ESCAPES)
+
+
 def format_value(value: Any, digits: int = 4) -> str:
-    """A compact human string: floats to ``digits`` significant digits, None as ``-``."""
+    """A compact human string: floats to ``digits`` significant digits, None as ``-``, control
+    characters of a string shown as ``\\xNN`` (:data:`CONTROL_ESCAPES`)."""
+    if isinstance(value, str):
+        return shown(value)
     if value is None:
         return "-"
     if isinstance(value, bool):
