@@ -295,12 +295,16 @@ tokens/s with a quoted source holding a comma, two servers), a comment and a bla
 def _measurement_rows_in(data: bytes) -> int:
     """Data rows of a measurement CSV counted from its bytes: its physical lines (split at LF, trailing
     CRs and a leading UTF-8 byte-order mark dropped) after the header, less blank lines (empty) and
-    comments (first characters other than spaces and tabs ``#``); the header is the first line that is
-    neither (the reader reads one record a line: a quoted field spanning lines is an error)."""
+    comments (first characters other than spaces and tabs ``#``); the header is the first line holding
+    more than spaces and tabs that is not a comment (lines of only spaces or tabs before it are blank,
+    after it rows; docs/validation.md). The reader reads one record a line: a quoted field spanning
+    lines is an error."""
     lines = data.decode("utf-8", errors="replace").removeprefix("\ufeff").split("\n")
     if lines and lines[-1] == "":  # the newline ending the last line starts no line
         lines.pop()
     kept = [t for t in (line.rstrip("\r") for line in lines) if t and not t.lstrip(" \t").startswith("#")]
+    while kept and not kept[0].strip(" \t"):  # before the header: blank
+        kept.pop(0)
     return max(len(kept) - 1, 0)
 
 
