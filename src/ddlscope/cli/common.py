@@ -14,7 +14,6 @@ from rich.console import Console
 from rich.markup import escape
 
 from ddlscope.engine import MissingExtraError
-from ddlscope.report.console import shown
 from ddlscope.specs.architecture import ARCHITECTURES, Architecture
 from ddlscope.specs.catalog import Catalog, CatalogError, load_catalog, load_system
 from ddlscope.specs.errors import describe_validation
@@ -32,6 +31,14 @@ out_console = Console(soft_wrap=True)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _shown(text: str) -> str:
+    """``text`` with control characters as ``\\xNN`` (:func:`ddlscope.report.console.shown`), imported
+    only when an error is printed (commands import no report module at start-up)."""
+    from ddlscope.report.console import shown
+
+    return shown(text)
+
+
 
 
 def user_errors(func: F) -> F:
@@ -43,10 +50,10 @@ def user_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except ValidationError as exc:
-            err_console.print(f"[red]error:[/red] {escape(shown(describe_validation(exc, exc.title.lower())))}",
+            err_console.print(f"[red]error:[/red] {escape(_shown(describe_validation(exc, exc.title.lower())))}",
                               emoji=False)
         except (ValueError, CatalogError, FileNotFoundError, OSError, MissingExtraError) as exc:
-            err_console.print(f"[red]error:[/red] {escape(shown(str(exc)))}", emoji=False)
+            err_console.print(f"[red]error:[/red] {escape(_shown(str(exc)))}", emoji=False)
         sys.exit(2)
 
     return wrapper  # type: ignore[return-value]
