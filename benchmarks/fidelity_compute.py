@@ -56,6 +56,7 @@ from ddlscope.specs.architecture import Architecture
 from ddlscope.specs.catalog import builtin_catalog
 from ddlscope.specs.system import System
 from ddlscope.specs.workload import Workload
+from ddlscope.validate.shared_tables import MULTI_TENSOR_UNDER_AMP
 
 LAMBDA_MODELS = {"resnet50": ("resnet50", None, "sgd", "fused", "autocast"),
                  "bert_base_squad": ("bert_base_squad", 384, "adam", "math", "o2"),
@@ -65,12 +66,20 @@ as DeepLearningExamples runs them (Adam; attention unfused, ``modeling.py``'s ``
 AMP as apex O2, ``run_squad.py``; :data:`ddlscope.validate.shared_tables.LAMBDA_MODELS`)."""
 
 
+def optimizer_kernels(row: dict) -> str:
+    """How a measurement row's optimizer step launched (``ddlscope.model.compute.OPTIMIZER_KERNELS``), as
+    ``validate --published`` prices it: ``foreach`` for Lambda's BERT AMP rows (apex ``FusedAdam``,
+    :data:`ddlscope.validate.shared_tables.MULTI_TENSOR_UNDER_AMP`), ``for_loop`` for every other row
+    (PyTorch before 2.0: Lambda 1.13, DeepLearningExamples 1.3/1.9, Pollux 1.7)."""
+    return "foreach" if row["model"] in MULTI_TENSOR_UNDER_AMP and row["precision"] == "fp16" else "for_loop"
+
+
 def _profile(model: str, batch: int, precision: str, seq_len: int | None, optimizer: str, attention: str,
              amp: str, cache: Path) -> tuple[pl.DataFrame, Workload]:
     """Op table and workload of one step, from the cache or traced (tf32 shares the fp32 trace)."""
     prof_prec = "fp32" if precision == "tf32" else precision
     amp = amp if prof_prec in ("fp16", "bf16") else "autocast"
-    key = f"{model}-b{batch}-{prof_prec}-s{seq_len}-{optimizer}-{attention}-{amp}"
+    key = f"{model}-b{batch}-{prof_prec}-s{seq_len}-{optimizer}-{attention}-{amp}-shapes"
     ops_path, wl_path = cache / f"{key}.parquet", cache / f"{key}.json"
     if ops_path.exists() and wl_path.exists():
         return pl.read_parquet(ops_path), Workload.model_validate_json(wl_path.read_text())
@@ -79,7 +88,7 @@ def _profile(model: str, batch: int, precision: str, seq_len: int | None, optimi
     kw = {"seq_len": seq_len} if seq_len else {}
     r = profile_model(model, batch_size=batch, precision=prof_prec, optimizer=optimizer, attention=attention, amp=amp,
                       **kw)
-    ops = r.ops.select(OP_INPUT_COLUMNS)
+    ops = r.ops.select(*OP_INPUT_COLUMNS, "shape", "read_bytes")  # shapes: the optimizer's multi-tensor launches
     cache.mkdir(parents=True, exist_ok=True)
     ops.write_parquet(ops_path)
     wl_path.write_text(r.workload.model_dump_json())
@@ -145,7 +154,7 @@ def predict(rows: list[dict], cache: Path) -> pl.DataFrame:
         ops, wl = _profile(zoo, r["batch"], r["precision"], seq, opt, att, amp, cache)
         wl = wl.model_copy(update={"precision": r["precision"]})
         cases.append(SingleGpuCase(ops, r["gpu"], r["precision"], r["batch"], label=f"{r['table']}:{r['gpu']}",
-                                   conv_layout=r["layout"]))
+                                   conv_layout=r["layout"], optimizer_kernels=optimizer_kernels(r)))
         sysm = System(**{**system0.model_dump(), "gpu": cat.gpu(r["gpu"])})
         b = breakdown(jobs_frame([job_row(wl, Architecture(kind="1w1g"), sysm)])).row(0, named=True)
         before.append(r["batch"] / (b["compute_bound_s"] + b["memory_bound_s"]))

@@ -118,7 +118,7 @@ class Rows:
             zoo, seq, opt, att, amp = fc.LAMBDA_MODELS.get(r["model"], (r["model"], None, "sgd", "fused", "autocast"))
             ops, _ = fc._profile(zoo, r["batch"], r["precision"], seq, opt, att, amp, cache)
             self.cases.append(SingleGpuCase(ops, cat.gpu(r["gpu"]), r["precision"], r["batch"],
-                                            conv_layout=r["layout"]))
+                                            conv_layout=r["layout"], optimizer_kernels=fc.optimizer_kernels(r)))
         self.measured = np.array([r["measured"] for r in rows])
         self.gpus = np.array([r["gpu"] for r in rows])
         group = [(r["table"], r["model"], r["precision"]) for r in rows]

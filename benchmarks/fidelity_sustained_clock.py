@@ -99,7 +99,8 @@ def lambda_figures(rows: list[dict], cache: Path, cat: Catalog) -> dict[str, flo
     for r in rows:
         zoo, seq, opt, att, amp = fc.LAMBDA_MODELS.get(r["model"], (r["model"], None, "sgd", "fused", "autocast"))
         ops, _ = fc._profile(zoo, r["batch"], r["precision"], seq, opt, att, amp, cache)
-        cases.append(SingleGpuCase(ops, cat.gpu(r["gpu"]), r["precision"], r["batch"], conv_layout=r["layout"]))
+        cases.append(SingleGpuCase(ops, cat.gpu(r["gpu"]), r["precision"], r["batch"], conv_layout=r["layout"],
+                                   optimizer_kernels=fc.optimizer_kernels(r)))
     df = pl.DataFrame(rows).with_columns(after=predict_single_gpu(cases, catalog=cat)["samples_per_s"])
     med, logo, _ = fc.ratio_errors(df, "after")
     cross = df.filter(~pl.col("table").str.starts_with("pollux"))

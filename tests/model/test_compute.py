@@ -433,3 +433,79 @@ def test_price_jobs_gives_the_priced_backward_share_and_the_schedule_uses_it():
     base = breakdown(jobs.with_columns(gpu=pl.lit("A100-SXM4-40GB")).drop("priced_backward_fraction")).row(
         0, named=True)
     assert swapped["exposed_comm_s"] == pytest.approx(base["exposed_comm_s"], rel=1e-12)
+
+
+# -- the optimizer step as PyTorch launches it on a GPU (foreach / for_loop) ---------------------------
+def test_foreach_packing_reproduces_the_launches_of_the_shared_resnet50_traces():
+    """The hta_traces ResNet-50 runs (V100 ``ns_resolution_trace``, A100 ``nccl_parser_config``) step SGD
+    with momentum as three multi-tensor ops over the 161 parameters, each in three launches: 180, 320
+    and 8 thread blocks for ``_foreach_mul_`` (one list), 71, 155 and 282 for ``_foreach_add_`` (two),
+    read from the traces' kernel grids. The packing over the zoo model's parameters gives the same."""
+    from ddlscope.model.compute import foreach_launch_blocks
+    from ddlscope.profile import profile_model
+
+    params = profile_model("resnet50", batch_size=2, image_size=32).params
+    numels = params.filter(pl.col("kind") != "frozen")["numel"].to_list()
+    assert len(numels) == 161 and sum(-(-n // 65_536) for n in numels) == 508
+    assert foreach_launch_blocks(numels, 1) == [180, 320, 8]
+    assert foreach_launch_blocks(numels, 2) == [71, 155, 282]
+
+
+def test_foreach_packing_by_hand():
+    from ddlscope.model.compute import foreach_launch_blocks
+
+    # one list holds 110 tensors a launch: 111 one-chunk tensors -> 110 + 1
+    assert foreach_launch_blocks([10] * 111, 1) == [110, 1]
+    # 320 blocks a launch; a tensor cut there goes on in the next: 700 chunks -> 320, 320, 60
+    assert foreach_launch_blocks([700 * 65_536], 2) == [320, 320, 60]
+    # empty tensors are skipped; five or more lists take 30 tensors a launch
+    assert foreach_launch_blocks([0, 1, 0], 1) == [1] and foreach_launch_blocks([1] * 31, 7) == [30, 1]
+    assert foreach_launch_blocks([], 1) == []
+    with pytest.raises(ValueError, match="lists: expected >= 1"):
+        foreach_launch_blocks([1], 0)
+
+
+def _sgd_step(numels: list[int]) -> pl.DataFrame:
+    """A traced for-loop SGD step (momentum, weight decay) over FP32 parameters of ``numels``:
+    per parameter ``add`` (grad + wd x param: reads 2, a new result), ``mul_`` (the buffer, 1), ``add_``
+    (buffer += grad, 2), ``add_`` (param -= lr x buffer, 2), as the profiler records it."""
+    rows = []
+    for n in numels:
+        for op, reads in (("aten.add", 2), ("aten.mul_", 1), ("aten.add_", 2), ("aten.add_", 2)):
+            rows.append({"phase": "optimizer", "op": op, "dtype": "float32", "shape": f"{n}", "flops": float(n),
+                         "read_bytes": 4 * n * reads, "write_bytes": 4 * n, "total_bytes": 4 * n * (reads + 1),
+                         "class_by_type": "memory_bound"})
+    return pl.DataFrame(rows)
+
+
+def test_foreach_regroups_the_optimizer_rows_into_their_launches():
+    from ddlscope.model.compute import op_features
+
+    ops = _sgd_step([1000] * 100)  # 100 one-chunk parameters
+    loop = op_features(ops, "for_loop")
+    each = op_features(ops)  # foreach, the default
+    assert loop["kernels"].sum() == 400 and loop["dispatches"].sum() == 400
+    # add (3 lists, 48 a launch): 3 launches; mul_ (1 list, 110): 1; the two add_ (2 lists, 64) as one
+    # family of 200 tensors: 4
+    assert each["kernels"].sum() == pytest.approx(8) and each["dispatches"].sum() == pytest.approx(8)
+    assert each["bytes"].sum() == loop["bytes"].sum() and each["flops"].sum() == loop["flops"].sum()
+
+
+def test_foreach_saves_the_fills_and_launch_gaps_of_a_kernel_per_parameter():
+    ops = _sgd_step([1000] * 100)
+    gpu = _gpu()
+    loop, each = (predict_single_gpu([SingleGpuCase(ops, gpu, "fp32", 1, optimizer_kernels=k)], EFF).row(0, named=True)
+                  for k in ("for_loop", "foreach"))
+    # each kernel: max(flops / (10e12 x 0.5) + 10 us compute fill, bytes / (1e12 x 0.8) + 2 us memory fill)
+    # + 5 us launch: the fills and the launch per kernel differ (15 us), the FLOPs and bytes do not
+    assert loop["optimizer_s"] - each["optimizer_s"] == pytest.approx((400 - 8) * 15e-6)
+    assert loop["ops"] == 400 and each["ops"] == pytest.approx(8)
+    with pytest.raises(ValueError, match=r"case 0: optimizer_kernels: expected foreach or for_loop, got 'fused'"):
+        predict_single_gpu([SingleGpuCase(ops, gpu, "fp32", 1, optimizer_kernels="fused")])
+
+
+def test_an_op_table_without_shapes_keeps_a_kernel_per_row():
+    from ddlscope.model.compute import op_features
+
+    assert op_features(_ops())["kernels"].to_list() == [1.0, 1.0, 2.0]
+    assert op_features(_sgd_step([10]).drop("shape"))["kernels"].sum() == 4

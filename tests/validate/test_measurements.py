@@ -514,3 +514,31 @@ def test_a_line_of_separators_is_a_row_and_unreadable_text_names_its_line(tmp_pa
     assert t.rejected.select("reason", "detail").rows() == [
         ("out_of_range", f"{tmp_path / 'h.csv'}:2: gpus = 99999999999999999999999: a whole number too large to "
                          "count with")]
+
+
+def test_optimizer_kernels_column_is_checked_and_prices_the_optimizer(tmp_path):
+    """``optimizer_kernels``: ``foreach`` by default, ``for_loop`` on request, an unknown value a
+    rejected row; a for-loop step of ResNet-18 pays a launch and fills per parameter per term."""
+    head = "model,gpu,gpus,batch_per_gpu,precision,step_time_s,optimizer_kernels\n"
+    path = _write(tmp_path, head + "resnet18,V100,1,2,fp32,0.1,for_loop\n"
+                                   "resnet18,V100,1,2,fp32,0.1,\n"
+                                   "resnet18,V100,1,2,fp32,0.1,fused\n")
+    t = read_measurements(path)
+    assert t.rows["optimizer_kernels"].to_list() == ["for_loop", "foreach"]
+    bad = t.rejected.row(0, named=True)
+    assert (bad["line"], bad["reason"]) == (4, "unknown_optimizer_kernels")
+    assert bad["detail"] == f"{path}:4: optimizer_kernels = fused: expected foreach or for_loop"
+    rows = validate_measurements(t).rows.sort("line")
+    loop, each = rows["step_s"].to_list()
+    assert loop > each  # the same bytes, more kernels
+
+
+def test_shared_tables_run_the_optimizer_as_their_pytorch_did(shared_data):
+    """Lambda (PyTorch 1.13), DeepLearningExamples (1.3, 1.9) and Pollux (1.7) predate the multi-tensor
+    default of PyTorch 2.0: ``for_loop``; Lambda's BERT steps apex's multi-tensor FusedAdam under AMP:
+    ``foreach`` there (its FP32 runs use the per-parameter BertAdam)."""
+    lam = lambda_measurements(shared_data).rows
+    bert = lam["benchmark"].str.starts_with("bert") & (lam["precision"].cast(pl.String) == "fp16")
+    assert set(lam.filter(bert)["optimizer_kernels"]) == {"foreach"}
+    assert set(lam.filter(~bert)["optimizer_kernels"]) == {"for_loop"}
+    assert set(dle_measurements(shared_data).rows["optimizer_kernels"]) == {"for_loop"}

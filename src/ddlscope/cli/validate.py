@@ -116,7 +116,8 @@ def _measurement_rows(res) -> pl.DataFrame:
                                  .then(pl.col("amp")).otherwise(pl.lit("none")))
     return rows.select(
         *[c for c in ("source", "line", "testbed", "model", "gpu", "gpu_given", "gpus", "servers", "batch_per_gpu",
-                      "precision", "amp", "optimizer", "seq_len", "image_size", "attention", "conv_layout",
+                      "precision", "amp", "optimizer", "optimizer_kernels", "seq_len", "image_size", "attention",
+                      "conv_layout",
                       "input_data", "role", "fold", "measured_kind", "measured", "predicted", "error", "step_s",
                       "measured_step_s", "compute_bound_s", "memory_bound_s", "host_s", "data_io_s", "exposed_comm_s",
                       "measured_sync_s", "compute_efficiency_source") if c in rows.columns]

@@ -16,7 +16,10 @@ source)::
     step = gpu + host
 
 with ``F`` the op's FLOPs, ``Q`` its bytes read + written, ``k`` its kernels (2 for
-``aten.convolution_backward``, which computes the input and the weight gradient, else 1). This is
+``aten.convolution_backward``, which computes the input and the weight gradient, else 1; the
+optimizer step's rows share the launches of the multi-tensor ops PyTorch runs them as,
+:data:`OPTIMIZER_KERNELS`), ``ops`` the host's dispatches (one per op, the optimizer's likewise
+regrouped). This is
 the saturating efficiency curve ``eff(F) = eff_max * F / (F + F_half)`` of Calculon (Isaev et
 al., SC 2023) with ``F_half = peak_q * eff_max * compute_fill`` (see
 :mod:`ddlscope.specs.efficiency`). The peak ``peak_q`` and ``eff_max``:
@@ -124,6 +127,96 @@ counted. cuDNN's persistent kernels (small tensors that fit on chip; NHWC) read 
 upper-side approximation there."""
 
 
+OPTIMIZER_KERNELS: tuple[str, ...] = ("foreach", "for_loop")
+"""How the optimizer step launches its element-wise work on a GPU. ``foreach`` (the default): as
+``torch.optim``'s multi-tensor implementation, the default on CUDA since PyTorch 2.0 (the
+``foreach`` argument's documentation: "we will try to use foreach over the for-loop implementation
+on CUDA"), and as apex's ``FusedAdam``/``multi_tensor_scale``: one op per update term over every
+parameter, packed into :func:`foreach_launch_blocks` launches. ``for_loop``: one kernel per
+parameter per term (PyTorch before 2.0, ``foreach=False``). The bytes and FLOPs are the same; the
+kernels, their fills and launch gaps, and the host's dispatches differ. The profile traces the
+single-tensor loop (:func:`ddlscope.profile.api._make_optimizer`), so ``foreach`` regroups its rows."""
+FOREACH_MAX_TENSORS: tuple[int, ...] = (110, 64, 48, 36, 30)
+"""Tensors one multi-tensor launch holds, for an op over 1-5 tensor lists (PyTorch
+``ATen/native/cuda/MultiTensorApply.cuh``, ``depth_to_max_tensors``; apex's ``multi_tensor_apply``
+has the same)."""
+FOREACH_MAX_BLOCKS = 320
+"""Thread blocks (chunks) one multi-tensor launch holds (``depth_to_max_blocks``, every depth)."""
+FOREACH_CHUNK_ELEMENTS = 65_536
+"""Elements of a tensor one thread block of a multi-tensor launch processes (``kChunkSize``)."""
+
+
+def foreach_launch_blocks(numels: Sequence[int], lists: int) -> list[int]:
+    """Thread blocks of each kernel launch of one multi-tensor (``torch._foreach_*``) op over
+    tensors of ``numels`` elements, in order, reading or writing ``lists`` tensor lists (1-5; more
+    count as 5). PyTorch's ``multi_tensor_apply`` packing: each tensor adds ``ceil(numel /``
+    :data:`FOREACH_CHUNK_ELEMENTS` ``)`` blocks; a launch is issued when it holds
+    :data:`FOREACH_MAX_BLOCKS` blocks (a tensor cut there continues in the next launch), when it
+    holds the depth's :data:`FOREACH_MAX_TENSORS` tensors, or at the last tensor; empty tensors are
+    skipped. Measured on the shared Kineto traces of ResNet-50 with foreach SGD (hta_traces
+    ``ns_resolution_trace``, V100, and ``nccl_parser_config``, A100): 508 blocks of 161 parameters in
+    launches of 180, 320 and 8 blocks for one list (``_foreach_mul_``), 71, 155 and 282 for two
+    (``_foreach_add_``), as this packing gives.
+
+    Raises:
+        ValueError: ``lists`` < 1 or a negative numel.
+    """
+    if lists < 1:
+        raise ValueError(f"lists: expected >= 1, got {lists}")
+    max_tensors = FOREACH_MAX_TENSORS[min(lists, len(FOREACH_MAX_TENSORS)) - 1]
+    launches: list[int] = []
+    tensors = blocks = 0
+    last = max((i for i, n in enumerate(numels) if n > 0), default=-1)
+    for i, n in enumerate(numels):
+        if n < 0:
+            raise ValueError(f"numels[{i}]: expected >= 0, got {n}")
+        if n == 0:
+            continue
+        chunks = -(-int(n) // FOREACH_CHUNK_ELEMENTS)
+        tensors += 1
+        while chunks:
+            take = min(chunks, FOREACH_MAX_BLOCKS - blocks)
+            blocks += take
+            chunks -= take
+            if blocks == FOREACH_MAX_BLOCKS or (chunks == 0 and (tensors == max_tensors or i == last)):
+                launches.append(blocks)
+                blocks = 0
+                tensors = 0 if chunks == 0 else 1
+    return launches
+
+
+def _foreach_kernels(ops: pl.DataFrame) -> pl.Series:
+    """Per op row: its share of the launches of the multi-tensor op it belongs to under
+    ``foreach`` (:data:`OPTIMIZER_KERNELS`), else null. The traced single-tensor optimizer rows
+    (phase ``optimizer``, ATen ops and ``ddlscope.amp_unscale_grads``, whose PyTorch kernel
+    ``_amp_foreach_non_finite_check_and_unscale_`` is multi-tensor) form one family per op name
+    and tensor-list count (tensors read, plus the result unless the op is in place, ``_``; ``copy_``
+    two); a family's launches (:func:`foreach_launch_blocks` over its rows' result sizes, in
+    order) are spread evenly over its rows. A family merges the calls of one op name that a
+    for-loop step makes per parameter (SGD's two ``add_``): its launch count is the two calls'
+    within one launch each."""
+    op = c("op").cast(pl.String)
+    itemsize = c("dtype").cast(pl.String).replace_strict(
+        {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}, default=4, return_dtype=pl.Int64)
+    numel = (c("shape").cast(pl.String).fill_null("").str.split("x")
+             .list.eval(pl.element().cast(pl.Int64, strict=False).fill_null(1).product()).list.first().fill_null(1))
+    eligible = (c("phase").cast(pl.String) == "optimizer") & (
+        op.str.starts_with("aten.") | (op == "ddlscope.amp_unscale_grads"))
+    reads = (c("read_bytes").cast(pl.Float64) / (numel * itemsize).cast(pl.Float64).clip(1.0)).ceil()
+    lists = (pl.when(op == "ddlscope.amp_unscale_grads").then(1.0)
+             .when(op == "aten.copy_").then(2.0)
+             .otherwise(reads + pl.when(op.str.ends_with("_")).then(0.0).otherwise(1.0))).clip(1.0, 5.0)
+    frame = ops.select(row=pl.int_range(pl.len()), op=op, numel=numel, lists=lists.cast(pl.Int64),
+                       eligible=eligible)
+    fam = frame.filter(c("eligible"))
+    share = {}
+    for (_name, depth), part in fam.group_by("op", "lists", maintain_order=True):
+        n_launch = len(foreach_launch_blocks(part["numel"].to_list(), int(depth)))
+        for r in part["row"].to_list():
+            share[r] = n_launch / part.height
+    return pl.Series("foreach_kernels", [share.get(i) for i in range(ops.height)], dtype=pl.Float64)
+
+
 @dataclass(frozen=True)
 class SingleGpuCase:
     """One single-GPU step to price.
@@ -138,6 +231,8 @@ class SingleGpuCase:
         conv_layout: the activations' memory format, ``nchw`` (PyTorch's default contiguous
             format) or ``nhwc`` (``channels_last``): with ``nchw`` every tensor-core convolution
             pays layout transposes (:data:`TRANSPOSE_PASSES`).
+        optimizer_kernels: ``foreach`` (default) or ``for_loop``: how the optimizer step launches
+            its kernels (:data:`OPTIMIZER_KERNELS`).
     """
 
     ops: pl.DataFrame
@@ -146,6 +241,7 @@ class SingleGpuCase:
     batch_size: int
     label: str = ""
     conv_layout: str = "nchw"
+    optimizer_kernels: str = "foreach"
 
 
 def _check_ops(ops: pl.DataFrame, where: str) -> None:
@@ -155,25 +251,36 @@ def _check_ops(ops: pl.DataFrame, where: str) -> None:
                          "ddlscope.profile.profile_model (ddlscope.profile.api.OP_COLUMNS)")
 
 
-def op_features(ops: pl.DataFrame) -> pl.DataFrame:
+def op_features(ops: pl.DataFrame, optimizer_kernels: str = "foreach") -> pl.DataFrame:
     """The GPU-independent features of each op: ``phase``, ``is_gemm`` (compute-bound by type),
     ``dtype`` (the op's result type: ``float16``/``bfloat16`` GEMMs run on 16-bit tensor cores),
     ``flops``, ``bytes`` (the bytes moved: the op table's ``total_bytes``, x :data:`BATCH_NORM_PASSES` for a
-    training batch norm), ``kernels``, ``is_conv`` and ``attention`` (``v1`` / ``v2`` for the fused
+    training batch norm), ``kernels`` (2 for :data:`TWO_KERNEL_OPS`, else 1; with ``optimizer_kernels``
+    ``foreach`` an optimizer row's share of its multi-tensor launches, :func:`_foreach_kernels`, when
+    the op table has ``shape`` and ``read_bytes``), ``dispatches`` (host dispatches: 1 per row, the
+    same share for those optimizer rows), ``is_conv`` and ``attention`` (``v1`` / ``v2`` for the fused
     attention kernels of :data:`FLASH_V1_OPS` / :data:`FLASH_V2_OPS`, else null).
 
     Raises:
-        ValueError: a column of :data:`OP_INPUT_COLUMNS` is missing.
+        ValueError: a column of :data:`OP_INPUT_COLUMNS` is missing, or ``optimizer_kernels`` is not
+            one of :data:`OPTIMIZER_KERNELS`.
     """
     _check_ops(ops, "op table")
-    return ops.select(
+    if optimizer_kernels not in OPTIMIZER_KERNELS:
+        raise ValueError(f"optimizer_kernels: expected foreach or for_loop, got {optimizer_kernels!r}")
+    grouped = optimizer_kernels == "foreach" and {"shape", "read_bytes"} <= set(ops.columns)
+    share = _foreach_kernels(ops) if grouped else pl.Series("foreach_kernels", [None] * ops.height,
+                                                            dtype=pl.Float64)
+    per_row = pl.when(c("op").is_in(list(TWO_KERNEL_OPS))).then(2.0).otherwise(1.0)
+    return ops.with_columns(share).select(
         c("phase").cast(pl.String),
         is_gemm=c("class_by_type").cast(pl.String) == "compute_bound",
         dtype=c("dtype").cast(pl.String),
         flops=c("flops").cast(pl.Float64).fill_null(0.0),
         bytes=c("total_bytes").cast(pl.Float64).fill_null(0.0)
         * c("op").cast(pl.String).replace_strict(BATCH_NORM_PASSES, default=1.0, return_dtype=pl.Float64),
-        kernels=pl.when(c("op").is_in(list(TWO_KERNEL_OPS))).then(2.0).otherwise(1.0),
+        kernels=pl.coalesce(c("foreach_kernels"), per_row),
+        dispatches=pl.coalesce(c("foreach_kernels"), pl.lit(1.0)),
         is_conv=c("op").is_in(list(CONV_OPS)),
         attention=pl.when(c("op").is_in(list(FLASH_V1_OPS))).then(pl.lit("v1"))
         .when(c("op").is_in(list(FLASH_V2_OPS))).then(pl.lit("v2")).otherwise(pl.lit(None, pl.String)),
@@ -307,7 +414,8 @@ def predict_single_gpu(
         ``host_s`` (the fixed per-step cost plus any wait for the host to issue the ops),
         ``forward_s``, ``backward_s``, ``optimizer_s`` (ops by phase, transposes included),
         ``step_s`` = compute + memory + host, ``samples_per_s`` = batch / step, ``kernels``,
-        ``ops`` (op rows), ``compute_efficiency_source``.
+        ``ops`` (host dispatches, Float64: one per op row, the optimizer's rows counted as their
+        multi-tensor launches under ``foreach``), ``compute_efficiency_source``.
 
     Raises:
         CatalogError: an unknown GPU name.
@@ -321,6 +429,9 @@ def predict_single_gpu(
             raise ValueError(f"{where}: precision: expected fp32, tf32, fp16 or bf16, got {case.precision!r}")
         if case.conv_layout not in ("nchw", "nhwc"):
             raise ValueError(f"{where}: conv_layout: expected nchw or nhwc, got {case.conv_layout!r}")
+        if case.optimizer_kernels not in OPTIMIZER_KERNELS:
+            raise ValueError(f"{where}: optimizer_kernels: expected foreach or for_loop, got "
+                             f"{case.optimizer_kernels!r}")
         if case.batch_size < 1:
             raise ValueError(f"{where}: batch_size: expected >= 1, got {case.batch_size}")
         _check_ops(case.ops, where)
@@ -331,7 +442,7 @@ def predict_single_gpu(
                      "precision": case.precision, "batch_size": case.batch_size, "step_overhead_s": params["host_s"],
                      "dispatch_s": params["dispatch_s"],
                      "compute_efficiency_source": _source_line(gpu, eff, cat.efficiency_for(gpu), case.precision)})
-        frames.append(op_features(case.ops).with_columns(
+        frames.append(op_features(case.ops, case.optimizer_kernels).with_columns(
             case=pl.lit(i), nchw=pl.lit(case.conv_layout == "nchw"),
             **{k: pl.lit(v) for k, v in params.items() if k not in ("host_s", "dispatch_s")}))
     schema = {"case": pl.Int64, "label": pl.String, "gpu": pl.String, "generation": pl.String,
@@ -351,7 +462,7 @@ def predict_single_gpu(
         transpose_s=c("transpose_s").sum(),
         launch_s=c("launch").sum(),
         kernels=c("all_kernels").sum(),
-        ops=pl.len(),
+        ops=c("dispatches").sum(),
         **{f"{ph}_s": (c("op_s") + c("transpose_s")).filter(c("phase") == ph).sum()
            for ph in ("forward", "backward", "optimizer")},
     )
@@ -386,6 +497,7 @@ def price_jobs(
     catalog: Catalog | None = None,
     gpus: Mapping[str, GPUSpec] | None = None,
     conv_layout: str = "nchw",
+    optimizer_kernels: str = "foreach",
 ) -> pl.DataFrame:
     """``jobs`` with the :data:`PRICED_COLUMNS` joined: each distinct (workload, GPU, precision)
     of a job whose ``workload`` has an op table in ``op_tables`` is priced once by
@@ -406,7 +518,8 @@ def price_jobs(
     table of a workload must be profiled at the jobs' batch size. A job's GPU
     is looked up by its ``gpu`` name in ``gpus`` (e.g. a system file's own entry), then in the
     catalog, else rebuilt from its Jobs columns (no generation: the ``default`` efficiencies).
-    ``conv_layout`` is every workload's activation layout (:class:`SingleGpuCase`).
+    ``conv_layout`` is every workload's activation layout, ``optimizer_kernels`` how its optimizer
+    step launches (:class:`SingleGpuCase`).
 
     Raises:
         ValueError: an op table without the needed columns.
@@ -433,7 +546,7 @@ def price_jobs(
             except CatalogError:
                 gpu = _spec_from_columns(row)
         cases.append(SingleGpuCase(op_table, gpu, str(row["precision"]), int(row["batch_size"]),
-                                   conv_layout=conv_layout))
+                                   conv_layout=conv_layout, optimizer_kernels=optimizer_kernels))
     priced = predict_single_gpu(cases, efficiencies, cat)
     table = distinct.select(keys).with_columns(
         priced_gpu=c("gpu"),

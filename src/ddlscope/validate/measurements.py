@@ -38,6 +38,9 @@ column               required  meaning
                                ``none``, ``full`` or a fraction)
 ``conv_layout``      no        ``nchw`` (default, PyTorch's) or ``nhwc`` (channels_last): NCHW
                                tensor-core convolutions pay cuDNN's layout transposes
+``optimizer_kernels`` no       ``foreach`` (default: multi-tensor kernels, PyTorch 2.0 and later on
+                               CUDA, apex's fused optimizers) or ``for_loop`` (a kernel per
+                               parameter, PyTorch before 2.0; :data:`ddlscope.model.compute.OPTIMIZER_KERNELS`)
 ``attention``        no        ``fused`` (default: ``scaled_dot_product_attention`` on a fused
                                kernel, as PyTorch runs it on a GPU) or ``math``: the code
                                materialises the ``L x S`` scores (``matmul``, ``softmax``,
@@ -143,6 +146,8 @@ MEASUREMENT_COLUMNS: dict[str, str] = {
     "input_data": "real (default) or synthetic (no host-to-GPU input copy)",
     "overlap": "overlap policy: scheduled (default, DDP's buckets), none, full or a fraction",
     "conv_layout": "activation layout of convolutions: nchw (default, PyTorch's) or nhwc (channels_last)",
+    "optimizer_kernels": "foreach (default: multi-tensor, PyTorch >= 2.0 on CUDA) or for_loop (a kernel per "
+                         "parameter, PyTorch < 2.0)",
     "attention": "fused (default: SDPA on a fused kernel) or math (the L x S scores materialised)",
     "amp": "16-bit rows: autocast (default, per-call casts) or o2 (apex O2: model in 16 bit, FP32 masters)",
     "measured_sync_s": "measured exposed communication per step, s",
@@ -187,7 +192,7 @@ _AMP_MODES = ("autocast", "o2")  # the profiler's AMP_MODES, likewise
 _INT_COLUMNS = ("gpus", "batch_per_gpu", "servers", "seq_len", "image_size")
 _FLOAT_COLUMNS = ("throughput", "step_time_s", "step_time_ms", "units_per_sample", "measured_sync_s")
 _ZERO_ALLOWED = ("measured_sync_s",)
-_SAME_RUN = ("optimizer", "seq_len", "image_size", "attention", "conv_layout", "input_data")
+_SAME_RUN = ("optimizer", "seq_len", "image_size", "attention", "conv_layout", "optimizer_kernels", "input_data")
 RATIO_KINDS: dict[str, tuple[str, ...]] = {
     "gpu": ("model", "precision", "amp", "gpus", "servers", "source", *_SAME_RUN),
     "batch": ("model", "precision", "amp", "gpu", "gpus", "servers", "source", *_SAME_RUN),
@@ -421,6 +426,10 @@ def check_measurements(raw: pl.DataFrame, path: str | Path, catalog: Catalog | N
     layout = pl.col("conv_layout").str.to_lowercase()
     reject(pl.col("conv_layout").is_not_null() & ~layout.is_in(["nchw", "nhwc"]), "unknown_conv_layout",
            pl.format("conv_layout = {}: expected nchw or nhwc", pl.col("conv_layout")))
+    kernels = pl.col("optimizer_kernels").str.to_lowercase()
+    reject(pl.col("optimizer_kernels").is_not_null() & ~kernels.is_in(["foreach", "for_loop"]),
+           "unknown_optimizer_kernels",
+           pl.format("optimizer_kernels = {}: expected foreach or for_loop", pl.col("optimizer_kernels")))
     att = pl.col("attention").str.to_lowercase()
     reject(pl.col("attention").is_not_null() & ~att.is_in(list(_ATTENTIONS)), "unknown_attention",
            pl.format("attention = {}: expected fused or math", pl.col("attention")))
@@ -518,6 +527,7 @@ def check_measurements(raw: pl.DataFrame, path: str | Path, catalog: Catalog | N
         image_size=pl.col("image_size__i"),
         input_data=inp.fill_null("real"),
         conv_layout=layout.fill_null("nchw"),
+        optimizer_kernels=kernels.fill_null("foreach"),
         attention=att.fill_null("fused"),
         # only 16-bit rows run an AMP mode: the others share one profile
         amp=pl.when(prec.replace_strict(_PRECISIONS, default=None).is_in(["fp16", "bf16"]))
@@ -701,14 +711,18 @@ def price_measurement_jobs(jobs: pl.DataFrame, efficiencies: Mapping[str, Comput
                            catalog: Catalog | None = None) -> pl.DataFrame:
     """``jobs`` (from :func:`measurement_jobs`) with every op priced on its GPU
     (:func:`ddlscope.model.compute.price_jobs`: the ``priced_*`` columns), each row's op table from
-    :func:`ops_at`, each ``conv_layout`` group priced with its layout."""
+    :func:`ops_at`, each (``conv_layout``, ``optimizer_kernels``) group priced with its layout and
+    optimizer kernels (a table without ``optimizer_kernels``: ``foreach``)."""
     from ddlscope.model.compute import price_jobs
 
+    if "optimizer_kernels" not in jobs.columns:
+        jobs = jobs.with_columns(optimizer_kernels=pl.lit("foreach"))
     parts = []
-    for (layout,), part in jobs.group_by("conv_layout", maintain_order=True):
+    for (layout, kernels), part in jobs.group_by("conv_layout", "optimizer_kernels", maintain_order=True):
         tables = {w: ops_at(*k, int(b)) for w, *k, b in
                   part.select("workload", *_PROFILE_KEYS, "batch_per_gpu").unique("workload").iter_rows()}
-        parts.append(price_jobs(part, tables, efficiencies, catalog, conv_layout=str(layout)))
+        parts.append(price_jobs(part, tables, efficiencies, catalog, conv_layout=str(layout),
+                                optimizer_kernels=str(kernels)))
     return pl.concat(parts, how="vertical_relaxed").sort("job_id")
 
 

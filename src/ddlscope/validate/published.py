@@ -581,6 +581,9 @@ def pollux_measurement_jobs(rows: pl.DataFrame, system: System, catalog: Catalog
     raw = rows.with_columns(
         **spec, gpu=pl.lit(system.gpu.name), server=pl.lit(system.name), servers=pl.col("nodes"),
         step_time_s=pl.col("step_time"), measured_sync_s=pl.col("sync_time"), source=pl.col("table"),
+        # a kernel per parameter: the benchmark images are nvcr.io/nvidia/pytorch:20.10-py3, PyTorch 1.7
+        # (petuum/adaptdl benchmark/models/imagenet/Dockerfile), before the multi-tensor default of 2.0
+        optimizer_kernels=pl.lit("for_loop"),
     ).with_row_index("line", offset=1)
     kept = ("line", "step_time", "sync_time")
     raw = raw.with_columns(pl.col(c).cast(pl.String) for c in raw.columns if c not in kept)

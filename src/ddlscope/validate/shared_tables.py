@@ -6,7 +6,8 @@ DGX-1 16/32 GB -> ``dgx-1v`` with V100 SXM2 16/32 GB, DGX-2 -> ``dgx-2``, DGX A1
 (:data:`ddlscope.validate.published.DLE_SYSTEMS`); FP32 -> ``fp32``, TF32 -> ``tf32``, AMP -> ``fp16``;
 real ImageNet input (DALI decodes on the GPU; the decoded batch is the host-to-GPU copy charged);
 NHWC activations for the 21.03 AMP rows (the table's ``configs.yml`` sets ``memory_format: nhwc``),
-NCHW for the others;
+NCHW for the others; the optimizer a kernel per parameter (``optimizer_kernels = for_loop``: the
+containers' PyTorch 1.3 and 1.9 predate the multi-tensor default of 2.0);
 ``source`` = the file, ``testbed`` = the system.
 
 **Lambda** source: lambdal/deeplearning-benchmark, ``pytorch/`` (see the folder's SOURCES.md): NVIDIA
@@ -83,7 +84,15 @@ tokens/s count ``seq_len`` target tokens per sample, 192 for base and 256 for la
 267,735 words (``transformer_xl_*_softmax``); base with ``--optim jitlamb`` (LAMB keeps Adam's two
 moments per parameter: priced as ``adam``, its per-tensor trust-ratio norms not counted), large with
 ``--optim adam``; AMP by ``train.py``'s defaults ``--amp apex``, ``--apex_amp_opt_level O2``:
-``amp = o2``)."""
+``amp = o2``). The optimizer step launches a kernel per parameter (``optimizer_kernels = for_loop``:
+Lambda's v1 runs use the ``pytorch:22.09-py3`` container, PyTorch 1.13, before ``torch.optim``'s
+multi-tensor default of 2.0; the repository's ``pytorch/README.md``), except BERT's apex
+``FusedAdam`` under AMP, a multi-tensor optimizer (``foreach``, :data:`MULTI_TENSOR_UNDER_AMP`)."""
+
+MULTI_TENSOR_UNDER_AMP = frozenset({"bert_base_squad", "bert_large_squad"})
+"""Lambda benchmarks whose AMP runs step a multi-tensor optimizer (``optimizer_kernels = foreach``):
+DeepLearningExamples' ``run_squad.py`` takes apex's ``FusedAdam`` under AMP and its own per-parameter
+``BertAdam`` otherwise."""
 
 LEFT_OUT: dict[str, str] = {
     "gnmt": "tokens/s counts the real (unpadded) tokens of WMT16 sentence pairs, whose length varies per batch; "
@@ -177,6 +186,9 @@ def lambda_measurements(data_dir: str | Path, catalog: Catalog | None = None) ->
                 precision=pl.lit(label),
                 source=pl.lit(f"lambda {precision}"),
                 benchmark=pl.lit(bench),
+                # PyTorch 1.13 (NGC 22.09): a kernel per parameter, but for BERT's FusedAdam under AMP
+                optimizer_kernels=pl.lit("foreach" if bench in MULTI_TENSOR_UNDER_AMP and label == "fp16"
+                                         else "for_loop"),
                 **{k: pl.lit(v) for k, v in spec.items()},
             ).drop("value")
             parts.append(t)
@@ -219,6 +231,7 @@ def dle_measurements(data_dir: str | Path, catalog: Catalog | None = None) -> Me
             # DLE 21.03's configs.yml runs AMP as memory_format nhwc; 19.10 and TF32/FP32 runs are NCHW
             conv_layout=pl.when(pl.lit("21.03" in path.name) & (pl.col("precision") == "AMP"))
             .then(pl.lit("nhwc")).otherwise(pl.lit("nchw")),
+            optimizer_kernels=pl.lit("for_loop"),  # PyTorch 1.3 / 1.9 (NGC 19.10 / 21.03): torch.optim.SGD
             source=pl.lit(path.name),
             testbed=pl.col("system"),
         ))
