@@ -1,5 +1,7 @@
-"""One short run on one GPU that measures what the compute model assumes where the shared tables
-say it errs (issue 14), each figure printed beside the model's prediction for the same work.
+"""One short GPU run that measures what the compute model assumes, beside its predictions (issue 14).
+
+Where the shared tables say the model errs, each figure is printed beside the model's prediction for
+the same work.
 
 The open questions, and the check that answers each (docs/model.md, "What would settle the rest"):
 
@@ -57,7 +59,7 @@ from torch import nn
 
 from ddlscope.model.compute import SingleGpuCase, predict_single_gpu
 from ddlscope.profile import profile_model
-from ddlscope.specs.catalog import builtin_catalog
+from ddlscope.specs.catalog import CatalogError, builtin_catalog
 from ddlscope.validate.models import call_model, real_batch
 
 TXL_BASE_D_MODEL = 512
@@ -341,21 +343,27 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--gpu", default=None, help="catalog GPU to price for (default: the CUDA device's; "
                     "A100-SXM4-80GB with --smoke)")
     args = ap.parse_args(argv)
+    if args.steps < 1 or args.warmup < 0:
+        raise SystemExit(f"--steps: expected >= 1, got {args.steps}; --warmup: expected >= 0, got {args.warmup}")
     cat = builtin_catalog()
-    if args.smoke:
-        device, gpu = "cpu", cat.gpu(args.gpu or "A100-SXM4-80GB").name
-    elif not torch.cuda.is_available():
+    if not args.smoke and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: run on a GPU machine, or --smoke to check the script on the CPU")
-    else:
-        device, gpu = "cuda", cat.gpu(args.gpu or torch.cuda.get_device_name(0)).name
+    device = "cpu" if args.smoke else "cuda"
+    wanted_gpu = args.gpu or ("A100-SXM4-80GB" if args.smoke else torch.cuda.get_device_name(0))
+    try:
+        gpu = cat.gpu(wanted_gpu).name
+    except CatalogError as exc:
+        raise SystemExit(f"--gpu: {exc}") from None
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"device {device} ({torch.cuda.get_device_name(0) if device == 'cuda' else 'CPU, smoke'}), "
           f"priced as {gpu}; torch {torch.__version__}"
           + (f", CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}" if device == "cuda" else ""))
     rows = []
     checks = step_checks(args.smoke)
-    if args.only:
+    if args.only is not None:
         wanted = [k.strip() for k in args.only.split(",") if k.strip()]
+        if not wanted:
+            raise SystemExit(f"--only: no check named; expected some of {list(checks)}")
         unknown = [k for k in wanted if k not in checks]
         if unknown:
             raise SystemExit(f"--only: unknown check(s) {unknown}; expected some of {list(checks)}")

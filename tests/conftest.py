@@ -28,5 +28,6 @@ def shared_data() -> Path:
     """``shared/data`` in the nearest parent folder (``../shared/data`` beside the checkout), or
     ``$DDLSCOPE_SHARED_DATA``; skips the test if absent."""
     if not SHARED_DATA.is_dir():
-        pytest.skip(f"shared data not found at {SHARED_DATA}")
+        pytest.skip(f"shared data not found at {SHARED_DATA}, in a parent folder's shared/data or at "
+                    "$DDLSCOPE_SHARED_DATA (README, 'Real data')")
     return SHARED_DATA

@@ -461,8 +461,14 @@ def test_foreach_packing_by_hand():
     # empty tensors are skipped; five or more lists take 30 tensors a launch
     assert foreach_launch_blocks([0, 1, 0], 1) == [1] and foreach_launch_blocks([1] * 31, 7) == [30, 1]
     assert foreach_launch_blocks([], 1) == []
-    with pytest.raises(ValueError, match="lists: expected >= 1"):
+    assert foreach_launch_blocks((n for n in (1, 2)), 1) == [2]  # an iterator is read once
+    # 2^44 elements (the bound): 2^28 chunks, 838,861 launches, counted without a loop per launch
+    assert len(foreach_launch_blocks([1 << 44], 1)) == -(-(1 << 28) // 320)
+    with pytest.raises(ValueError, match=r"lists: expected an integer >= 1, got 0"):
         foreach_launch_blocks([1], 0)
+    for bad in ([2**62], [1.5], [-1]):
+        with pytest.raises(ValueError, match=r"numels\[0\]: expected an integer from 0 to"):
+            foreach_launch_blocks(bad, 1)
 
 
 def _sgd_step(numels: list[int]) -> pl.DataFrame:
@@ -500,7 +506,9 @@ def test_foreach_saves_the_fills_and_launch_gaps_of_a_kernel_per_parameter():
     # + 5 us launch: the fills and the launch per kernel differ (15 us), the FLOPs and bytes do not
     assert loop["optimizer_s"] - each["optimizer_s"] == pytest.approx((400 - 8) * 15e-6)
     assert loop["ops"] == 400 and each["ops"] == pytest.approx(8)
-    with pytest.raises(ValueError, match=r"case 0: optimizer_kernels: expected foreach or for_loop, got 'fused'"):
+    want = (r"case 0: optimizer_kernels: expected foreach \(multi-tensor, fused optimizers included\) or for_loop, "
+            r"got 'fused'")
+    with pytest.raises(ValueError, match=want):
         predict_single_gpu([SingleGpuCase(ops, gpu, "fp32", 1, optimizer_kernels="fused")])
 
 

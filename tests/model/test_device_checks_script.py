@@ -6,6 +6,7 @@ parser keeps unreadable samples as nulls, and its CPU smoke run writes the table
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -81,3 +82,14 @@ def test_smoke_run_writes_the_documented_table(dc, tmp_path, capsys):
 def test_unknown_only_key_names_the_keys(dc, tmp_path):
     with pytest.raises(SystemExit, match="unknown check"):
         dc.main(["--smoke", "--out", str(tmp_path), "--only", "vocab odd fp17"])
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--gpu", "NoSuchGPU"], "--gpu: gpu: unknown GPU 'NoSuchGPU'"),
+    (["--steps", "0"], "--steps: expected >= 1, got 0"),
+    (["--warmup", "-1"], "--warmup: expected >= 0, got -1"),
+    (["--only", ""], "--only: no check named"),
+])
+def test_bad_options_are_one_clear_message(dc, tmp_path, argv, said):
+    with pytest.raises(SystemExit, match=re.escape(said)):
+        dc.main(["--smoke", "--out", str(tmp_path), *argv])

@@ -31,3 +31,12 @@ def test_a_nul_in_a_measurement_table_is_shown_in_the_rejected_rows_and_errors(t
     bad = runner.invoke(app, ["validate", "--measurements", str(named)])
     assert bad.exit_code == 2 and "missing column(s)" in bad.output
     assert "\x1b" not in bad.output and "run\\x1b[2J.csv" in bad.output, bad.output
+
+
+def test_a_file_name_with_escape_codes_is_shown_escaped_in_the_table_title(tmp_path):
+    named = tmp_path / "x\x1b[31mevil.csv"
+    named.write_bytes(b"model,gpu,gpus,batch_per_gpu,precision,throughput,throughput_unit\n"
+                      b"resnet50,V100-SXM2-16GB,1,64,fp32,300,images/s\n")
+    out = CliRunner().invoke(app, ["validate", "--measurements", str(named)])
+    assert out.exit_code == 0, out.output
+    assert "\x1b" not in out.output and "x\\x1b[31mevil.csv): error per source" in out.output

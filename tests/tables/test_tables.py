@@ -83,6 +83,8 @@ def test_utf16_guess_leaves_utf8_alone():
     assert utf16_encoding(b"a\x00,b\n") is None  # one NUL in UTF-8 text: not the every-other-byte pattern
     assert utf16_encoding(b"a\x00") is None  # too short to tell
     assert utf16_encoding("ab".encode("utf-16-le")) == "UTF-16 LE (a NUL byte after every character)"
+    assert utf16_encoding("ab".encode("utf-32")) == "UTF-32 LE (byte-order mark)"  # not UTF-16's mark
+    assert utf16_encoding(b"\x00\x00\xfe\xff\x00\x00\x00a") == "UTF-32 BE (byte-order mark)"
 
 
 def test_gzip_csv_and_lazy_parquet(tmp_path):

@@ -503,8 +503,11 @@ def test_a_line_of_separators_is_a_row_and_unreadable_text_names_its_line(tmp_pa
     # a UTF-16 file has no readable line at all: an error with the hint
     utf16 = tmp_path / "w.csv"
     utf16.write_bytes((HEADER + "resnet18_cifar,V100,1,32,fp32,0.05,a\n").encode("utf-16"))
-    with pytest.raises(MeasurementError, match=r"w.csv:1: not UTF-8 \(byte 0x(ff|fe); the file starts with a UTF-16 "
-                                               r"byte-order mark\): save the table as UTF-8"):
+    with pytest.raises(MeasurementError, match=r"w.csv:1: not UTF-8: the file is UTF-16 LE \(byte-order mark\): "
+                                               r"save the table as UTF-8"):
+        read_measurements(utf16)
+    utf16.write_bytes((HEADER + "resnet18_cifar,V100,1,32,fp32,0.05,a\n").encode("utf-32"))
+    with pytest.raises(MeasurementError, match=r"w.csv:1: not UTF-8: the file is UTF-32 LE \(byte-order mark\)"):
         read_measurements(utf16)
     with pytest.raises(MeasurementError, match=r"s.csv: the header is one field .*comma-separated"):
         read_measurements(_write(tmp_path, HEADER.replace(",", ";") + "resnet18_cifar;V100;1;32;fp32;0.05;a\n",
@@ -520,14 +523,15 @@ def test_optimizer_kernels_column_is_checked_and_prices_the_optimizer(tmp_path):
     """``optimizer_kernels``: ``foreach`` by default, ``for_loop`` on request, an unknown value a
     rejected row; a for-loop step of ResNet-18 pays a launch and fills per parameter per term."""
     head = "model,gpu,gpus,batch_per_gpu,precision,step_time_s,optimizer_kernels\n"
-    path = _write(tmp_path, head + "resnet18,V100,1,2,fp32,0.1,for_loop\n"
+    path = _write(tmp_path, head + "resnet18,V100,1,2,fp32,0.1,For-Loop\n"
                                    "resnet18,V100,1,2,fp32,0.1,\n"
                                    "resnet18,V100,1,2,fp32,0.1,fused\n")
     t = read_measurements(path)
     assert t.rows["optimizer_kernels"].to_list() == ["for_loop", "foreach"]
     bad = t.rejected.row(0, named=True)
     assert (bad["line"], bad["reason"]) == (4, "unknown_optimizer_kernels")
-    assert bad["detail"] == f"{path}:4: optimizer_kernels = fused: expected foreach or for_loop"
+    assert bad["detail"] == (f"{path}:4: optimizer_kernels = fused: expected foreach (multi-tensor, fused optimizers "
+                             "included) or for_loop")
     rows = validate_measurements(t).rows.sort("line")
     loop, each = rows["step_s"].to_list()
     assert loop > each  # the same bytes, more kernels

@@ -61,7 +61,8 @@ Two entry points share the arithmetic:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import numbers
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import polars as pl
@@ -146,7 +147,12 @@ FOREACH_CHUNK_ELEMENTS = 65_536
 """Elements of a tensor one thread block of a multi-tensor launch processes (``kChunkSize``)."""
 
 
-def foreach_launch_blocks(numels: Sequence[int], lists: int) -> list[int]:
+FOREACH_MAX_NUMEL = 1 << 44
+"""The largest tensor :func:`foreach_launch_blocks` packs (17.6 T elements, 70 TB of FP32: more than
+any GPU holds)."""
+
+
+def foreach_launch_blocks(numels: Iterable[int], lists: int) -> list[int]:
     """Thread blocks of each kernel launch of one multi-tensor (``torch._foreach_*``) op over
     tensors of ``numels`` elements, in order, reading or writing ``lists`` tensor lists (1-5; more
     count as 5). PyTorch's ``multi_tensor_apply`` packing: each tensor adds ``ceil(numel /``
@@ -159,29 +165,42 @@ def foreach_launch_blocks(numels: Sequence[int], lists: int) -> list[int]:
     (``_foreach_add_``), as this packing gives.
 
     Raises:
-        ValueError: ``lists`` < 1 or a negative numel.
+        ValueError: ``lists`` not an integer >= 1, or a numel not an integer in
+            ``[0,`` :data:`FOREACH_MAX_NUMEL` ``]`` (naming its position).
     """
-    if lists < 1:
-        raise ValueError(f"lists: expected >= 1, got {lists}")
+    if isinstance(lists, bool) or not isinstance(lists, numbers.Integral) or lists < 1:
+        raise ValueError(f"lists: expected an integer >= 1, got {lists!r}")
+    sizes = list(numels)
+    for i, n in enumerate(sizes):
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 0 <= n <= FOREACH_MAX_NUMEL:
+            raise ValueError(f"numels[{i}]: expected an integer from 0 to {FOREACH_MAX_NUMEL} (2^44), got {n!r}")
+    sizes = [int(n) for n in sizes]
+    lists = int(lists)
     max_tensors = FOREACH_MAX_TENSORS[min(lists, len(FOREACH_MAX_TENSORS)) - 1]
     launches: list[int] = []
     tensors = blocks = 0
-    last = max((i for i, n in enumerate(numels) if n > 0), default=-1)
-    for i, n in enumerate(numels):
-        if n < 0:
-            raise ValueError(f"numels[{i}]: expected >= 0, got {n}")
+    last = max((i for i, n in enumerate(sizes) if n > 0), default=-1)
+    for i, n in enumerate(sizes):
         if n == 0:
             continue
-        chunks = -(-int(n) // FOREACH_CHUNK_ELEMENTS)
+        chunks = -(-n // FOREACH_CHUNK_ELEMENTS)
         tensors += 1
         while chunks:
-            take = min(chunks, FOREACH_MAX_BLOCKS - blocks)
-            blocks += take
-            chunks -= take
-            if blocks == FOREACH_MAX_BLOCKS or (chunks == 0 and (tensors == max_tensors or i == last)):
-                launches.append(blocks)
-                blocks = 0
-                tensors = 0 if chunks == 0 else 1
+            room = FOREACH_MAX_BLOCKS - blocks
+            if chunks < room:  # the tensor ends inside this launch
+                blocks += chunks
+                chunks = 0
+                if tensors == max_tensors or i == last:
+                    launches.append(blocks)
+                    blocks = tensors = 0
+                continue
+            chunks -= room  # the launch fills up: issued; the tensor goes on in the next one, if it has more
+            launches.append(FOREACH_MAX_BLOCKS)
+            blocks, tensors = 0, (1 if chunks else 0)
+            whole = chunks // FOREACH_MAX_BLOCKS - (1 if chunks and chunks % FOREACH_MAX_BLOCKS == 0 else 0)
+            if whole > 0:  # launches this tensor fills on its own, counted at once
+                launches.extend([FOREACH_MAX_BLOCKS] * whole)
+                chunks -= whole * FOREACH_MAX_BLOCKS
     return launches
 
 
@@ -430,8 +449,8 @@ def predict_single_gpu(
         if case.conv_layout not in ("nchw", "nhwc"):
             raise ValueError(f"{where}: conv_layout: expected nchw or nhwc, got {case.conv_layout!r}")
         if case.optimizer_kernels not in OPTIMIZER_KERNELS:
-            raise ValueError(f"{where}: optimizer_kernels: expected foreach or for_loop, got "
-                             f"{case.optimizer_kernels!r}")
+            raise ValueError(f"{where}: optimizer_kernels: expected foreach (multi-tensor, fused optimizers "
+                             f"included) or for_loop, got {case.optimizer_kernels!r}")
         if case.batch_size < 1:
             raise ValueError(f"{where}: batch_size: expected >= 1, got {case.batch_size}")
         _check_ops(case.ops, where)

@@ -105,8 +105,8 @@ def rich_table(frame: pl.DataFrame, title: str | None = None, caption: str | Non
     never wraps mid-word; only cells still too wide fold."""
     cells = [[escape(format_value(v)) for v in row] for row in frame.iter_rows()]
     table = Table(
-        title=escape(title) if title else None,
-        caption=escape(caption) if caption else None,
+        title=escape(shown(title)) if title else None,
+        caption=escape(shown(caption)) if caption else None,
         show_lines=False,
         header_style="bold",
     )
@@ -161,11 +161,11 @@ def emit(
     if fmt == "table":
         console = terminal(stream)
         if title:  # a line of its own: a table title would wrap at the table's width
-            console.print(f"[bold]{escape(title)}[/bold]")
+            console.print(f"[bold]{escape(shown(title))}[/bold]")
         console.print(rich_table(frame, caption=caption, width=console.width))
         for key, value in (extra or {}).items():
             text = format_value(value) if not isinstance(value, Mapping) else json.dumps(to_jsonable(value))
-            console.print(escape(f"{key}: {text}"))
+            console.print(escape(shown(f"{key}: {text}")))
     elif fmt == "json":
         rows = frame_records(frame)
         payload: Any = {"rows": rows, **to_jsonable(dict(extra))} if extra else rows
@@ -201,7 +201,7 @@ def emit_sections(
         console = terminal(stream)
         for _, frame, title, caption in sections:
             if title:
-                console.print(f"[bold]{escape(title)}[/bold]")
+                console.print(f"[bold]{escape(shown(title))}[/bold]")
             console.print(rich_table(frame, caption=caption, width=console.width))
         for key, value in (summary or {}).items():
             if isinstance(value, Sequence) and not isinstance(value, str):

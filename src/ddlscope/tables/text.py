@@ -116,13 +116,18 @@ UTF16_PROBE_BYTES = 64
 
 def utf16_encoding(data: bytes) -> str | None:
     """``"UTF-16 LE"`` / ``"UTF-16 BE"`` with why (``"byte-order mark"``, or ``"a NUL byte after
-    every character"`` / ``"before"``) when ``data`` is UTF-16 text, else None.
+    every character"`` / ``"before"``) when ``data`` is UTF-16 text, ``"UTF-32 LE/BE (byte-order
+    mark)"`` for a UTF-32 byte-order mark (checked first: it starts as UTF-16's does), else None.
 
     Without a byte-order mark (the Unicode Standard, section 3.10, "D98"), text of the ASCII range
     encodes to a 0x00 byte beside each character: among the first :data:`UTF16_PROBE_BYTES` bytes
     (at least 4 and an even count), every odd-positioned byte 0 and no even-positioned one
     (little-endian), or the reverse (big-endian). UTF-8 text never holds NUL bytes so regularly.
     """
+    if data.startswith(b"\xff\xfe\x00\x00"):
+        return "UTF-32 LE (byte-order mark)"
+    if data.startswith(b"\x00\x00\xfe\xff"):
+        return "UTF-32 BE (byte-order mark)"
     if data.startswith(b"\xff\xfe"):
         return "UTF-16 LE (byte-order mark)"
     if data.startswith(b"\xfe\xff"):

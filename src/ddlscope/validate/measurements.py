@@ -112,8 +112,9 @@ from ddlscope.model.step_time import breakdown
 from ddlscope.specs.catalog import Catalog, CatalogError, builtin_catalog
 from ddlscope.specs.efficiency import ComputeEfficiency
 from ddlscope.specs.overlap import overlap_fraction
-from ddlscope.tables import CsvOptions, read_csv, separator_hint
+from ddlscope.tables import CsvOptions, read_csv, separator_hint, utf16_encoding
 from ddlscope.tables.result import INVALID_UTF8
+from ddlscope.tables.text import UTF16_PROBE_BYTES
 from ddlscope.validate.ddp import ddp_buckets_expr
 from ddlscope.validate.published import WORKLOAD_LINEAR
 
@@ -269,20 +270,21 @@ def _read_csv_rows(path: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
     field ``""``) and ``line``.
 
     Raises:
-        MeasurementError: the file starts with a UTF-16 byte-order mark, has no header, is not CSV (a
-            quote not closed on its line, so also a quoted field spanning lines, or a closing quote
-            followed by something other than a comma: naming the line), has a header that is not
+        MeasurementError: the file is UTF-16 or UTF-32 (:func:`ddlscope.tables.utf16_encoding`), has
+            no header, is not CSV (a quote not closed on its line, so also a quoted field spanning
+            lines, or a closing quote followed by something other than a comma: naming the line),
+            has a header that is not
             UTF-8 or is one field holding ``;``, a tab or ``|``, names a column twice (which value
             would count?) or has an unnamed column holding values.
     """
     try:
         with path.open("rb") as fh:
-            start = fh.read(2)
+            start = fh.read(UTF16_PROBE_BYTES)
     except OSError as exc:
         raise MeasurementError(f"{path}: cannot read as a measurement table ({type(exc).__name__}: {exc})") from exc
-    if start in (b"\xff\xfe", b"\xfe\xff"):  # UTF-16: every line would be unreadable
-        raise MeasurementError(f"{path}:1: not UTF-8 (byte 0x{start[0]:02x}; the file starts with a UTF-16 "
-                               "byte-order mark): save the table as UTF-8")
+    wide = utf16_encoding(start)
+    if wide is not None:  # UTF-16 or UTF-32: every line would be unreadable
+        raise MeasurementError(f"{path}:1: not UTF-8: the file is {wide}: save the table as UTF-8")
     try:
         tf = read_csv(path, CsvOptions(comment_prefix="#"), label=str(path))
     except OSError as exc:
@@ -426,10 +428,11 @@ def check_measurements(raw: pl.DataFrame, path: str | Path, catalog: Catalog | N
     layout = pl.col("conv_layout").str.to_lowercase()
     reject(pl.col("conv_layout").is_not_null() & ~layout.is_in(["nchw", "nhwc"]), "unknown_conv_layout",
            pl.format("conv_layout = {}: expected nchw or nhwc", pl.col("conv_layout")))
-    kernels = pl.col("optimizer_kernels").str.to_lowercase()
+    kernels = pl.col("optimizer_kernels").str.to_lowercase().str.replace_all("-", "_", literal=True)
     reject(pl.col("optimizer_kernels").is_not_null() & ~kernels.is_in(["foreach", "for_loop"]),
            "unknown_optimizer_kernels",
-           pl.format("optimizer_kernels = {}: expected foreach or for_loop", pl.col("optimizer_kernels")))
+           pl.format("optimizer_kernels = {}: expected foreach (multi-tensor, fused optimizers included) or for_loop",
+                     pl.col("optimizer_kernels")))
     att = pl.col("attention").str.to_lowercase()
     reject(pl.col("attention").is_not_null() & ~att.is_in(list(_ATTENTIONS)), "unknown_attention",
            pl.format("attention = {}: expected fused or math", pl.col("attention")))
