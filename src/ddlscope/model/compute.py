@@ -131,8 +131,8 @@ upper-side approximation there."""
 OPTIMIZER_KERNELS: tuple[str, ...] = ("foreach", "for_loop")
 """How the optimizer step launches its element-wise work on a GPU. ``foreach`` (the default): as
 ``torch.optim``'s multi-tensor implementation, the default on CUDA since PyTorch 2.0 (the
-``foreach`` argument's documentation: "we will try to use foreach over the for-loop implementation
-on CUDA"), and as apex's ``FusedAdam``/``multi_tensor_scale``: one op per update term over every
+``foreach`` argument of every ``torch.optim`` optimizer: left unset, the for-loop is used only off
+CUDA), and as apex's ``FusedAdam``/``multi_tensor_scale``: one op per update term over every
 parameter, packed into :func:`foreach_launch_blocks` launches. ``for_loop``: one kernel per
 parameter per term (PyTorch before 2.0, ``foreach=False``). The bytes and FLOPs are the same; the
 kernels, their fills and launch gaps, and the host's dispatches differ. The profile traces the
@@ -212,8 +212,8 @@ def _foreach_kernels(ops: pl.DataFrame) -> pl.Series:
     and tensor-list count (tensors read, plus the result unless the op is in place, ``_``; ``copy_``
     two); a family's launches (:func:`foreach_launch_blocks` over its rows' result sizes, in
     order) are spread evenly over its rows. A family merges the calls of one op name that a
-    for-loop step makes per parameter (SGD's two ``add_``): its launch count is the two calls'
-    within one launch each."""
+    for-loop step makes per parameter (SGD's two ``add_``) into one packing, which can count one
+    launch per call fewer than the calls packed apart."""
     op = c("op").cast(pl.String)
     itemsize = c("dtype").cast(pl.String).replace_strict(
         {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}, default=4, return_dtype=pl.Int64)
