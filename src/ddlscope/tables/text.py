@@ -119,7 +119,7 @@ def utf16_encoding(data: bytes) -> str | None:
     every character"`` / ``"before"``) when ``data`` is UTF-16 text, ``"UTF-32 LE/BE (byte-order
     mark)"`` for a UTF-32 byte-order mark (checked first: it starts as UTF-16's does), else None.
 
-    Without a byte-order mark (the Unicode Standard, section 3.10, "D98"), text of the ASCII range
+    Without a byte-order mark (the Unicode Standard, section 3.10, "Unicode Encoding Schemes"), text of the ASCII range
     encodes to a 0x00 byte beside each character: among the first :data:`UTF16_PROBE_BYTES` bytes
     (at least 4 and an even count), every odd-positioned byte 0 and no even-positioned one
     (little-endian), or the reverse (big-endian). UTF-8 text never holds NUL bytes so regularly.
@@ -145,7 +145,7 @@ def utf16_encoding(data: bytes) -> str | None:
 
 
 def refuse_utf16(data: bytes, label: str) -> None:
-    """Raise if ``data`` is UTF-16 text (:func:`utf16_encoding`).
+    """Raise if ``data`` is UTF-16 text, or starts with a UTF-32 byte-order mark (:func:`utf16_encoding`).
 
     Raises:
         ValueError: ``LABEL:1: the file is UTF-16 LE (byte-order mark), not UTF-8: save it as
