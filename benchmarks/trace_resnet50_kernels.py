@@ -34,7 +34,6 @@ import polars as pl
 from ddlscope.model import compute
 from ddlscope.profile import profile_model
 from ddlscope.shared_data import find_shared_data
-from ddlscope.specs.catalog import builtin_catalog
 
 TRACES = (("hta_traces/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz", "V100-SXM2-32GB", "fp32"),
           ("hta_traces/nccl_parser_config/nccl_data.json.gz", "A100-SXM4-40GB", "tf32"))
@@ -80,20 +79,16 @@ def measured_ms(path: Path) -> dict[str, float]:
 
 
 def model_ms(gpu: str, precision: str, optimizer_kernels: str) -> dict[str, float]:
-    """The model's milliseconds per step by class for ResNet-50 at :data:`BATCH` (module docstring)."""
-    cat = builtin_catalog()
+    """The model's milliseconds per step by class for ResNet-50 at :data:`BATCH` (module docstring),
+    from :func:`ddlscope.model.compute.price_ops`."""
     ops = profile_model("resnet50", batch_size=BATCH, precision=precision, optimizer="sgd", gpu=gpu).ops
-    spec = cat.gpu(gpu)
-    params = compute._gpu_params(spec, precision, compute.efficiency_for(spec, cat))
-    priced = compute.op_features(ops, optimizer_kernels).with_columns(
-        nchw=pl.lit(True), **{k: pl.lit(v) for k, v in params.items() if k not in ("host_s", "dispatch_s")}
-    ).with_columns(op_s=compute._op_seconds(), transpose_s=compute._transpose_seconds())
-    op = ops["op"]
-    cls = (pl.when(pl.Series(ops["phase"].cast(pl.String) == "optimizer")).then(pl.lit("optimizer"))
-           .when(pl.Series(op.is_in(["aten.convolution", "aten.convolution_backward", "aten.mm", "aten.addmm"])))
+    priced = compute.price_ops([compute.SingleGpuCase(ops, gpu, precision, BATCH, optimizer_kernels=optimizer_kernels)])
+    op = pl.col("op")
+    cls = (pl.when(pl.col("phase") == "optimizer").then(pl.lit("optimizer"))
+           .when(op.is_in(["aten.convolution", "aten.convolution_backward", "aten.mm", "aten.addmm"]))
            .then(pl.lit("conv"))
-           .when(pl.Series(op.str.contains("batch_norm"))).then(pl.lit("batch_norm"))
-           .when(pl.Series(op.str.contains("pool"))).then(pl.lit("pool")).otherwise(pl.lit("elementwise")))
+           .when(op.str.contains("batch_norm")).then(pl.lit("batch_norm"))
+           .when(op.str.contains("pool")).then(pl.lit("pool")).otherwise(pl.lit("elementwise")))
     t = priced.with_columns(cls=cls)
     out = {k: 1e3 * float(t.filter(pl.col("cls") == k)["op_s"].sum()) for k in CLASSES}
     out["transpose"] = 1e3 * float(t["transpose_s"].sum())

@@ -517,3 +517,18 @@ def test_an_op_table_without_shapes_keeps_a_kernel_per_row():
 
     assert op_features(_ops())["kernels"].to_list() == [1.0, 1.0, 2.0]
     assert op_features(_sgd_step([10]).drop("shape"))["kernels"].sum() == 4
+
+
+def test_price_ops_gives_the_rows_predict_single_gpu_sums():
+    from ddlscope.model.compute import price_ops
+
+    cases = [SingleGpuCase(_ops(), _gpu(), "fp32", 64, label="a"), SingleGpuCase(_sgd_step([1000] * 10), _gpu(),
+                                                                                 "fp32", 1, label="b")]
+    per = price_ops(cases, EFF)
+    assert per.height == 3 + 40 and per["case"].unique().sort().to_list() == [0, 1]
+    assert per.filter(pl.col("case") == 0)["op"].to_list() == ["aten.mm", "aten.relu", "aten.convolution_backward"]
+    whole = predict_single_gpu(cases, EFF)
+    sums = per.group_by("case").agg(gpu=(pl.col("op_s") + pl.col("transpose_s")).sum()).sort("case")["gpu"]
+    assert sums.to_list() == pytest.approx((whole["compute_bound_s"] + whole["memory_bound_s"]).to_list())
+    # the mm row by hand (the first test): 0.250015 s
+    assert per["op_s"][0] == pytest.approx(0.250015)

@@ -225,15 +225,15 @@ def _foreach_kernels(ops: pl.DataFrame) -> pl.Series:
     lists = (pl.when(op == "ddlscope.amp_unscale_grads").then(1.0)
              .when(op == "aten.copy_").then(2.0)
              .otherwise(reads + pl.when(op.str.ends_with("_")).then(0.0).otherwise(1.0))).clip(1.0, 5.0)
-    frame = ops.select(row=pl.int_range(pl.len()), op=op, numel=numel, lists=lists.cast(pl.Int64),
-                       eligible=eligible)
-    fam = frame.filter(c("eligible"))
-    share = {}
-    for (_name, depth), part in fam.group_by("op", "lists", maintain_order=True):
-        n_launch = len(foreach_launch_blocks(part["numel"].to_list(), int(depth)))
-        for r in part["row"].to_list():
-            share[r] = n_launch / part.height
-    return pl.Series("foreach_kernels", [share.get(i) for i in range(ops.height)], dtype=pl.Float64)
+    frame = ops.select(op=op, numel=numel, lists=lists.cast(pl.Int64), eligible=eligible)
+    families = (frame.filter(c("eligible")).group_by("op", "lists", maintain_order=True)
+                .agg(numels=c("numel"), rows=pl.len()))
+    launches = [len(foreach_launch_blocks(n, int(d))) for n, d in zip(families["numels"], families["lists"],
+                                                                      strict=True)]
+    share = families.select("op", "lists", foreach_kernels=pl.Series(launches, dtype=pl.Float64) / c("rows"))
+    return (frame.join(share, on=["op", "lists"], how="left", maintain_order="left")
+            .select(pl.when(c("eligible")).then(c("foreach_kernels")).otherwise(None).alias("foreach_kernels"))
+            .to_series())
 
 
 @dataclass(frozen=True)
@@ -271,7 +271,7 @@ def _check_ops(ops: pl.DataFrame, where: str) -> None:
 
 
 def op_features(ops: pl.DataFrame, optimizer_kernels: str = "foreach") -> pl.DataFrame:
-    """The GPU-independent features of each op: ``phase``, ``is_gemm`` (compute-bound by type),
+    """The GPU-independent features of each op: ``phase``, ``op``, ``is_gemm`` (compute-bound by type),
     ``dtype`` (the op's result type: ``float16``/``bfloat16`` GEMMs run on 16-bit tensor cores),
     ``flops``, ``bytes`` (the bytes moved: the op table's ``total_bytes``, x :data:`BATCH_NORM_PASSES` for a
     training batch norm), ``kernels`` (2 for :data:`TWO_KERNEL_OPS`, else 1; with ``optimizer_kernels``
@@ -293,6 +293,7 @@ def op_features(ops: pl.DataFrame, optimizer_kernels: str = "foreach") -> pl.Dat
     per_row = pl.when(c("op").is_in(list(TWO_KERNEL_OPS))).then(2.0).otherwise(1.0)
     return ops.with_columns(share).select(
         c("phase").cast(pl.String),
+        c("op").cast(pl.String),
         is_gemm=c("class_by_type").cast(pl.String) == "compute_bound",
         dtype=c("dtype").cast(pl.String),
         flops=c("flops").cast(pl.Float64).fill_null(0.0),
@@ -411,35 +412,12 @@ def _source_line(gpu: GPUSpec, eff: ComputeEfficiency, catalog_entry: ComputeEff
 PHASE_COLUMNS: tuple[str, ...] = ("forward_s", "backward_s", "optimizer_s")
 
 
-def predict_single_gpu(
-    cases: Sequence[SingleGpuCase],
-    efficiencies: Mapping[str, ComputeEfficiency] | ComputeEfficiency | None = None,
-    catalog: Catalog | None = None,
-) -> pl.DataFrame:
-    """Single-GPU step time of each case, every op priced (see the module docstring).
-
-    Args:
-        cases: the steps to price (:class:`SingleGpuCase`: op table, GPU, precision, batch, label).
-        efficiencies: overrides of the catalog's compute efficiencies: one
-            :class:`ComputeEfficiency` for every case, or a mapping generation -> object (a fit's
-            parameters; generations it lacks keep the catalog's).
-        catalog: for GPU names and default efficiencies (default: built-in).
-
-    Returns:
-        One row per case, in order: ``label``, ``gpu`` (canonical name), ``generation``,
-        ``precision``, ``batch_size``, ``compute_bound_s``, ``memory_bound_s`` (ops by type class,
-        launch gaps included; memory-bound includes ``transpose_s``, the NCHW layout transposes of
-        tensor-core convolutions), ``transpose_s``, ``launch_s`` (the launch-gap part of those),
-        ``host_s`` (the fixed per-step cost plus any wait for the host to issue the ops),
-        ``forward_s``, ``backward_s``, ``optimizer_s`` (ops by phase, transposes included),
-        ``step_s`` = compute + memory + host, ``samples_per_s`` = batch / step, ``kernels``,
-        ``ops`` (host dispatches, Float64: one per op row, the optimizer's rows counted as their
-        multi-tensor launches under ``foreach``), ``compute_efficiency_source``.
-
-    Raises:
-        CatalogError: an unknown GPU name.
-        ValueError: an op table without the needed columns, a batch < 1, an unknown precision.
-    """
+def _priced(cases: Sequence[SingleGpuCase], efficiencies, catalog: Catalog | None
+            ) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    """Per-case facts (``case``, ``label``, ``gpu``, ``generation``, ``precision``, ``batch_size``,
+    ``step_overhead_s``, ``dispatch_s``, ``compute_efficiency_source``) and every op of every case
+    priced in one vectorised pass (:func:`op_features` columns, ``case``, the GPU's parameters,
+    ``op_s``, ``transpose_s``; None without cases). Raises as :func:`predict_single_gpu`."""
     cat = catalog or builtin_catalog()
     frames, meta = [], []
     for i, case in enumerate(cases):
@@ -469,9 +447,63 @@ def predict_single_gpu(
               "dispatch_s": pl.Float64, "compute_efficiency_source": pl.String}
     info = pl.DataFrame(meta, schema=schema)
     if not frames:
+        return info, None
+    return info, pl.concat(frames, how="vertical_relaxed").with_columns(op_s=_op_seconds(),
+                                                                        transpose_s=_transpose_seconds())
+
+
+def price_ops(
+    cases: Sequence[SingleGpuCase],
+    efficiencies: Mapping[str, ComputeEfficiency] | ComputeEfficiency | None = None,
+    catalog: Catalog | None = None,
+) -> pl.DataFrame:
+    """Every op of every case priced, one row per op row of the cases' op tables, in order: ``case``
+    (index into ``cases``), ``label``, ``phase``, ``op``, ``is_gemm``, ``is_conv``, ``dtype``,
+    ``flops``, ``bytes`` (moved, batch-norm passes included), ``kernels``, ``dispatches``, ``op_s``
+    (seconds: the roofline with fills and launch gaps of the module docstring) and ``transpose_s``
+    (seconds of the NCHW layout transposes charged to a tensor-core convolution, else 0). The rows
+    :func:`predict_single_gpu` sums; the arguments and errors are its own.
+    """
+    info, ops = _priced(cases, efficiencies, catalog)
+    cols = ["case", "label", "phase", "op", "is_gemm", "is_conv", "dtype", "flops", "bytes", "kernels",
+            "dispatches", "op_s", "transpose_s"]
+    if ops is None:
+        return pl.DataFrame(schema={"case": pl.Int64, "label": pl.String})
+    return ops.join(info.select("case", "label"), on="case", how="left", maintain_order="left").select(cols)
+
+
+def predict_single_gpu(
+    cases: Sequence[SingleGpuCase],
+    efficiencies: Mapping[str, ComputeEfficiency] | ComputeEfficiency | None = None,
+    catalog: Catalog | None = None,
+) -> pl.DataFrame:
+    """Single-GPU step time of each case, every op priced (see the module docstring).
+
+    Args:
+        cases: the steps to price (:class:`SingleGpuCase`: op table, GPU, precision, batch, label).
+        efficiencies: overrides of the catalog's compute efficiencies: one
+            :class:`ComputeEfficiency` for every case, or a mapping generation -> object (a fit's
+            parameters; generations it lacks keep the catalog's).
+        catalog: for GPU names and default efficiencies (default: built-in).
+
+    Returns:
+        One row per case, in order: ``label``, ``gpu`` (canonical name), ``generation``,
+        ``precision``, ``batch_size``, ``compute_bound_s``, ``memory_bound_s`` (ops by type class,
+        launch gaps included; memory-bound includes ``transpose_s``, the NCHW layout transposes of
+        tensor-core convolutions), ``transpose_s``, ``launch_s`` (the launch-gap part of those),
+        ``host_s`` (the fixed per-step cost plus any wait for the host to issue the ops),
+        ``forward_s``, ``backward_s``, ``optimizer_s`` (ops by phase, transposes included),
+        ``step_s`` = compute + memory + host, ``samples_per_s`` = batch / step, ``kernels``,
+        ``ops`` (host dispatches, Float64: one per op row, the optimizer's rows counted as their
+        multi-tensor launches under ``foreach``), ``compute_efficiency_source``.
+
+    Raises:
+        CatalogError: an unknown GPU name.
+        ValueError: an op table without the needed columns, a batch < 1, an unknown precision.
+    """
+    info, ops = _priced(cases, efficiencies, catalog)
+    if ops is None:
         return info.drop("case", "dispatch_s").rename({"step_overhead_s": "host_s"})
-    ops = pl.concat(frames, how="vertical_relaxed").with_columns(op_s=_op_seconds(),
-                                                                 transpose_s=_transpose_seconds())
     extra_kernels = pl.when(c("transpose_s") > 0).then(2.0 * c("kernels")).otherwise(0.0)
     ops = ops.with_columns(launch=(c("kernels") + extra_kernels) * c("launch_s"),
                            all_kernels=c("kernels") + extra_kernels)
