@@ -55,6 +55,19 @@ def test_bert_squad_parameter_counts():
     assert model.qa_outputs.weight.shape == (2, 768) and batch["input_ids"].shape == (2, 384)
 
 
+def test_bert_squad_adds_the_padding_mask_to_every_layers_scores():
+    """DeepLearningExamples' modeling.py adds the extended mask (batch x 1 x 1 x L) to each layer's
+    B x A x L x L scores: with math attention one add per layer, reading the FP32 scores and the mask
+    and writing the scores (4 bytes each); no backward kernel (the add passes its gradient through)."""
+    b, s, layers, heads = 2, 64, 12, 12
+    r = profile_model("bert_base_squad", batch_size=b, seq_len=s, attention="math", precision="fp32")
+    scores = b * heads * s * s
+    fwd = r.ops.filter((pl.col("phase") == "forward") & (pl.col("op") == "aten.add")
+                       & (pl.col("shape") == f"{b}x{heads}x{s}x{s}"))
+    assert fwd.height == layers
+    assert fwd["total_bytes"].to_list() == [4 * (2 * scores + b * s)] * layers
+
+
 def test_transformer_xl_parameter_counts():
     # the paper's base (d_model 410, 10 heads of 41, d_inner 2100, 16 layers, div_val 1): Dai et al. 2019,
     # Table 1: 151 M. Hand count: tied embedding/softmax 267,735 x 410, per layer qkv 410 x 1230 + r 410^2 +

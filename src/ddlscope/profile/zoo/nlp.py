@@ -161,16 +161,23 @@ def _bert_squad(config_kwargs: dict[str, int], batch_size: int,
         raise ValueError(f"seq_len: BERT has {config.max_position_embeddings} positions, got {seq_len}")
     ids = torch.zeros(batch_size, seq_len, dtype=torch.long)
     span = torch.zeros(batch_size, dtype=torch.long)
-    # no attention mask: every sequence fills its seq_len tokens (Hugging Face reads a mask's values to
-    # decide whether it masks anything, which the meta device cannot)
-    batch = {"input_ids": ids, "token_type_ids": ids.clone(), "start_positions": span, "end_positions": span.clone()}
+    # the padding mask as run_squad.py passes it and modeling.py applies it: an additive
+    # (batch, 1, 1, seq_len) mask, (1 - input_mask) x -10000, added to every layer's scores
+    # (BertModel.forward, BertSelfAttention.forward). Given as that 4-D float mask, which Hugging Face
+    # passes on as it is; a 2-D 0/1 mask would be read for its values, which the meta device cannot.
+    # Its values do not change the work: zeros, every sequence filling its seq_len tokens.
+    extended_mask = torch.zeros(batch_size, 1, 1, seq_len)
+    batch = {"input_ids": ids, "token_type_ids": ids.clone(), "attention_mask": extended_mask,
+             "start_positions": span, "end_positions": span.clone()}
     return tf.BertForQuestionAnswering(config), batch
 
 
 def bert_base_squad(batch_size: int = 24, seq_len: int = 384) -> tuple[nn.Module, dict[str, torch.Tensor]]:
     """BERT-base (L=12, H=768, A=12) with the SQuAD span head (``BertForQuestionAnswering``: a
     ``H x 2`` start/end classifier, cross-entropy on both), vocabulary padded to 30,528, and a batch
-    of ``seq_len``-token question+passage sequences (no padding) and answer spans."""
+    of ``seq_len``-token question+passage sequences, their additive padding mask (``batch x 1 x 1 x
+    seq_len``, added to the attention scores of every layer as DeepLearningExamples' ``modeling.py``
+    adds it) and answer spans."""
     return _bert_squad({"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
                         "intermediate_size": 3072}, batch_size, seq_len)
 
