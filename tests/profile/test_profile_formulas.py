@@ -248,3 +248,27 @@ def test_recurrent_layers_under_amp_run_in_16_bit():
     rnn = r.ops.filter(pl.col("op").str.starts_with("aten._cudnn_rnn"))
     assert rnn.height == 4 and (rnn["dtype"] == "float16").all()
     assert not torch._C._is_any_autocast_enabled()  # the check is restored after the trace
+
+
+def test_bert_adam_kernels_and_bytes_as_deeplearningexamples_writes_them():
+    """DeepLearningExamples' BertAdam (optimization.py): per matrix (weight decay 0.01) 12 kernels, per
+    vector (no decay) 10, and one global gradient-norm row over every gradient. Bytes by hand for a
+    Linear(8, 4) weight (32 FP32 elements, 128 bytes a tensor): m.mul_ r m w m, m.add_ r m g w m,
+    v.mul_, v.addcmul_ r v g g w v, sqrt r v w t1, add r t1 w t2, div r m t2 w u, mul r p w t3,
+    add_ r u t3 w u, mul r u w t4, neg r t4 w t5, p.add_ r p t5 w p."""
+    def factory(batch_size: int = 2):
+        return nn.Sequential(nn.Linear(8, 4), nn.LayerNorm(4)), torch.zeros(batch_size, 8)
+
+    r = profile_model(factory, batch_size=2, optimizer="bert_adam")
+    opt = r.ops.filter(pl.col("phase") == "optimizer")
+    weight = opt.filter(pl.col("shape") == "4x8")
+    assert weight["op"].to_list() == ["aten.mul_", "aten.add_", "aten.mul_", "aten.addcmul_", "aten.sqrt",
+                                      "aten.add", "aten.div", "aten.mul", "aten.add_", "aten.mul", "aten.neg",
+                                      "aten.add_"]
+    t = 128
+    assert weight["read_bytes"].to_list() == [t, 2 * t, t, 3 * t, t, t, 2 * t, t, 2 * t, t, t, 2 * t]
+    assert weight["write_bytes"].to_list() == [t] * 12
+    # the three vectors (bias 4, LayerNorm weight and bias 4 each): no decay, 2 kernels fewer each
+    assert opt.filter(pl.col("shape") == "4").height == 3 * 10
+    norm = opt.filter(pl.col("op") == "ddlscope.multi_tensor_l2norm")
+    assert norm["read_bytes"].to_list() == [4 * (32 + 4 + 4 + 4)] and norm["shape"].to_list() == ["44"]

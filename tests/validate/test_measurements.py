@@ -309,10 +309,15 @@ def test_attention_column_is_checked_and_reaches_the_profile(tmp_path):
 
 
 def test_lambda_bert_rows_run_as_deeplearningexamples_does(shared_data):
-    """Lambda's BERT SQuAD rows: Adam (run_squad.py) and DLE's unfused attention (modeling.py)."""
+    """Lambda's BERT SQuAD rows: run_squad.py's optimizers (apex FusedAdam, an Adam, under AMP; its own
+    BertAdam otherwise) and DLE's unfused attention (modeling.py)."""
     rows = lambda_measurements(shared_data).rows.filter(pl.col("benchmark").str.starts_with("bert"))
     assert rows.height > 0
-    assert set(rows["attention"]) == {"math"} and set(rows["optimizer"]) == {"adam"}
+    assert set(rows["attention"]) == {"math"}
+    assert set(rows.filter(pl.col("precision") == "fp16")["optimizer"]) == {"adam"}
+    assert set(rows.filter(pl.col("precision") != "fp16")["optimizer"]) == {"bert_adam"}
+    # BertAdam's kernel per term per parameter; FusedAdam's multi-tensor launches
+    assert set(rows.filter(pl.col("precision") != "fp16")["optimizer_kernels"]) == {"for_loop"}
     # apex O2 under AMP (run_squad.py); the FP32/TF32 rows run no AMP mode
     assert set(rows.filter(pl.col("precision") == "fp16")["amp"]) == {"o2"}
     assert set(rows.filter(pl.col("precision") != "fp16")["amp"]) == {"autocast"}

@@ -57,7 +57,7 @@ ModelOpt = Annotated[
 ]
 SeqLenOpt = Annotated[int | None, typer.Option("--seq-len", help="with --model: sequence length")]
 ImageSizeOpt = Annotated[int | None, typer.Option("--image-size", help="with --model: image side in pixels")]
-OptimizerOpt = Annotated[str | None, typer.Option("--optimizer", help="with --model: sgd, adam or adamw")]
+OptimizerOpt = Annotated[str | None, typer.Option("--optimizer", help="with --model: sgd, adam, adamw or bert_adam")]
 
 _LINK_OF = {"pcie": "pcie_bytes", "nvlink": "nvlink_bytes", "network": "network_bytes"}
 

@@ -22,7 +22,7 @@ SeqLenOpt = Annotated[
 ImageSizeOpt = Annotated[int | None, typer.Option("--image-size", help="image side in pixels")]
 ProfilePrecisionOpt = Annotated[
     str, typer.Option("--precision", help="fp32, tf32, or fp16/bf16 automatic mixed precision")]
-OptimizerOpt = Annotated[str, typer.Option("--optimizer", help="sgd (momentum 0.9), adam or adamw")]
+OptimizerOpt = Annotated[str, typer.Option("--optimizer", help="sgd (momentum 0.9), adam, adamw or bert_adam")]
 
 TABLE_COLUMNS = ("calls", "flops", "total_bytes", "intensity_flops_per_byte", "roofline_s", "share")
 

@@ -22,13 +22,14 @@ import polars as pl
 import torch
 
 from ddlscope.profile.costs import COMPUTE_BOUND_OPS, rows_touched, tensor_bytes, tensors_in
+from ddlscope.profile.optimizers import BertAdam
 from ddlscope.profile.tracer import PHASES, StepFunctionMode, StepRecorder, rnn_autocast_check, storage_key
 from ddlscope.specs.catalog import Catalog, builtin_catalog
 from ddlscope.specs.system import GPUSpec
 from ddlscope.specs.workload import Workload
 
-Optimizer = Literal["sgd", "adam", "adamw"]
-OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "adamw")
+Optimizer = Literal["sgd", "adam", "adamw", "bert_adam"]
+OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "adamw", "bert_adam")
 PROFILE_PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")
 ATTENTIONS: tuple[str, ...] = ("fused", "math")
 AMP_MODES: tuple[str, ...] = ("autocast", "o2")
@@ -303,9 +304,15 @@ def _loss_of(name: str, output: Any) -> torch.Tensor:
 def _make_optimizer(kind: str, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
     """``sgd``: momentum 0.9, weight decay 1e-4 (He et al., CVPR 2016, ImageNet recipe);
     ``adam``: Adam, betas (0.9, 0.999), no weight decay (Kingma and Ba, ICLR 2015);
-    ``adamw``: AdamW, weight decay 0.01 (Loshchilov and Hutter, ICLR 2019; BERT's recipe).
+    ``adamw``: AdamW, weight decay 0.01 (Loshchilov and Hutter, ICLR 2019; BERT's recipe);
+    ``bert_adam``: NVIDIA DeepLearningExamples' FP32 BERT optimizer as its code writes it
+    (:class:`ddlscope.profile.optimizers.BertAdam`), weight decay 0.01 on the matrices and none on
+    the vectors (the scripts' groups: no decay for biases and LayerNorm weights).
     The single-tensor implementations are traced (``foreach=False``): they move the same bytes as
     the multi-tensor ``foreach`` kernels PyTorch uses on GPUs, attributed per parameter."""
+    if kind == "bert_adam":
+        return BertAdam([{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.01},
+                         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}])
     if kind == "sgd":
         return torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=1e-4, foreach=False)
     if kind == "adam":
@@ -317,14 +324,16 @@ SPARSE_UPDATE_WORDS: dict[str, tuple[int, int, float, int]] = {
     "sgd": (2, 1, 2.0, 0),
     "adam": (4, 3, 12.0, 2),
     "adamw": (4, 3, 14.0, 2),
+    "bert_adam": (4, 3, 14.0, 2),
 }
 """Sparse-table optimizer update per touched table element: ``(words read, words written, FLOPs,
 state words per table element)``, a word being one element of the table's dtype. SGD (plain, as
 ``torch.optim.SGD`` has no momentum for sparse gradients): read gradient and weight, write the
 weight; 2 FLOPs (multiply-add). Adam/AdamW (lazy/sparse Adam as ``torch.optim.SparseAdam`` and
 TensorFlow's sparse apply): read gradient, weight and both moments, write weight and both
-moments; about 12 FLOPs (two moment updates, square root, divide, scale-add), AdamW 2 more for
-the decoupled weight decay. The two moments are state of the table's full size."""
+moments; about 12 FLOPs (two moment updates, square root, divide, scale-add), AdamW (and
+DeepLearningExamples' BertAdam, decoupled decay as well) 2 more for the decoupled weight decay.
+The two moments are state of the table's full size."""
 
 
 # -- the step -----------------------------------------------------------------------------------
@@ -355,7 +364,7 @@ def profile_model(
         precision: ``fp32``; ``tf32`` (same trace, TF32 matmul peak); ``fp16``/``bf16`` automatic
             mixed precision (CUDA autocast lists, FP32 master weights and gradients; fp16 adds the
             gradient scaler's unscale pass).
-        optimizer: ``sgd``, ``adam`` or ``adamw`` (see :func:`_make_optimizer`).
+        optimizer: ``sgd``, ``adam``, ``adamw`` or ``bert_adam`` (see :func:`_make_optimizer`).
         gpu: catalog GPU name or spec for the roofline columns (default :data:`DEFAULT_GPU`).
         attention: ``fused`` (SDPA through the fused memory-efficient kernel, as on a GPU) or
             ``math`` (the materialised ``L x S`` score path as unfused eager code runs it: matmul,
@@ -582,6 +591,16 @@ def _trace_step(name: str, module: torch.nn.Module, batch: Any, precision: str, 
         _append(rec, "optimizer", f"ddlscope.sparse_{optimizer}_update", table.rpartition(".")[0], table, p,
                 touched * flops_per,
                 touched * p.element_size() * read_w, touched * p.element_size() * write_w)
+    if optimizer == "bert_adam" and stepped:
+        # BertAdam's global gradient norm before its loop (apex multi_tensor_l2norm): every gradient
+        # read once, a multiply-add per element; one row over all of them (one multi-tensor launch
+        # sequence, not a kernel per parameter)
+        grads = [p for _, p in dense_trainable if p.grad is not None]
+        elems = sum(p.numel() for p in grads)
+        flat = torch.empty(elems, dtype=grads[0].dtype, device="meta") if grads else None
+        if flat is not None:
+            _append(rec, "optimizer", "ddlscope.multi_tensor_l2norm", "", None, flat, 2.0 * elems,
+                    sum(tensor_bytes(p.grad) for p in grads), 4)
     if precision == "fp16" and not o2:  # under O2 the master-gradient copy unscales
         # GradScaler.unscale_ (PyTorch AMP): _amp_foreach_non_finite_check_and_unscale_ reads and
         # writes every gradient once, multiplying by 1/scale and checking for inf/NaN

@@ -187,7 +187,7 @@ def normalized_unit(unit: pl.Expr) -> pl.Expr:
 
 
 _PRECISIONS = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "amp": "fp16", "bf16": "bf16"}
-_OPTIMIZERS = ("sgd", "adam", "adamw")
+_OPTIMIZERS = ("sgd", "adam", "adamw", "bert_adam")
 _ATTENTIONS = ("fused", "math")  # the profiler's ATTENTIONS (ddlscope.profile.api): reading a table imports no torch
 _AMP_MODES = ("autocast", "o2")  # the profiler's AMP_MODES, likewise
 _INT_COLUMNS = ("gpus", "batch_per_gpu", "servers", "seq_len", "image_size")

@@ -94,6 +94,11 @@ MULTI_TENSOR_UNDER_AMP = frozenset({"bert_base_squad", "bert_large_squad"})
 DeepLearningExamples' ``run_squad.py`` takes apex's ``FusedAdam`` under AMP and its own per-parameter
 ``BertAdam`` otherwise."""
 
+BERT_ADAM_IN_FP32 = frozenset({"bert_base_squad", "bert_large_squad"})
+"""Lambda benchmarks whose FP32/TF32 runs step DeepLearningExamples' ``BertAdam`` (``run_squad.py``
+without ``--fp16``; ``optimizer = bert_adam``, :class:`ddlscope.profile.optimizers.BertAdam`: a global
+gradient norm, then 10-12 kernels per parameter) rather than ``torch.optim.Adam``."""
+
 LEFT_OUT: dict[str, str] = {
     "gnmt": "tokens/s counts the real (unpadded) tokens of WMT16 sentence pairs, whose length varies per batch; "
     "the zoo's gnmt prices full 50-token pairs: no fixed units_per_sample",
@@ -191,6 +196,8 @@ def lambda_measurements(data_dir: str | Path, catalog: Catalog | None = None) ->
                                          else "for_loop"),
                 **{k: pl.lit(v) for k, v in spec.items()},
             ).drop("value")
+            if bench in BERT_ADAM_IN_FP32 and label != "fp16":  # run_squad.py's own BertAdam
+                t = t.with_columns(optimizer=pl.lit("bert_adam"))
             parts.append(t)
     raw = pl.concat(parts, how="diagonal_relaxed")
     table = check_measurements(raw, folder, catalog)
