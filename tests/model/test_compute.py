@@ -124,9 +124,10 @@ def test_catalog_defaults_are_used_and_named_without_an_override():
     out = predict_single_gpu([SingleGpuCase(_ops(), "V100", "fp16", 8), SingleGpuCase(_ops(), "A100", "fp16", 8)])
     volta, ampere = cat.compute_efficiency["volta"], cat.compute_efficiency["ampere"]
     # the conv backward on V100 tensor cores: 1e12 / (125e12 * held * tensor_gemm_eff) + 2 fills + 2 launches,
-    # held = the clock the 300 W board sustains under tensor load (2.59 W x 80 SMs x 1.53 GHz = 317 W needed)
-    held = (300 / (2.59 * 80 * 1.53)) ** (1 / 3)
-    assert cat.gpu("V100").sustained_tensor_fraction() == pytest.approx(held)
+    # held = the clock the 300 W board sustains under tensor load: 2.38 W x 80 SMs x 1.53 GHz = 291 W needed,
+    # so it holds its boost clock (no max_clock_mhz: no clock above boost)
+    held = min(1.0, (300 / (2.38 * 80 * 1.53)) ** (1 / 3))
+    assert held == 1.0 and cat.gpu("V100").sustained_tensor_fraction() == pytest.approx(held)
     conv = (1e12 / (125e12 * held * volta.tensor_gemm_eff) + 2 * volta.compute_fill_us * 1e-6
             + 2 * volta.kernel_launch_us * 1e-6)
     mm = 2e12 / (15.7e12 * volta.cuda_gemm_eff) + volta.compute_fill_us * 1e-6 + volta.kernel_launch_us * 1e-6
@@ -328,12 +329,12 @@ def test_batch_norm_passes_agree_with_the_shared_resnet_trace(shared_data):
 
 
 def test_tensor_work_runs_at_the_clock_the_board_power_sustains():
-    # the test GPU with 40 SMs at 1,500 MHz: 2.59 W x 40 x 1.5 = 155.4 W at boost under tensor load
+    # the test GPU with 40 SMs at 1,500 MHz: 2.38 W x 40 x 1.5 = 142.8 W at boost under tensor load
     ample = _gpu().model_copy(update={"sm_count": 40, "boost_clock_mhz": 1500.0, "board_power_w": 160.0})
-    capped = ample.model_copy(update={"board_power_w": 77.7})
+    capped = ample.model_copy(update={"board_power_w": 71.4})
     assert ample.sustained_tensor_fraction() == 1.0  # headroom, but no clock above boost without max_clock_mhz
     held = capped.sustained_tensor_fraction()
-    assert held == pytest.approx(0.5 ** (1 / 3))  # 77.7 W / 155.4 W, cube root (P ~ f^3)
+    assert held == pytest.approx(0.5 ** (1 / 3))  # 71.4 W / 142.8 W, cube root (P ~ f^3)
     # the fp16 convolution (tensor cores) slows by 1 / held; the fp32 mm and the relu (CUDA cores) do not
     case = lambda gpu: SingleGpuCase(_ops(), gpu, "fp32", 64, conv_layout="nhwc")  # noqa: E731
     a, b = (predict_single_gpu([case(g)], EFF).row(0, named=True) for g in (ample, capped))
@@ -343,7 +344,7 @@ def test_tensor_work_runs_at_the_clock_the_board_power_sustains():
     # the output says so where the case's precision runs on tensor cores (fp16 here; fp32 GEMMs run on
     # CUDA cores), and not for a board that holds its clock or has no tensor cores for the precision
     half = predict_single_gpu([SingleGpuCase(_ops(), capped, "fp16", 64)], EFF).row(0, named=True)
-    assert "tensor cores at 0.794 of the boost clock (the 77.7 W board power limit" in half["compute_efficiency_source"]
+    assert "tensor cores at 0.794 of the boost clock (the 71.4 W board power limit" in half["compute_efficiency_source"]
     assert "boost clock" not in b["compute_efficiency_source"]
     assert "boost clock" not in a["compute_efficiency_source"]
     cuda_only = capped.model_copy(update={"tensor_core_precisions": ()})
@@ -361,19 +362,19 @@ def test_tensor_work_runs_at_the_clock_the_board_power_sustains():
 
 
 def test_a_board_with_power_headroom_boosts_up_to_its_max_clock():
-    # max clock 1,800 MHz over a 1,500 MHz boost: a ceiling of 1.2; 155.4 W holds the boost
+    # max clock 1,800 MHz over a 1,500 MHz boost: a ceiling of 1.2; 142.8 W holds the boost
     gpu = _gpu().model_copy(update={"sm_count": 40, "boost_clock_mhz": 1500.0, "max_clock_mhz": 1800.0})
-    # 400 W: the power allows (400 / 155.4) ** (1/3) = 1.370, the ceiling 1.2
+    # 400 W: the power allows (400 / 142.8) ** (1/3) = 1.409, the ceiling 1.2
     assert gpu.model_copy(update={"board_power_w": 400.0}).sustained_tensor_fraction() == pytest.approx(1.2)
-    # 200 W: (200 / 155.4) ** (1/3) = 1.0877, below the ceiling
+    # 200 W: (200 / 142.8) ** (1/3) = 1.1188, below the ceiling
     fast = gpu.model_copy(update={"board_power_w": 200.0})
-    assert fast.sustained_tensor_fraction() == pytest.approx((200 / 155.4) ** (1 / 3))
-    assert fast.sustained_tensor_fraction() == pytest.approx(1.0877, abs=1e-4)
+    assert fast.sustained_tensor_fraction() == pytest.approx((200 / 142.8) ** (1 / 3))
+    assert fast.sustained_tensor_fraction() == pytest.approx(1.1188, abs=1e-4)
     # no board power: the datasheet peak, whatever the max clock
     assert gpu.sustained_tensor_fraction() == 1.0
     # the fp16 convolution runs faster by the same factor; the output says why
     row = predict_single_gpu([SingleGpuCase(_ops(), fast, "fp16", 64)], EFF).row(0, named=True)
-    assert ("tensor cores at 1.088 of the boost clock (the 200 W board power leaves headroom above it, up to "
+    assert ("tensor cores at 1.119 of the boost clock (the 200 W board power leaves headroom above it, up to "
             "1800 MHz") in row["compute_efficiency_source"]
     # a max clock needs the boost clock and cannot be below it
     with pytest.raises(ValueError, match="max_clock_mhz needs boost_clock_mhz"):
@@ -384,25 +385,25 @@ def test_a_board_with_power_headroom_boosts_up_to_its_max_clock():
 
 def test_catalog_board_power_sets_the_sustained_tensor_clock():
     cat = builtin_catalog()
-    # A100 PCIe 40 GB: 250 W for 108 SMs at 1.41 GHz, 2.59 W per SM-GHz needed: (250 / 394.405) ** (1/3)
-    assert cat.gpu("A100-PCIE-40GB").sustained_tensor_fraction() == pytest.approx((250 / 394.4052) ** (1 / 3))
-    assert cat.gpu("A100-PCIE-40GB").sustained_tensor_fraction() == pytest.approx(0.8590, abs=1e-4)
-    # T4: 70 W for 40 SMs at 1.59 GHz -> 0.752 of 1,590 MHz (about 1.20 GHz under tensor load)
-    assert cat.gpu("T4").sustained_tensor_fraction() == pytest.approx((70 / (2.59 * 40 * 1.59)) ** (1 / 3))
+    # A100 PCIe 40 GB: 250 W for 108 SMs at 1.41 GHz, 2.38 W per SM-GHz needed: (250 / 362.426) ** (1/3)
+    assert cat.gpu("A100-PCIE-40GB").sustained_tensor_fraction() == pytest.approx((250 / 362.4264) ** (1 / 3))
+    assert cat.gpu("A100-PCIE-40GB").sustained_tensor_fraction() == pytest.approx(0.8836, abs=1e-4)
+    # T4: 70 W for 40 SMs at 1.59 GHz -> 0.773 of 1,590 MHz (about 1.23 GHz under tensor load)
+    assert cat.gpu("T4").sustained_tensor_fraction() == pytest.approx((70 / (2.38 * 40 * 1.59)) ** (1 / 3))
     # the same silicon at the same power holds the same clock: A100 SXM4 40 and 80 GB (400 W), at boost;
-    # so does the H100 SXM5 (700 W for 132 SMs at 1.98 GHz: 677 W needed)
+    # so does the H100 SXM5 (700 W for 132 SMs at 1.98 GHz: 622 W needed)
     for name in ("A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB"):
         assert cat.gpu(name).sustained_tensor_fraction() == 1.0
     # the GeForce boards run half their die's tensor rate, so draw half the power, and may boost past the
-    # rated clock: the RTX 3090 (350 W where 2.59 x 82 x 1.695 x 0.5 = 180 W) reaches its 2,100 MHz
-    # ceiling (2,100 / 1,695); the RTX 4090 runs at (450 / 417.7) ** (1/3) = 1.025; their workstation
-    # siblings, at the full rate, hold 0.915 (RTX A6000, 300 W, 84 SMs, 1.8 GHz) and 0.688 (RTX 6000 Ada)
+    # rated clock: the RTX 3090 (350 W where 2.38 x 82 x 1.695 x 0.5 = 165 W) reaches its 2,100 MHz
+    # ceiling (2,100 / 1,695); the RTX 4090 runs at (450 / 383.8) ** (1/3) = 1.054; their workstation
+    # siblings, at the full rate, hold 0.941 (RTX A6000, 300 W, 84 SMs, 1.8 GHz) and 0.708 (RTX 6000 Ada)
     assert cat.gpu("RTX-3090").sustained_tensor_fraction() == pytest.approx(2100 / 1695)
     rtx4090 = cat.gpu("RTX-4090").sustained_tensor_fraction()
-    assert rtx4090 == pytest.approx((450 / (2.59 * 128 * 2.52 * 0.5)) ** (1 / 3))
-    assert cat.gpu("RTX-4090").sustained_tensor_fraction() == pytest.approx(1.025, abs=1e-3)
-    assert cat.gpu("RTX-A6000").sustained_tensor_fraction() == pytest.approx((300 / (2.59 * 84 * 1.8)) ** (1 / 3))
-    assert cat.gpu("RTX-6000-Ada").sustained_tensor_fraction() == pytest.approx(0.688, abs=1e-3)
+    assert rtx4090 == pytest.approx((450 / (2.38 * 128 * 2.52 * 0.5)) ** (1 / 3))
+    assert cat.gpu("RTX-4090").sustained_tensor_fraction() == pytest.approx(1.054, abs=1e-3)
+    assert cat.gpu("RTX-A6000").sustained_tensor_fraction() == pytest.approx((300 / (2.38 * 84 * 1.8)) ** (1 / 3))
+    assert cat.gpu("RTX-6000-Ada").sustained_tensor_fraction() == pytest.approx(0.708, abs=1e-3)
     # no figure, no derate: GH200 (a module's power, CPU included) and MI300X (not in the fit)
     assert cat.gpu("GH200-96GB").board_power_w is None and cat.gpu("GH200-96GB").sustained_tensor_fraction() == 1.0
     assert cat.gpu("MI300X").sustained_tensor_fraction() == 1.0

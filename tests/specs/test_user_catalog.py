@@ -95,7 +95,7 @@ def test_the_system_file_example_in_the_docs_resolves(tmp_path):
 
 
 def test_catalog_gpus_shows_the_tensor_clock_predict_uses(tmp_path):
-    # the docs' example: 200 W for 56 SMs at 1.65 GHz: (200 / (2.59 x 56 x 1.65)) ** (1/3) = 0.942 of boost
+    # the docs' example: 200 W for 56 SMs at 1.65 GHz: (200 / (2.38 x 56 x 1.65)) ** (1/3) = 0.969 of boost
     f = tmp_path / "my-catalog.toml"
     f.write_text(_docs_example())
     # without tensor_core_precisions the GPU counts as having tensor cores where a peak exceeds FP32's,
@@ -108,7 +108,7 @@ def test_catalog_gpus_shows_the_tensor_clock_predict_uses(tmp_path):
         res = CliRunner().invoke(app, ["catalog", "gpus", "--catalog", str(path), "--format", "json"])
         assert res.exit_code == 0, res.output
         row = next(r for r in json.loads(res.stdout) if r["name"] == "RTX-A4500")
-        assert row["tensor_clock_held"] == pytest.approx((200 / (2.59 * 56 * 1.65)) ** (1 / 3), abs=1e-3)
+        assert row["tensor_clock_held"] == pytest.approx((200 / (2.38 * 56 * 1.65)) ** (1 / 3), abs=1e-3)
         assert (row["max_clock_mhz"], row["tensor_rate_of_die"]) == (None, 1.0)
     # a GPU without tensor cores has no tensor clock
     res = CliRunner().invoke(app, ["catalog", "gpus", "--format", "json"])
