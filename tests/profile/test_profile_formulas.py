@@ -272,3 +272,35 @@ def test_bert_adam_kernels_and_bytes_as_deeplearningexamples_writes_them():
     assert opt.filter(pl.col("shape") == "4").height == 3 * 10
     norm = opt.filter(pl.col("op") == "ddlscope.multi_tensor_l2norm")
     assert norm["read_bytes"].to_list() == [4 * (32 + 4 + 4 + 4)] and norm["shape"].to_list() == ["44"]
+
+
+def test_bert_adam_steps_as_an_optimizer_and_refuses_what_the_original_refuses():
+    """On real CPU tensors: the first step moves a parameter by lr x (m / sqrt(v) + wd p), with
+    m = (1 - b1) g and v = (1 - b2) g^2 (no bias correction), for p = 1; the closure is called and its loss returned; bad hyper-parameters and sparse
+    gradients are refused."""
+    from ddlscope.profile.optimizers import BertAdam
+
+    w = nn.Parameter(torch.ones(3, 2))
+    untouched = nn.Parameter(torch.ones(2))
+    opt = BertAdam([{"params": [w], "weight_decay": 0.01}, {"params": [untouched], "weight_decay": 0.0}], lr=0.1)
+
+    def closure():
+        opt.zero_grad()
+        loss = w.sum() ** 2
+        loss.backward()
+        return loss
+
+    assert opt.step(closure).item() == 36.0
+    g = 2 * 6.0  # d(sum w)^2 / dw at w = 1
+    expected = 1 - 0.1 * (0.1 * g / ((0.001 * g * g) ** 0.5 + 1e-6) + 0.01)
+    assert torch.allclose(w.detach(), torch.full((3, 2), expected), atol=1e-6)
+    assert torch.equal(untouched.detach(), torch.ones(2))  # no gradient: not stepped
+    for bad, message in ((dict(lr=float("nan")), "lr must be a finite number"),
+                         (dict(lr="0.1"), "lr must be a finite number"),
+                         (dict(e=-1.0), "must be >= 0"), (dict(b1=1.0), r"in \[0, 1\)")):
+        with pytest.raises(ValueError, match=message):
+            BertAdam([w], **bad)
+    emb = nn.Embedding(4, 2, sparse=True)
+    emb(torch.tensor([1])).sum().backward()
+    with pytest.raises(ValueError, match="sparse gradients"):
+        BertAdam(emb.parameters()).step()

@@ -542,6 +542,20 @@ def test_optimizer_kernels_column_is_checked_and_prices_the_optimizer(tmp_path):
     assert loop > each  # the same bytes, more kernels
 
 
+def test_bert_adam_rows_run_a_kernel_per_parameter(tmp_path):
+    """``optimizer = bert_adam`` (DeepLearningExamples' per-parameter loop): ``for_loop`` when
+    ``optimizer_kernels`` is empty, ``foreach`` refused; an unknown optimizer's message lists bert_adam."""
+    head = "model,gpu,gpus,batch_per_gpu,precision,step_time_s,optimizer,optimizer_kernels\n"
+    path = _write(tmp_path, head + "resnet18,V100,1,2,fp32,0.1,BERT_ADAM,\n"
+                                   "resnet18,V100,1,2,fp32,0.1,bert_adam,foreach\n"
+                                   "resnet18,V100,1,2,fp32,0.1,bertadam,\n")
+    t = read_measurements(path)
+    assert t.rows.select("optimizer", "optimizer_kernels").rows() == [("bert_adam", "for_loop")]
+    assert t.rejected.select("line", "reason").rows() == [(3, "bert_adam_foreach"), (4, "unknown_optimizer")]
+    assert t.rejected["detail"][1] == (f"{path}:4: optimizer = bertadam: expected one of sgd, adam, adamw, "
+                                       "bert_adam")
+
+
 def test_shared_tables_run_the_optimizer_as_their_pytorch_did(shared_data):
     """Lambda (PyTorch 1.13), DeepLearningExamples (1.3, 1.9) and Pollux (1.7) predate the multi-tensor
     default of PyTorch 2.0: ``for_loop``; Lambda's BERT steps apex's multi-tensor FusedAdam under AMP:

@@ -8,14 +8,18 @@ it launches and the bytes they move (``PyTorch/LanguageModeling/BERT/optimizatio
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+import numbers
+from collections.abc import Callable, Iterable
 
 import torch
 
 
 class BertAdam(torch.optim.Optimizer):
-    """DeepLearningExamples' ``BertAdam`` (no bias correction, decoupled weight decay, a warm-up
-    learning-rate schedule), traced op by op.
+    """DeepLearningExamples' ``BertAdam`` (no bias correction, decoupled weight decay), traced op by op.
+    The original's warm-up schedule (``warmup``, ``t_total``, ``schedule``) only changes the learning
+    rate's value, not the work, so this class takes a constant ``lr``; its ``max_grad_norm`` clipping
+    is the branch described below.
 
     What one step launches, as ``optimization.py`` writes it:
 
@@ -35,31 +39,52 @@ class BertAdam(torch.optim.Optimizer):
     Args:
         params: the parameters, or parameter groups (dicts with ``params`` and optionally
             ``weight_decay``).
-        lr: learning rate (the traced value does not change the work).
-        b1, b2: the moments' decay rates; e: epsilon.
+        lr: learning rate, >= 0 (the traced value does not change the work).
+        b1, b2: the moments' decay rates, in [0, 1); e: epsilon, >= 0 (the original's check).
         weight_decay: decoupled weight decay, 0.01 in DeepLearningExamples, applied to every
             parameter of the group (the scripts' groups leave biases and LayerNorm weights out).
 
     Raises:
-        ValueError: a negative learning rate or weight decay, or a decay rate outside [0, 1).
+        ValueError: a learning rate, weight decay or epsilon that is negative or not a finite number,
+            or a decay rate outside [0, 1); at a step, a sparse gradient (as the original refuses it).
     """
 
     def __init__(self, params: Iterable[torch.Tensor] | Iterable[dict], lr: float = 5e-5, b1: float = 0.9,
                  b2: float = 0.999, e: float = 1e-6, weight_decay: float = 0.01) -> None:
-        if lr < 0.0 or weight_decay < 0.0:
-            raise ValueError(f"BertAdam: lr and weight_decay must be >= 0, got {lr} and {weight_decay}")
+        for name, value in (("lr", lr), ("weight_decay", weight_decay), ("e", e), ("b1", b1), ("b2", b2)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+                raise ValueError(f"BertAdam: {name} must be a finite number, got {value!r}")
+        if lr < 0.0 or weight_decay < 0.0 or e < 0.0:
+            raise ValueError(f"BertAdam: lr, weight_decay and e must be >= 0, got {lr}, {weight_decay} and {e}")
         if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
             raise ValueError(f"BertAdam: b1 and b2 must be in [0, 1), got {b1} and {b2}")
         super().__init__(params, {"lr": lr, "b1": b1, "b2": b2, "e": e, "weight_decay": weight_decay})
 
-    @torch.no_grad()
-    def step(self, closure: None = None) -> None:  # type: ignore[override]
-        """One update of every parameter with a gradient (see the class docstring for the kernels)."""
+    def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:  # type: ignore[override]
+        """One update of every parameter with a gradient (see the class docstring for the kernels).
+        ``closure``, if given, is called first (with gradients enabled) and its loss returned, as
+        ``torch.optim`` optimizers do.
+
+        Raises:
+            ValueError: a parameter with a sparse gradient.
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        with torch.no_grad():
+            self._update()
+        return loss
+
+    def _update(self) -> None:
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is None:
                     continue
                 grad = p.grad
+                if grad.is_sparse:
+                    raise ValueError("BertAdam does not support sparse gradients (nor does DeepLearningExamples' "
+                                     "original); use dense embeddings")
                 state = self.state[p]
                 if not state:
                     state["next_m"] = torch.zeros_like(p)

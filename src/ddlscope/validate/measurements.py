@@ -40,7 +40,8 @@ column               required  meaning
                                tensor-core convolutions pay cuDNN's layout transposes
 ``optimizer_kernels`` no       ``foreach`` (default: multi-tensor kernels, PyTorch 2.0 and later on
                                CUDA, apex's fused optimizers) or ``for_loop`` (a kernel per
-                               parameter, PyTorch before 2.0; :data:`ddlscope.model.compute.OPTIMIZER_KERNELS`)
+                               parameter, PyTorch before 2.0; :data:`ddlscope.model.compute.OPTIMIZER_KERNELS`);
+                               ``bert_adam`` rows default to ``for_loop`` and refuse ``foreach``
 ``attention``        no        ``fused`` (default: ``scaled_dot_product_attention`` on a fused
                                kernel, as PyTorch runs it on a GPU) or ``math``: the code
                                materialises the ``L x S`` scores (``matmul``, ``softmax``,
@@ -148,7 +149,7 @@ MEASUREMENT_COLUMNS: dict[str, str] = {
     "overlap": "overlap policy: scheduled (default, DDP's buckets), none, full or a fraction",
     "conv_layout": "activation layout of convolutions: nchw (default, PyTorch's) or nhwc (channels_last)",
     "optimizer_kernels": "foreach (default: multi-tensor, PyTorch >= 2.0 on CUDA) or for_loop (a kernel per "
-                         "parameter, PyTorch < 2.0)",
+                         "parameter, PyTorch < 2.0; the default for bert_adam, which refuses foreach)",
     "attention": "fused (default: SDPA on a fused kernel) or math (the L x S scores materialised)",
     "amp": "16-bit rows: autocast (default, per-call casts) or o2 (apex O2: model in 16 bit, FP32 masters)",
     "measured_sync_s": "measured exposed communication per step, s",
@@ -424,7 +425,7 @@ def check_measurements(raw: pl.DataFrame, path: str | Path, catalog: Catalog | N
            pl.format("precision = {}: expected one of fp32, tf32, fp16, amp, bf16", pl.col("precision")))
     opt = pl.col("optimizer").str.to_lowercase()
     reject(pl.col("optimizer").is_not_null() & ~opt.is_in(list(_OPTIMIZERS)), "unknown_optimizer",
-           pl.format("optimizer = {}: expected sgd, adam or adamw", pl.col("optimizer")))
+           pl.format(f"optimizer = {{}}: expected one of {', '.join(_OPTIMIZERS)}", pl.col("optimizer")))
     layout = pl.col("conv_layout").str.to_lowercase()
     reject(pl.col("conv_layout").is_not_null() & ~layout.is_in(["nchw", "nhwc"]), "unknown_conv_layout",
            pl.format("conv_layout = {}: expected nchw or nhwc", pl.col("conv_layout")))
@@ -433,6 +434,9 @@ def check_measurements(raw: pl.DataFrame, path: str | Path, catalog: Catalog | N
            "unknown_optimizer_kernels",
            pl.format("optimizer_kernels = {}: expected foreach (multi-tensor, fused optimizers included) or for_loop",
                      pl.col("optimizer_kernels")))
+    reject((opt == "bert_adam") & (kernels == "foreach"), "bert_adam_foreach",
+           pl.lit("optimizer = bert_adam with optimizer_kernels = foreach: BertAdam launches a kernel per term "
+                  "per parameter; leave optimizer_kernels empty or give for_loop"))
     att = pl.col("attention").str.to_lowercase()
     reject(pl.col("attention").is_not_null() & ~att.is_in(list(_ATTENTIONS)), "unknown_attention",
            pl.format("attention = {}: expected fused or math", pl.col("attention")))
@@ -530,7 +534,9 @@ def check_measurements(raw: pl.DataFrame, path: str | Path, catalog: Catalog | N
         image_size=pl.col("image_size__i"),
         input_data=inp.fill_null("real"),
         conv_layout=layout.fill_null("nchw"),
-        optimizer_kernels=kernels.fill_null("foreach"),
+        # BertAdam is a loop over the parameters whatever the PyTorch version
+        optimizer_kernels=kernels.fill_null(pl.when(opt == "bert_adam").then(pl.lit("for_loop"))
+                                            .otherwise(pl.lit("foreach"))),
         attention=att.fill_null("fused"),
         # only 16-bit rows run an AMP mode: the others share one profile
         amp=pl.when(prec.replace_strict(_PRECISIONS, default=None).is_in(["fp16", "bf16"]))
