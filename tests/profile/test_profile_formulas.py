@@ -276,8 +276,8 @@ def test_bert_adam_kernels_and_bytes_as_deeplearningexamples_writes_them():
 
 def test_bert_adam_steps_as_an_optimizer_and_refuses_what_the_original_refuses():
     """On real CPU tensors: the first step moves a parameter by lr x (m / sqrt(v) + wd p), with
-    m = (1 - b1) g and v = (1 - b2) g^2 (no bias correction), for p = 1; the closure is called and its loss returned; bad hyper-parameters and sparse
-    gradients are refused."""
+    m = (1 - b1) g and v = (1 - b2) g^2 (no bias correction), for p = 1; the closure is called and its
+    loss returned; bad hyper-parameters and sparse gradients are refused."""
     from ddlscope.profile.optimizers import BertAdam
 
     w = nn.Parameter(torch.ones(3, 2))
