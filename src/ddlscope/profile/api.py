@@ -591,16 +591,15 @@ def _trace_step(name: str, module: torch.nn.Module, batch: Any, precision: str, 
         _append(rec, "optimizer", f"ddlscope.sparse_{optimizer}_update", table.rpartition(".")[0], table, p,
                 touched * flops_per,
                 touched * p.element_size() * read_w, touched * p.element_size() * write_w)
-    if optimizer == "bert_adam" and stepped:
+    grads = [p.grad for _, p in dense_trainable if p.grad is not None]
+    if optimizer == "bert_adam" and grads:
         # BertAdam's global gradient norm before its loop (apex multi_tensor_l2norm): every gradient
-        # read once, a multiply-add per element; one row over all of them (one multi-tensor launch
-        # sequence, not a kernel per parameter)
-        grads = [p for _, p in dense_trainable if p.grad is not None]
-        elems = sum(p.numel() for p in grads)
-        flat = torch.empty(elems, dtype=grads[0].dtype, device="meta") if grads else None
-        if flat is not None:
-            _append(rec, "optimizer", "ddlscope.multi_tensor_l2norm", "", None, flat, 2.0 * elems,
-                    sum(tensor_bytes(p.grad) for p in grads), 4)
+        # read once, a multiply-add per element, one FP32 result; one row over all of them (one
+        # multi-tensor launch sequence, not a kernel per parameter), shaped as their elements
+        elems = sum(g.numel() for g in grads)
+        _append(rec, "optimizer", "ddlscope.multi_tensor_l2norm", "", None,
+                torch.empty(elems, dtype=grads[0].dtype, device="meta"), 2.0 * elems,
+                sum(tensor_bytes(g) for g in grads), 4)
     if precision == "fp16" and not o2:  # under O2 the master-gradient copy unscales
         # GradScaler.unscale_ (PyTorch AMP): _amp_foreach_non_finite_check_and_unscale_ reads and
         # writes every gradient once, multiplying by 1/scale and checking for inf/NaN

@@ -25,8 +25,9 @@ class BertAdam(torch.optim.Optimizer):
 
     - before the loop, the L2 norm of every gradient together (apex ``multi_tensor_l2norm``, a
       multi-tensor kernel reading each gradient once) and ``.item()`` on it, a host synchronisation.
-      It is not traced here (the profiler's tensors have no values); :data:`ddlscope.profile.api`
-      appends it as one analytic row, ``ddlscope.multi_tensor_l2norm``.
+      It is not traced here (the profiler's tensors have no values);
+      :func:`ddlscope.profile.api.profile_model` appends it as one analytic row,
+      ``ddlscope.multi_tensor_l2norm``.
     - per parameter, each a kernel of its own: ``m.mul_(b1).add_(grad, alpha=1 - b1)``,
       ``v.mul_(b2).addcmul_(grad, grad, value=1 - b2)``, ``update = m / (v.sqrt() + e)`` (3 kernels,
       2 temporaries), with weight decay ``update += wd * p`` (2), ``update_with_lr = lr * update``,
