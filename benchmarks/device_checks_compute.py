@@ -8,9 +8,11 @@ The open questions, and the check that answers each (docs/model.md, "What would 
 1. **Misaligned GEMMs.** Transformer-XL's 267,735-word softmax is the largest GEMM of the Lambda
    rows the model over-predicts most on A100/H100 (+35-110 % under AMP). 267,735 is odd: cuBLAS
    cannot use its 16-byte-aligned tensor-core kernels (cuBLAS documentation, "Tensor Core Usage";
-   pytorch/pytorch#146817 shows an ``align1`` kernel on A100). The model prices every GEMM by its
-   FLOPs alone, so it predicts the same time for 267,735 and 267,736 words. Check ``vocab_head``:
-   the projection and its cross-entropy at both sizes, FP16 and TF32.
+   pytorch/pytorch#146817 shows an ``align1`` kernel on A100). The model now prices such a GEMM at
+   ``MISALIGNED_GEMM_FLOP_PER_SM_CYCLE`` (410 FLOP per SM per cycle, fitted on the Lambda
+   Transformer-XL rows, ``benchmarks/fidelity_misaligned_gemm.py``), and 267,736 words at the
+   tensor-core rate. Check ``vocab_head``: the projection and its cross-entropy at both sizes, FP16
+   and TF32: the measured rate of the odd size is the number the fit stands in for.
 2. **16-bit element-wise kernels.** The model prices memory-bound ops at ``memory_eff`` of the
    DRAM bandwidth whatever their dtype, so AMP halves their time. Check ``elementwise``: a chain of
    element-wise ops on 2^26 elements in FP32 and FP16.

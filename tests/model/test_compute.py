@@ -533,3 +533,33 @@ def test_price_ops_gives_the_rows_predict_single_gpu_sums():
     assert sums.to_list() == pytest.approx((whole["compute_bound_s"] + whole["memory_bound_s"]).to_list())
     # the mm row by hand (the first test): 0.250015 s
     assert per["op_s"][0] == pytest.approx(0.250015)
+
+
+def test_a_misaligned_tensor_core_gemm_runs_at_the_per_sm_rate():
+    """A GEMM the op table marks ``gemm_aligned`` false runs at ``min(peak x eff, 410 FLOP/SM/cycle x SMs
+    x boost clock x held fraction)`` on tensor cores; aligned, unmarked or CUDA-core GEMMs do not."""
+    from ddlscope.model.compute import MISALIGNED_GEMM_FLOP_PER_SM_CYCLE
+
+    assert MISALIGNED_GEMM_FLOP_PER_SM_CYCLE == 410.0
+    # 100 SMs at 1,000 MHz, no board power (held fraction 1): 410 x 100 x 1e9 = 41 TFLOP/s, below
+    # the tensor-core rate 100e12 x 0.5 = 50 TFLOP/s
+    gpu = _gpu().model_copy(update={"sm_count": 100, "boost_clock_mhz": 1000.0})
+    ops = pl.DataFrame({"phase": ["forward"] * 3, "op": ["aten.mm"] * 3, "dtype": ["float16"] * 3,
+                        "flops": [1e12] * 3, "total_bytes": [1e6] * 3, "class_by_type": ["compute_bound"] * 3,
+                        "gemm_aligned": [False, True, None]})
+
+    def seconds(o: pl.DataFrame, g: GPUSpec = gpu, precision: str = "fp16") -> float:
+        return predict_single_gpu([SingleGpuCase(o, g, precision, 1)], EFF)["compute_bound_s"][0]
+
+    # 1e12 / 41e12 + 10 us fill + 5 us launch; aligned and null: 1e12 / 50e12 + 15 us
+    assert seconds(ops[0:1]) == pytest.approx(1 / 41 + 15e-6, rel=1e-12)
+    assert seconds(ops[1:2]) == seconds(ops[2:3]) == pytest.approx(0.02 + 15e-6, rel=1e-12)
+    assert seconds(ops.drop("gemm_aligned")[0:1]) == pytest.approx(0.02 + 15e-6, rel=1e-12)
+    # a GPU whose own rate is below the cap (200 SMs: 82 TFLOP/s > 50) is not slowed
+    wide = gpu.model_copy(update={"sm_count": 200})
+    assert seconds(ops[0:1], wide) == pytest.approx(0.02 + 15e-6, rel=1e-12)
+    # on CUDA cores (no FP16 tensor cores: 20 TFLOP/s x 0.8) the cap does not apply
+    cuda = _gpu((), fp16=20.0).model_copy(update={"sm_count": 10, "boost_clock_mhz": 1000.0})
+    assert seconds(ops[0:1], cuda) == pytest.approx(1 / 16 + 15e-6, rel=1e-12)
+    # without sm_count or boost clock in the catalog entry there is nothing to cap with
+    assert seconds(ops[0:1], _gpu()) == pytest.approx(0.02 + 15e-6, rel=1e-12)

@@ -192,3 +192,18 @@ def test_moe_flops_and_memory_by_hand():
     assert activation_bytes(cfg, 3) == 2 * (34 + 19) * 32 * 3 * 64 + 4 * 32 * 3 * 100 * 2
     dense, _ = decoder_workload(cfg.model_copy(update={"num_experts": 1, "experts_per_token": 1}), 3)
     assert dense.num_experts is None and dense.expert_params is None
+
+
+def test_an_odd_vocabulary_makes_the_head_gemms_misaligned():
+    # GPT-2's 50,257 words: the head's forward and both backward GEMMs have the vocabulary as a leading
+    # dimension (16-bit: 100,514 bytes, not a multiple of 16); padded to 50,304 (nanoGPT's) they align,
+    # as do the layers' GEMMs at hidden 64 and 32 tokens
+    from ddlscope.profile.llm import DecoderConfig, decoder_op_table
+
+    for vocab, aligned in ((50257, False), (50304, True)):
+        ops = decoder_op_table(DecoderConfig(layers=1, hidden=64, heads=4, vocab=vocab, seq_len=32), 1)
+        head = ops.filter(pl.col("module") == "lm_head", pl.col("class_by_type") == "compute_bound")
+        assert head.height == 3 and head["gemm_aligned"].to_list() == [aligned] * 3
+        rest = ops.filter(pl.col("module") != "lm_head", pl.col("op") == "aten.mm")
+        assert rest.height > 0 and rest["gemm_aligned"].all()
+        assert ops.filter(pl.col("class_by_type") == "memory_bound")["gemm_aligned"].is_null().all()

@@ -304,3 +304,35 @@ def test_bert_adam_steps_as_an_optimizer_and_refuses_what_the_original_refuses()
     emb(torch.tensor([1])).sum().backward()
     with pytest.raises(ValueError, match="sparse gradients"):
         BertAdam(emb.parameters()).step()
+
+
+@pytest.mark.parametrize(("out_features", "precision", "aligned"), [
+    (8, "fp32", True),    # 32-byte rows
+    (4, "fp32", True),    # 16 bytes: the smallest aligned row in FP32
+    (6, "fp32", False),   # 24 bytes
+    (4, "fp16", False),   # 8 bytes in FP16 (the autocast copies are 16-bit)
+    (8, "fp16", True),    # 16 bytes
+])
+def test_a_linear_layer_is_marked_aligned_by_its_leading_dimensions(out_features, precision, aligned):
+    """``gemm_aligned``: the forward addmm and the weight-gradient mm of ``Linear(16, n)`` on a batch
+    of 32 (the input needs no gradient) have ``n`` as a leading dimension (the result's row; the
+    output gradient's row, read transposed), so both follow ``n x element size % 16``; every other
+    op is null."""
+    torch.manual_seed(0)
+    ops = profile_model(lambda: (torch.nn.Linear(16, out_features), torch.zeros(32, 16)), precision=precision).ops
+    gemms = ops.filter(pl.col("op").is_in(["aten.addmm", "aten.mm"]))
+    assert gemms["phase"].to_list() == ["forward", "backward"]
+    assert gemms["gemm_aligned"].to_list() == [aligned] * 2
+    assert ops.filter(~pl.col("op").is_in(["aten.addmm", "aten.mm"]))["gemm_aligned"].null_count() == \
+        ops.height - 2
+
+
+def test_transformer_xl_full_softmax_has_three_misaligned_gemms():
+    # 267,735 words: the logits' rows are odd, in FP16 and FP32 alike; the layers' GEMMs are aligned
+    for precision in ("fp16", "tf32"):
+        ops = profile_model("transformer_xl_base_softmax", batch_size=2, seq_len=192, precision=precision,
+                            amp="o2").ops
+        bad = ops.filter(pl.col("gemm_aligned").eq(False))
+        assert bad["shape"].to_list() == ["384x267735", "384x512", "267735x512"]
+        assert bad["flops"].to_list() == [2.0 * 384 * 267735 * 512] * 3
+        assert ops.filter(pl.col("gemm_aligned").eq(True)).height > 0

@@ -108,6 +108,33 @@ batches). Such a convolution also launches 2 transpose kernels per kernel. NVIDI
 DeepLearningExamples ResNet-50 runs AMP as ``memory_format: nhwc`` (``configs.yml``); PyTorch's
 default, and Lambda's benchmark configuration, is NCHW."""
 """Ops that launch two GEMM-class kernels (input gradient and weight gradient, cuDNN dgrad + wgrad)."""
+GEMM_ALIGNMENT_BYTES = 16
+"""The leading-dimension alignment cuBLAS/CUTLASS tensor-core GEMM kernels vectorise on: 16 bytes,
+8 FP16/BF16 or 4 FP32 elements (NVIDIA, "Matrix Multiplication Background User's Guide", 2023,
+section "Tensor Core Requirements": dimensions that are multiples of 16 bytes use the Tensor Cores
+most efficiently). A matrix whose leading dimension is not such a multiple gets an ``align1``
+kernel, one element per load (pytorch/pytorch#146817: a BF16 ``linear`` with an odd size runs
+``cutlass_..._wmma_tensorop_bf16_..._align1`` on an A100, about 100 times slower)."""
+
+MISALIGNED_GEMM_FLOP_PER_SM_CYCLE = 410.0
+"""The rate of a tensor-core GEMM whose leading dimension is not 16-byte aligned
+(:data:`GEMM_ALIGNMENT_BYTES`; the op table's ``gemm_aligned`` false), FLOP per SM per clock
+cycle: such a GEMM runs at ``min(peak x eff, this x sm_count x boost clock x the held clock
+fraction)``. cuBLAS gives it an ``align1`` kernel, which loads one element per instruction, so its
+rate is set by the SM's load issue, not by its tensor cores, and is the same in FP16 and TF32.
+
+**Fitted**, no published figure being at hand: on the 52 Lambda one-GPU Transformer-XL rows
+(base and large, FP16 and TF32, 12 GPUs; their full softmax over 267,735 words puts 65 % (base) and
+46 % (large) of the step's FLOPs in three misaligned GEMMs), on a grid of 10 FLOP/SM/cycle
+minimising the median absolute throughput error: 410 (18.9 -> 3.7 % on those rows); leave one GPU
+out, the folds take 390-440 and the held-out GPUs' median absolute error goes from 18.9 to 4.9 %
+(``benchmarks/fidelity_misaligned_gemm.py``). What the rows
+say beyond the fit: the implied rate is the same in FP16 and TF32 on every tensor-core GPU (A100
+55-69 TFLOP/s in both, H100 SXM5 83-97), as a load-bound kernel's is and a tensor-core-bound one's
+is not. It is 205 FMA per SM per cycle: a fifth of an A100 SM's dense FP16 tensor rate, a twentieth
+of an H100's, so it binds on the large boards (A100, H100, RTX A6000, RTX 6000 Ada, A10 in FP16)
+and not on the ones whose own tensor rate is lower (RTX 3090's half-rate FP32 accumulation, V100 in
+TF32 on CUDA cores)."""
 BATCH_NORM_PASSES: dict[str, float] = {
     **dict.fromkeys(("aten.native_batch_norm", "aten._native_batch_norm_legit",
                      "aten._native_batch_norm_legit_functional", "aten.cudnn_batch_norm",
@@ -277,8 +304,10 @@ def op_features(ops: pl.DataFrame, optimizer_kernels: str = "foreach") -> pl.Dat
     training batch norm), ``kernels`` (2 for :data:`TWO_KERNEL_OPS`, else 1; with ``optimizer_kernels``
     ``foreach`` an optimizer row's share of its multi-tensor launches, :func:`_foreach_kernels`, when
     the op table has ``shape`` and ``read_bytes``), ``dispatches`` (host dispatches: 1 per row, the
-    same share for those optimizer rows), ``is_conv`` and ``attention`` (``v1`` / ``v2`` for the fused
-    attention kernels of :data:`FLASH_V1_OPS` / :data:`FLASH_V2_OPS`, else null).
+    same share for those optimizer rows), ``is_conv``, ``misaligned`` (a GEMM the op table marks
+    ``gemm_aligned`` false; false where the column is absent: :data:`MISALIGNED_GEMM_FLOP_PER_SM_CYCLE`)
+    and ``attention`` (``v1`` / ``v2`` for the fused attention kernels of :data:`FLASH_V1_OPS` /
+    :data:`FLASH_V2_OPS`, else null).
 
     Raises:
         ValueError: a column of :data:`OP_INPUT_COLUMNS` is missing, or ``optimizer_kernels`` is not
@@ -302,6 +331,8 @@ def op_features(ops: pl.DataFrame, optimizer_kernels: str = "foreach") -> pl.Dat
         kernels=pl.coalesce(c("foreach_kernels"), per_row),
         dispatches=pl.coalesce(c("foreach_kernels"), pl.lit(1.0)),
         is_conv=c("op").is_in(list(CONV_OPS)),
+        misaligned=(c("class_by_type").cast(pl.String) == "compute_bound") & ~c("gemm_aligned").fill_null(True)
+        if "gemm_aligned" in ops.columns else pl.lit(False),
         attention=pl.when(c("op").is_in(list(FLASH_V1_OPS))).then(pl.lit("v1"))
         .when(c("op").is_in(list(FLASH_V2_OPS))).then(pl.lit("v2")).otherwise(pl.lit(None, pl.String)),
     )
@@ -317,7 +348,12 @@ def _gpu_params(gpu: GPUSpec, precision: str, eff: ComputeEfficiency) -> dict[st
     def peak(q: str) -> float:
         return getattr(p, q) * 1e12 * (held if gpu.has_tensor_cores(q) else 1.0)
 
+    # a misaligned tensor-core GEMM's rate: per SM and clock cycle, at the clock the board holds
+    known = gpu.sm_count is not None and gpu.boost_clock_mhz is not None
+    misaligned = (MISALIGNED_GEMM_FLOP_PER_SM_CYCLE * gpu.sm_count * gpu.boost_clock_mhz * 1e6 * held
+                  if known else float("inf"))
     return {
+        "misaligned_peak": misaligned,
         "peak_f32": peak(fp32_arith),
         "tc_f32": gpu.has_tensor_cores(fp32_arith),
         "peak_fp32": p.fp32 * 1e12,
@@ -351,7 +387,9 @@ def _op_seconds() -> pl.Expr:
                   .when(c("attention") == "v2").then(c("attn_eff"))
                   .when(is16 | isbf).then(c("tensor_eff")).otherwise(c("tf32_eff")))
     gemm_eff = pl.when(tc).then(tensor_eff).otherwise(c("cuda_eff"))
-    peak = pl.when(c("is_gemm")).then(gemm_peak * gemm_eff).otherwise(c("peak_fp32") * c("vector_eff"))
+    gemm_rate = pl.when(tc & c("misaligned")).then(pl.min_horizontal(gemm_peak * gemm_eff, c("misaligned_peak"))
+                                                   ).otherwise(gemm_peak * gemm_eff)
+    peak = pl.when(c("is_gemm")).then(gemm_rate).otherwise(c("peak_fp32") * c("vector_eff"))
     k = c("kernels")
     compute_s = pl.when(c("flops") > 0).then(c("flops") / peak + k * c("compute_fill_s")).otherwise(0.0)
     memory_s = pl.when(c("bytes") > 0).then(c("bytes") / (c("bw") * c("memory_eff")) + k * c("memory_fill_s")

@@ -64,6 +64,9 @@ OP_COLUMNS: dict[str, str] = {
     "unpriced": "true for an op of a compute-heavy kind (matmul, convolution, attention, recurrent, linear "
                 "algebra, FFT) that has no FLOP formula: its flops are 0 (not estimated), its bytes are counted; "
                 "totals['unpriced_ops'] lists them",
+    "gemm_aligned": "matrix multiplies (mm, bmm, addmm, baddbmm, addbmm): true when both operands and the result "
+                    "have 16-byte-aligned leading dimensions (cuBLAS's vectorised tensor-core kernels), false "
+                    "otherwise (an align1 kernel: a vocabulary of odd size); null for every other op",
 }
 """Columns of :attr:`ProfileResult.ops`, one row per op call that does work, with meanings."""
 
@@ -652,6 +655,7 @@ def _append(rec: StepRecorder, phase: str, op: str, module: str, table: str | No
     r["write_bytes"].append(round(write))
     r["estimated"].append(True)
     r["unpriced"].append(False)
+    r["gemm_aligned"].append(None)
     rec.op_index += 1
 
 
@@ -672,7 +676,7 @@ def _finish_ops(records: dict[str, list[Any]], gpu: GPUSpec, precision: str) -> 
     frame = pl.DataFrame(records, schema={
         "op_index": pl.Int64, "phase": PhaseEnum, "op": pl.String, "module": pl.String, "table": pl.String,
         "dtype": pl.String, "shape": pl.String, "flops": pl.Float64, "read_bytes": pl.Int64,
-        "write_bytes": pl.Int64, "estimated": pl.Boolean, "unpriced": pl.Boolean,
+        "write_bytes": pl.Int64, "estimated": pl.Boolean, "unpriced": pl.Boolean, "gemm_aligned": pl.Boolean,
     })
     is_cb = c("op").is_in(list(COMPUTE_BOUND_NAMES))
     peak_expr = (

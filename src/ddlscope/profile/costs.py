@@ -48,6 +48,8 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import flop_registry
 
+from ddlscope.model.compute import GEMM_ALIGNMENT_BYTES
+
 aten = torch.ops.aten
 
 # -- FLOP formulas of compute-class ops (ours, where torch's are missing or wrong) ---------------
@@ -194,6 +196,46 @@ COMPUTE_BOUND_OPS: frozenset[Any] = frozenset([*flop_registry, *_EXTRA_MATMUL, *
 (GEMM/GEMV, convolution, fused attention). Everything else is memory-bound. Reconstruction of the
 PAI study's split (Wang et al., IISWC 2019: "compute-bound" = convolution/GEMM-class operations,
 "memory-bound" = element-wise, normalisation, reductions, embedding and data movement)."""
+
+_GEMM_OPERANDS: dict[Any, tuple[int, ...]] = {
+    aten.mm: (0, 1), aten.bmm: (0, 1), aten.addmm: (1, 2), aten.baddbmm: (1, 2), aten.addbmm: (1, 2),
+}
+"""Matrix-multiply packets and the positions of their two matrix operands (the result is the third)."""
+
+
+def _leading_dimension_aligned(t: torch.Tensor) -> bool:
+    """Whether the matrix ``t`` (its last two dimensions) has a leading dimension of a whole number of
+    :data:`GEMM_ALIGNMENT_BYTES`: the stride of the dimension that is not unit-stride (row-major:
+    the row stride; a transposed view, column-major: the column stride). A matrix with one row or
+    one column, or with neither dimension unit-stride (PyTorch copies it first), counts as aligned."""
+    if t.dim() < 2 or min(t.shape[-2:]) <= 1:
+        return True
+    s0, s1 = t.stride()[-2:]
+    if s1 == 1:
+        ld = s0
+    elif s0 == 1:
+        ld = s1
+    else:
+        return True
+    return (ld * t.element_size()) % GEMM_ALIGNMENT_BYTES == 0
+
+
+def gemm_aligned(func: Any, args: Sequence[Any], outputs: list[torch.Tensor]) -> bool | None:
+    """For a matrix multiply (``mm``, ``bmm``, ``addmm``, ``baddbmm``, ``addbmm``): whether both
+    operands and the result have 16-byte-aligned leading dimensions (:data:`GEMM_ALIGNMENT_BYTES`),
+    i.e. whether cuBLAS can run its vectorised tensor-core kernels; ``None`` for any other op.
+
+    Transformer-XL's full softmax over 267,735 words is the case that matters: the logits' row
+    stride is odd, so the forward ``addmm`` and both backward ``mm`` are misaligned in FP16 and
+    FP32 alike (the priced rate of such a GEMM: :data:`ddlscope.model.compute.MISALIGNED_GEMM_FLOP_PER_SM_CYCLE`).
+    """
+    where = _GEMM_OPERANDS.get(func.overloadpacket)
+    if where is None:
+        return None
+    mats = [args[i] for i in where if i < len(args) and isinstance(args[i], torch.Tensor)]
+    mats += [t for t in outputs[:1] if isinstance(t, torch.Tensor)]
+    return all(_leading_dimension_aligned(t) for t in mats)
+
 
 # -- bytes: special cases -------------------------------------------------------------------------
 ALLOCATION_OPS: frozenset[Any] = frozenset([

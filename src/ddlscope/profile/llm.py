@@ -80,6 +80,7 @@ from typing import Any, Literal
 import polars as pl
 from pydantic import BaseModel, Field, model_validator
 
+from ddlscope.model.compute import GEMM_ALIGNMENT_BYTES
 from ddlscope.model.sharded import unsharded_state_bytes
 from ddlscope.specs.base import SPEC_CONFIG
 from ddlscope.specs.workload import Workload
@@ -310,8 +311,11 @@ def _ops(cfg: DecoderConfig, batch: int, recompute: Recompute, dtype: str) -> li
 
     def gemm(phase: str, op: str, module: str, m: int, n: int, k: int, weights: int = 1) -> None:
         total = e * (m * k + k * n + m * n) if weights == 1 else e * (m * k + weights * k * n + m * n)
+        # cuBLAS's vectorised tensor-core kernels need 16-byte-aligned leading dimensions (m, n and k
+        # are each one in the forward or a backward GEMM): a vocabulary of odd size is not (GPT-2's 50,257)
+        aligned = all((x * e) % GEMM_ALIGNMENT_BYTES == 0 for x in (m, n, k))
         rows.append({"phase": phase, "op": op, "module": module, "dtype": dtype, "flops": 2.0 * m * n * k,
-                     "total_bytes": total, "class_by_type": "compute_bound"})
+                     "total_bytes": total, "class_by_type": "compute_bound", "gemm_aligned": aligned})
 
     def mem(phase: str, op: str, module: str, nbytes: float) -> None:
         rows.append({"phase": phase, "op": op, "module": module, "dtype": dtype, "flops": 0.0,
@@ -424,7 +428,8 @@ def _ops(cfg: DecoderConfig, batch: int, recompute: Recompute, dtype: str) -> li
 def decoder_op_table(cfg: DecoderConfig, micro_batch: int, *, precision: str = "bf16",
                      recompute: Recompute = "none") -> pl.DataFrame:
     """The op table of one training micro-batch (columns ``phase``, ``op``, ``module``, ``dtype``,
-    ``flops``, ``total_bytes``, ``class_by_type``: what :func:`ddlscope.model.compute.price_jobs`
+    ``flops``, ``total_bytes``, ``class_by_type``, ``gemm_aligned`` (null for the rows that are not
+    matrix multiplies; :func:`ddlscope.profile.costs.gemm_aligned`): what :func:`ddlscope.model.compute.price_jobs`
     reads), module docstring's formulas.
 
     Raises:
@@ -439,7 +444,7 @@ def decoder_op_table(cfg: DecoderConfig, micro_batch: int, *, precision: str = "
         raise ValueError(f"precision: expected fp16 or bf16 (16-bit activations), got {precision!r}")
     dtype = "bfloat16" if precision == "bf16" else "float16"
     schema = {"phase": pl.String, "op": pl.String, "module": pl.String, "dtype": pl.String, "flops": pl.Float64,
-              "total_bytes": pl.Float64, "class_by_type": pl.String}
+              "total_bytes": pl.Float64, "class_by_type": pl.String, "gemm_aligned": pl.Boolean}
     return pl.DataFrame(_ops(cfg, micro_batch, recompute, dtype), schema=schema)
 
 

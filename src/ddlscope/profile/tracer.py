@@ -39,6 +39,7 @@ from ddlscope.profile.costs import (
     EMBEDDING_BACKWARD_OPS,
     EMBEDDING_LOOKUP_OPS,
     distinct_elements,
+    gemm_aligned,
     is_unpriced,
     op_bytes,
     op_flops,
@@ -52,7 +53,7 @@ _SHIFTS = frozenset([torch.ops.aten.add, torch.ops.aten.sub, torch.ops.aten._to_
 
 OP_RECORD_FIELDS: tuple[str, ...] = (
     "op_index", "phase", "op", "module", "table", "dtype", "shape", "flops", "read_bytes", "write_bytes",
-    "estimated", "unpriced",
+    "estimated", "unpriced", "gemm_aligned",
 )
 _NO_ALIAS_CHECK = frozenset([torch.ops.aten._cudnn_rnn])
 """Ops whose meta kernel returns an input as an extra result (``_cudnn_rnn`` returns ``weight_buf``):
@@ -278,6 +279,7 @@ class StepRecorder(TorchDispatchMode):
         rec["write_bytes"].append(write)
         rec["estimated"].append(False)
         rec["unpriced"].append(is_unpriced(packet))
+        rec["gemm_aligned"].append(gemm_aligned(func, args, outputs))
         self.phase_ops[self.phase] += 1
         if self._tracking:
             for t in outputs:
