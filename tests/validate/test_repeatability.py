@@ -73,7 +73,7 @@ def test_bad_columns_are_named(kwargs, message):
         configuration_repeatability(_rows(), **kwargs)
 
 
-@pytest.mark.parametrize("bad", [0.0, -1.0, None])
+@pytest.mark.parametrize("bad", [0.0, -1.0, None, float("nan"), float("inf")])
 def test_a_measurement_not_above_zero_is_refused(bad):
     rows = _rows().with_columns(measured=pl.when(pl.int_range(pl.len()) == 2).then(bad).otherwise(pl.col("measured")))
     with pytest.raises(ValueError, match="1 row"):
@@ -93,3 +93,9 @@ def test_lambda_h100_sxm5_ncf_spread_as_the_csv_gives_it(shared_data):
     assert g["log_sd"] == pytest.approx(float(np.std(np.log(v), ddof=1)), rel=1e-12)
     assert g["max_over_min"] == pytest.approx(float(v.max() / v.min()), rel=1e-12)
     assert "Dell H100 80GB SXM5" in g["labels"]
+
+
+def test_a_single_key_name_and_a_string_measurement():
+    assert configuration_repeatability(_rows(), key="gpu").summary["groups"] == 1
+    with pytest.raises(ValueError, match="measured must be numeric"):
+        configuration_repeatability(_rows().with_columns(pl.col("measured").cast(pl.String)))

@@ -83,10 +83,13 @@ def configuration_repeatability(rows: pl.DataFrame, key: Sequence[str] | None = 
         pooled figures are None.
 
     Raises:
-        ValueError: a named column is missing (all are named), or a measurement is not > 0 or is
-            null (naming how many rows).
+        ValueError: a named column is missing (all are named), the measured column is not numeric,
+            or a measurement is null, not finite or not > 0 (naming how many rows). ``key`` may be
+            one column name.
     """
-    key = [k for k in CONFIGURATION_COLUMNS if k in rows.columns] if key is None else list(key)
+    if isinstance(key, str):
+        key = [key]
+    key = [k for k in CONFIGURATION_COLUMNS if k in rows.columns] if key is None else list(dict.fromkeys(key))
     wanted = [*key, measured, *([predicted] if predicted else []), *([label] if label else [])]
     missing = [c for c in wanted if c not in rows.columns]
     if missing:
@@ -95,9 +98,12 @@ def configuration_repeatability(rows: pl.DataFrame, key: Sequence[str] | None = 
     if not key:
         raise ValueError("configuration_repeatability: no key column: give key= or rows with "
                          f"some of {', '.join(CONFIGURATION_COLUMNS)}")
-    bad = rows.filter(pl.col(measured).is_null() | ~(pl.col(measured) > 0)).height
+    if not rows.schema[measured].is_numeric():
+        raise ValueError(f"configuration_repeatability: {measured} must be numeric, got {rows.schema[measured]}")
+    m = pl.col(measured).cast(pl.Float64)
+    bad = rows.filter(m.is_null() | ~m.is_finite() | ~(m > 0)).height
     if bad:
-        raise ValueError(f"configuration_repeatability: {bad} row(s) with {measured} null or not > 0")
+        raise ValueError(f"configuration_repeatability: {bad} row(s) with {measured} null, not finite or not > 0")
     t = rows.with_columns(__lm=pl.col(measured).cast(pl.Float64).log()).filter(pl.len().over(key) > 1)
     t = t.with_columns(__dev=pl.col("__lm") - pl.col("__lm").mean().over(key))
     aggs = [pl.len().alias("rows"), pl.col("__lm").std(ddof=1).alias("log_sd"),
@@ -115,7 +121,7 @@ def configuration_repeatability(rows: pl.DataFrame, key: Sequence[str] | None = 
     summary |= {
         "log_sd": sd,
         "mape_noise": pl.select(lognormal_mape(pl.lit(sd))).item(),
-        "ratio_log_sd": sd * np.sqrt(2.0),
+        "ratio_log_sd": float(sd * np.sqrt(2.0)),
         "ratio_mape_noise": pl.select(lognormal_mape(pl.lit(sd * np.sqrt(2.0)))).item(),
         "mape_least": sum(_least_mape(np.asarray(v)) for v in values) / t.height,
         "mape_model": float((t[predicted] / t[measured] - 1).abs().mean()) if predicted else None,
