@@ -563,3 +563,7 @@ def test_a_misaligned_tensor_core_gemm_runs_at_the_per_sm_rate():
     assert seconds(ops[0:1], cuda) == pytest.approx(1 / 16 + 15e-6, rel=1e-12)
     # without sm_count or boost clock in the catalog entry there is nothing to cap with
     assert seconds(ops[0:1], _gpu()) == pytest.approx(0.02 + 15e-6, rel=1e-12)
+
+    # a gemm_aligned column read back as text is refused, naming the column
+    with pytest.raises(ValueError, match="gemm_aligned must be Boolean"):
+        seconds(ops[0:1].with_columns(pl.col("gemm_aligned").cast(pl.String)))

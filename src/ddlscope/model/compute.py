@@ -310,12 +310,15 @@ def op_features(ops: pl.DataFrame, optimizer_kernels: str = "foreach") -> pl.Dat
     :data:`FLASH_V2_OPS`, else null).
 
     Raises:
-        ValueError: a column of :data:`OP_INPUT_COLUMNS` is missing, or ``optimizer_kernels`` is not
-            one of :data:`OPTIMIZER_KERNELS`.
+        ValueError: a column of :data:`OP_INPUT_COLUMNS` is missing, ``gemm_aligned`` is there but
+            not Boolean, or ``optimizer_kernels`` is not one of :data:`OPTIMIZER_KERNELS`.
     """
     _check_ops(ops, "op table")
     if optimizer_kernels not in OPTIMIZER_KERNELS:
         raise ValueError(f"optimizer_kernels: expected foreach or for_loop, got {optimizer_kernels!r}")
+    if "gemm_aligned" in ops.columns and ops.schema["gemm_aligned"] not in (pl.Boolean, pl.Null):
+        got = ops.schema["gemm_aligned"]
+        raise ValueError(f"op table: gemm_aligned must be Boolean (true, false or null), got {got}")
     grouped = optimizer_kernels == "foreach" and {"shape", "read_bytes"} <= set(ops.columns)
     share = _foreach_kernels(ops) if grouped else pl.Series("foreach_kernels", [None] * ops.height,
                                                             dtype=pl.Float64)
