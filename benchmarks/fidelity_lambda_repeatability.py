@@ -55,8 +55,9 @@ def main() -> None:
           f"MAPE of a model exact up to this noise {100 * s['mape_noise']:.1f} %, of a cross-GPU ratio "
           f"{100 * s['ratio_mape_noise']:.1f} % (log SD {s['ratio_log_sd']:.3f}); least MAPE of one value "
           f"per configuration {100 * s['mape_least']:.1f} %"
-          + (f"; catalog defaults on these rows {100 * s['mape_model']:.1f} %" if s["mape_model"] is not None
-             else ""))
+          + (f"; catalog defaults on these rows {100 * s['mape_model']:.1f} % ({s['mape_model_rows']} rows"
+             + (f"; {s['mape_model_skipped']} without a finite prediction, not scored" if s["mape_model_skipped"]
+                else "") + ")" if s["mape_model"] is not None else ""))
 
 
 if __name__ == "__main__":

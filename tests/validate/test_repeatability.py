@@ -99,3 +99,19 @@ def test_a_single_key_name_and_a_string_measurement():
     assert configuration_repeatability(_rows(), key="gpu").summary["groups"] == 1
     with pytest.raises(ValueError, match="measured must be numeric"):
         configuration_repeatability(_rows().with_columns(pl.col("measured").cast(pl.String)))
+
+
+def test_rows_without_a_finite_prediction_are_counted_not_dropped():
+    # the 121-row of group A and one 50-row of group B have no prediction (null, NaN): the MAPE is
+    # over the other three repeated rows (110 vs 100, 40 vs 50 twice) and the two are counted
+    rows = _rows().with_columns(predicted=pl.Series([110.0, None, 40.0, float("nan"), 40.0, 1.0]))
+    s = configuration_repeatability(rows, predicted="predicted").summary
+    assert (s["mape_model_rows"], s["mape_model_skipped"]) == (3, 2)
+    assert s["mape_model"] == pytest.approx((0.1 + 0.2 + 0.2) / 3, rel=1e-12)
+    full = configuration_repeatability(_rows(), predicted="predicted").summary
+    assert (full["mape_model_rows"], full["mape_model_skipped"]) == (5, 0)
+    none = configuration_repeatability(rows.with_columns(predicted=pl.lit(None, pl.Float64)),
+                                       predicted="predicted").summary
+    assert (none["mape_model"], none["mape_model_rows"], none["mape_model_skipped"]) == (None, 0, 5)
+    with pytest.raises(ValueError, match="predicted must be numeric"):
+        configuration_repeatability(_rows().with_columns(pl.col("predicted").cast(pl.String)), predicted="predicted")

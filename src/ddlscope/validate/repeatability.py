@@ -51,7 +51,10 @@ class Repeatability:
             and ``ratio_mape_noise`` (its MAPE floor), ``mape_least`` (the least MAPE one value per
             group reaches on its own rows: a distribution-free lower bound, optimistic by one value
             fitted per group), and ``mape_model`` (the table's own ``predicted`` against ``measured``
-            on the same rows; None without ``predicted``). MAPEs and SDs are fractions.
+            on the same rows' finite predictions; None without ``predicted`` or without any),
+            ``mape_model_rows`` (the rows it is taken over) and ``mape_model_skipped`` (repeated
+            rows whose prediction is null or not finite: counted, not silently dropped; both None
+            without ``predicted``). MAPEs and SDs are fractions.
         offsets: with ``label``: one row per label value: ``rows`` (its rows in repeated groups),
             ``median_log_offset`` (median of ``ln(measured) - mean ln(measured)`` of its group) and
             ``median_offset`` (``exp`` of that, minus 1: a testbed measuring 7 % below the groups'
@@ -83,8 +86,8 @@ def configuration_repeatability(rows: pl.DataFrame, key: Sequence[str] | None = 
         pooled figures are None.
 
     Raises:
-        ValueError: a named column is missing (all are named), the measured column is not numeric,
-            or a measurement is null, not finite or not > 0 (naming how many rows). ``key`` may be
+        ValueError: a named column is missing (all are named), the measured or predicted column
+            is not numeric, or a measurement is null, not finite or not > 0 (naming how many rows). ``key`` may be
             one column name.
     """
     if isinstance(key, str):
@@ -100,6 +103,8 @@ def configuration_repeatability(rows: pl.DataFrame, key: Sequence[str] | None = 
                          f"some of {', '.join(CONFIGURATION_COLUMNS)}")
     if not rows.schema[measured].is_numeric():
         raise ValueError(f"configuration_repeatability: {measured} must be numeric, got {rows.schema[measured]}")
+    if predicted and not rows.schema[predicted].is_numeric():
+        raise ValueError(f"configuration_repeatability: {predicted} must be numeric, got {rows.schema[predicted]}")
     m = pl.col(measured).cast(pl.Float64)
     bad = rows.filter(m.is_null() | ~m.is_finite() | ~(m > 0)).height
     if bad:
@@ -115,16 +120,23 @@ def configuration_repeatability(rows: pl.DataFrame, key: Sequence[str] | None = 
     if t.height == 0:
         summary |= dict.fromkeys(("log_sd", "mape_noise", "ratio_log_sd", "ratio_mape_noise", "mape_least",
                                   "mape_model"))
+        summary |= dict.fromkeys(("mape_model_rows", "mape_model_skipped"), 0 if predicted else None)
         return Repeatability(groups=groups, summary=summary, offsets=None)
     sd = float(np.sqrt((t["__dev"] ** 2).sum() / (t.height - groups.height)))
     values = t.group_by(key).agg(pl.col(measured).cast(pl.Float64))[measured]
+    scored = None
+    if predicted:
+        p = pl.col(predicted).cast(pl.Float64)
+        scored = t.filter(p.is_not_null() & p.is_finite()).select(p / pl.col(measured) - 1)[predicted]
     summary |= {
         "log_sd": sd,
         "mape_noise": pl.select(lognormal_mape(pl.lit(sd))).item(),
         "ratio_log_sd": float(sd * np.sqrt(2.0)),
         "ratio_mape_noise": pl.select(lognormal_mape(pl.lit(sd * np.sqrt(2.0)))).item(),
         "mape_least": sum(_least_mape(np.asarray(v)) for v in values) / t.height,
-        "mape_model": float((t[predicted] / t[measured] - 1).abs().mean()) if predicted else None,
+        "mape_model": float(scored.abs().mean()) if scored is not None and scored.len() else None,
+        "mape_model_rows": scored.len() if scored is not None else None,
+        "mape_model_skipped": t.height - scored.len() if scored is not None else None,
     }
     offsets = None
     if label:
