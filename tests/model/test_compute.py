@@ -561,8 +561,14 @@ def test_a_misaligned_tensor_core_gemm_runs_at_the_per_sm_rate():
     # on CUDA cores (no FP16 tensor cores: 20 TFLOP/s x 0.8) the cap does not apply
     cuda = _gpu((), fp16=20.0).model_copy(update={"sm_count": 10, "boost_clock_mhz": 1000.0})
     assert seconds(ops[0:1], cuda) == pytest.approx(1 / 16 + 15e-6, rel=1e-12)
-    # without sm_count or boost clock in the catalog entry there is nothing to cap with
+    # without sm_count or boost clock in the catalog entry there is nothing to cap with, and the
+    # output says so where the precision runs on tensor cores (the catalog's A10G and B200)
     assert seconds(ops[0:1], _gpu()) == pytest.approx(0.02 + 15e-6, rel=1e-12)
+    source = lambda g, q="fp16": predict_single_gpu([SingleGpuCase(ops, g, q, 1)], EFF)[  # noqa: E731
+        "compute_efficiency_source"][0]
+    uncapped = "misaligned tensor-core GEMMs not capped"
+    assert uncapped in source(_gpu()) and uncapped in source("A10G") and uncapped in source("B200")
+    assert uncapped not in source(gpu) and uncapped not in source("A10") and uncapped not in source(cuda)
 
     # a gemm_aligned column read back as text is refused, naming the column
     with pytest.raises(ValueError, match="gemm_aligned must be Boolean"):

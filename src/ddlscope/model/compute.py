@@ -430,7 +430,8 @@ def efficiency_for(gpu: GPUSpec, catalog: Catalog,
 
 def _source_line(gpu: GPUSpec, eff: ComputeEfficiency, catalog_entry: ComputeEfficiency, precision: str) -> str:
     """Where the efficiencies of one case come from, for the output's ``compute_efficiency_source``
-    (with the power-limited tensor clock where the case's GEMMs run on tensor cores)."""
+    (with the power-limited tensor clock where the case's GEMMs run on tensor cores, and a note
+    where they do but the GPU has no ``sm_count`` or ``boost_clock_mhz``: no misaligned-GEMM cap)."""
     values = (f"tensor {eff.tensor_gemm_eff:g} (tf32 {eff.tf32_eff:g}), cuda {eff.cuda_gemm_eff:g}, "
               f"vector {eff.vector_eff:g}, attention {eff.fused_attention_eff:g} (v1 {eff.flash_v1_eff:g}), "
               f"memory {eff.memory_eff:g}, fill {eff.compute_fill_us:g}/{eff.memory_fill_us:g} us, "
@@ -441,6 +442,9 @@ def _source_line(gpu: GPUSpec, eff: ComputeEfficiency, catalog_entry: ComputeEff
         why = (f"the {gpu.board_power_w:g} W board power limit" if held < 1.0 else
                f"the {gpu.board_power_w:g} W board power leaves headroom above it, up to {gpu.max_clock_mhz:g} MHz")
         values += f"; tensor cores at {held:.3f} of the boost clock ({why}, docs/model.md)"
+    if gpu.has_tensor_cores(precision) and (gpu.sm_count is None or gpu.boost_clock_mhz is None):
+        values += ("; misaligned tensor-core GEMMs not capped (the catalog gives this GPU no sm_count or "
+                   "boost_clock_mhz for MISALIGNED_GEMM_FLOP_PER_SM_CYCLE)")
     if eff == catalog_entry:
         return (f"catalog default for {eff.generation} ({gpu.name}): {values}; sources: "
                 f"`ddlscope catalog efficiencies --sources`")
