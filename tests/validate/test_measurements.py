@@ -25,7 +25,13 @@ from ddlscope.validate.measurements import (
     read_measurements,
     validate_measurements,
 )
-from ddlscope.validate.shared_tables import LAMBDA_MODELS, LEFT_OUT, dle_measurements, lambda_measurements
+from ddlscope.validate.shared_tables import (
+    LAMBDA_MODELS,
+    LEFT_OUT,
+    UNSYNCHRONISED_MULTI_GPU,
+    dle_measurements,
+    lambda_measurements,
+)
 
 HEADER = "model,gpu,gpus,batch_per_gpu,precision,step_time_s,source\n"
 
@@ -209,6 +215,8 @@ def test_lambda_tables_every_row_accounted_for(shared_data):
             n = int((thr[bench] > 0).sum())
             expected_in += n
             left_out += n if bench in LEFT_OUT else 0
+            # Transformer-XL's multi-GPU runs are independent replicas (no --multi_gpu): left out
+            left_out += int(((thr[bench] > 0) & (thr["num_gpu"] > 1)).sum()) if bench in UNSYNCHRONISED_MULTI_GPU else 0
             not_measured += int((thr[bench].is_null() | (thr[bench] == 0)).sum())
     # every cell is a row or counted: the empty and 0 cells (Lambda did not run that model there) too
     assert not_measured == 80
@@ -217,6 +225,10 @@ def test_lambda_tables_every_row_accounted_for(shared_data):
     assert int((t.rejected["reason"] == "not_measured").sum()) == not_measured
     # no row of a converted benchmark is lost without a reason
     assert t.rejected.filter(pl.col("reason") != "left_out")["detail"].str.contains(":").all()
+    # the 80 Transformer-XL multi-GPU rows (40 base, 40 large) are named with their file:line
+    txl = t.rejected.filter(pl.col("detail").str.contains("synchronise no gradients"))
+    assert txl.height == 80 and txl["detail"].str.contains(r"\.csv:\d+: transformerxl(base|large) on [248] GPUs").all()
+    assert t.rows.filter(pl.col("model").str.starts_with("transformer_xl"))["gpus"].unique().to_list() == [1]
 
 
 def test_a_bad_lambda_cell_is_a_rejected_row_not_a_lost_one(shared_data, tmp_path):

@@ -43,7 +43,8 @@ Conversion (:func:`lambda_measurements`), each choice with its reason:
 - **Models**: :data:`LAMBDA_MODELS` maps each benchmark to a zoo model, its throughput unit, input
   (``synthetic``: ResNet-50 runs on synthetic data, SOURCES.md) and sizes (BERT SQuAD fine-tuning:
   sequence length 384, the DLE default). :data:`LEFT_OUT` gives, for each benchmark not converted,
-  why; its rows are counted as rejected with that reason.
+  why; its rows are counted as rejected with that reason. :data:`UNSYNCHRONISED_MULTI_GPU` does the same
+  for the multi-GPU rows of benchmarks that Lambda runs as independent replicas (Transformer-XL).
 """
 
 from __future__ import annotations
@@ -106,6 +107,16 @@ LEFT_OUT: dict[str, str] = {
     "waveglow": "audio samples/s: samples per utterance vary with the LJSpeech batch",
 }
 """Lambda benchmarks not converted, with why (their rows are rejected with this reason)."""
+
+UNSYNCHRONISED_MULTI_GPU: dict[str, str] = dict.fromkeys(
+    ("transformerxlbase", "transformerxllarge"),
+    "the multi-GPU runs synchronise no gradients: Lambda's config passes DeepLearningExamples' train.py "
+    "no --multi_gpu, so it leaves the model unwrapped (para_model = model, no DistributedDataParallel) "
+    "and torch.distributed.launch runs independent replicas whose tokens/s are summed (the 8x A100 80GB "
+    "SXM4 log, pytorch/results/8xA100_80GB_SXM4/PyTorch_transformerxlbase_FP32/, prints multi_gpu=None, "
+    "world size: 8): not data-parallel training, so not a communication measurement")
+"""Lambda benchmarks whose multi-GPU rows are left out (counted, with this reason); their one-GPU
+rows are converted."""
 
 _COUNT = re.compile(r"\s*\b\d+\s*x\s*", re.IGNORECASE)
 _VENDOR = re.compile(r"^(LambdaCloud|DellTexas|Dell|SMC|1CC|RAIDZ1)\s+")
@@ -180,6 +191,13 @@ def lambda_measurements(data_dir: str | Path, catalog: Catalog | None = None) ->
                 left.append(t.select("line", source=pl.lit(f"lambda {precision}"), reason=pl.lit("left_out"),
                                      detail=pl.lit(f"{bench} ({precision}): {LEFT_OUT[bench]}")))
                 continue
+            if bench in UNSYNCHRONISED_MULTI_GPU:
+                multi = pl.col("gpus").cast(pl.Int64, strict=False).fill_null(1) > 1
+                left.append(t.filter(multi).select(
+                    "line", source=pl.lit(f"lambda {precision}"), reason=pl.lit("left_out"),
+                    detail=pl.format(f"{thr_path}:{{}}: {bench} on {{}} GPUs: {UNSYNCHRONISED_MULTI_GPU[bench]}",
+                                     pl.col("line"), pl.col("gpus"))))
+                t = t.filter(~multi)
             spec = LAMBDA_MODELS[bench]
             gpu = [_gpu_name(n) for n in t["name_gpu"]]
             links = [_links(g) for g in gpu]
