@@ -562,12 +562,18 @@ def test_a_misaligned_tensor_core_gemm_runs_at_the_per_sm_rate():
     cuda = _gpu((), fp16=20.0).model_copy(update={"sm_count": 10, "boost_clock_mhz": 1000.0})
     assert seconds(ops[0:1], cuda) == pytest.approx(1 / 16 + 15e-6, rel=1e-12)
     # without sm_count or boost clock in the catalog entry there is nothing to cap with, and the
-    # output says so where the precision runs on tensor cores (the catalog's A10G and B200)
+    # output says so where a misaligned GEMM ran on tensor cores uncapped (the catalog's A10G and B200),
+    # by the op's dtype: FP16 GEMMs in an "fp32" case too; not where every GEMM is aligned
     assert seconds(ops[0:1], _gpu()) == pytest.approx(0.02 + 15e-6, rel=1e-12)
-    source = lambda g, q="fp16": predict_single_gpu([SingleGpuCase(ops, g, q, 1)], EFF)[  # noqa: E731
-        "compute_efficiency_source"][0]
-    uncapped = "misaligned tensor-core GEMMs not capped"
+
+    def source(g, q: str = "fp16", o: pl.DataFrame = ops) -> str:
+        return predict_single_gpu([SingleGpuCase(o, g, q, 1)], EFF)["compute_efficiency_source"][0]
+
+    uncapped = "misaligned tensor-core GEMMs priced without their cap"
     assert uncapped in source(_gpu()) and uncapped in source("A10G") and uncapped in source("B200")
+    assert uncapped in source("A10G", "fp32")  # the GEMMs are float16: tensor cores whatever the case says
+    assert uncapped not in source("A10G", o=ops[1:3]) and uncapped not in source("A10G", "fp32", ops[0:1].with_columns(
+        dtype=pl.lit("float32")))  # aligned only; an FP32 GEMM of an fp32 case runs on CUDA cores
     assert uncapped not in source(gpu) and uncapped not in source("A10") and uncapped not in source(cuda)
 
     # a gemm_aligned column read back as text is refused, naming the column

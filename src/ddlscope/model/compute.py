@@ -380,6 +380,21 @@ def _gpu_params(gpu: GPUSpec, precision: str, eff: ComputeEfficiency) -> dict[st
     }
 
 
+UNCAPPED_NOTE = ("; misaligned tensor-core GEMMs priced without their cap: the catalog gives this GPU no "
+                 "sm_count or boost_clock_mhz (a --catalog file that sets both applies "
+                 "MISALIGNED_GEMM_FLOP_PER_SM_CYCLE, docs/model.md)")
+"""Appended to a case's ``compute_efficiency_source`` when it prices a misaligned GEMM (``gemm_aligned``
+false) on tensor cores of a GPU whose entry lacks ``sm_count`` or ``boost_clock_mhz`` (A10G, B200)."""
+
+
+def _on_tensor_cores() -> pl.Expr:
+    """Whether each op's arithmetic runs on tensor cores: its dtype's flag (16-bit result: ``tc_fp16``
+    / ``tc_bf16``, else the case's FP32/TF32 flag ``tc_f32``) from :func:`_gpu_params`."""
+    is16 = c("dtype") == "float16"
+    isbf = c("dtype") == "bfloat16"
+    return pl.when(is16).then(c("tc_fp16")).when(isbf).then(c("tc_bf16")).otherwise(c("tc_f32"))
+
+
 def _op_seconds() -> pl.Expr:
     """Seconds of each op from :func:`op_features` columns joined with :func:`_gpu_params` columns."""
     is16 = c("dtype") == "float16"
@@ -430,8 +445,7 @@ def efficiency_for(gpu: GPUSpec, catalog: Catalog,
 
 def _source_line(gpu: GPUSpec, eff: ComputeEfficiency, catalog_entry: ComputeEfficiency, precision: str) -> str:
     """Where the efficiencies of one case come from, for the output's ``compute_efficiency_source``
-    (with the power-limited tensor clock where the case's GEMMs run on tensor cores, and a note
-    where they do but the GPU has no ``sm_count`` or ``boost_clock_mhz``: no misaligned-GEMM cap)."""
+    (with the power-limited tensor clock where the case's GEMMs run on tensor cores)."""
     values = (f"tensor {eff.tensor_gemm_eff:g} (tf32 {eff.tf32_eff:g}), cuda {eff.cuda_gemm_eff:g}, "
               f"vector {eff.vector_eff:g}, attention {eff.fused_attention_eff:g} (v1 {eff.flash_v1_eff:g}), "
               f"memory {eff.memory_eff:g}, fill {eff.compute_fill_us:g}/{eff.memory_fill_us:g} us, "
@@ -442,9 +456,6 @@ def _source_line(gpu: GPUSpec, eff: ComputeEfficiency, catalog_entry: ComputeEff
         why = (f"the {gpu.board_power_w:g} W board power limit" if held < 1.0 else
                f"the {gpu.board_power_w:g} W board power leaves headroom above it, up to {gpu.max_clock_mhz:g} MHz")
         values += f"; tensor cores at {held:.3f} of the boost clock ({why}, docs/model.md)"
-    if gpu.has_tensor_cores(precision) and (gpu.sm_count is None or gpu.boost_clock_mhz is None):
-        values += ("; misaligned tensor-core GEMMs not capped (the catalog gives this GPU no sm_count or "
-                   "boost_clock_mhz for MISALIGNED_GEMM_FLOP_PER_SM_CYCLE)")
     if eff == catalog_entry:
         return (f"catalog default for {eff.generation} ({gpu.name}): {values}; sources: "
                 f"`ddlscope catalog efficiencies --sources`")
@@ -493,8 +504,14 @@ def _priced(cases: Sequence[SingleGpuCase], efficiencies, catalog: Catalog | Non
     info = pl.DataFrame(meta, schema=schema)
     if not frames:
         return info, None
-    return info, pl.concat(frames, how="vertical_relaxed").with_columns(op_s=_op_seconds(),
-                                                                        transpose_s=_transpose_seconds())
+    ops = pl.concat(frames, how="vertical_relaxed").with_columns(op_s=_op_seconds(), transpose_s=_transpose_seconds())
+    # a misaligned GEMM on tensor cores of a GPU without sm_count / boost clock ran uncapped: say so
+    uncapped = ops.filter(c("misaligned") & _on_tensor_cores() & c("misaligned_peak").is_infinite())["case"].unique()
+    if uncapped.len():
+        info = info.with_columns(compute_efficiency_source=pl.when(c("case").is_in(uncapped.implode()))
+                                 .then(c("compute_efficiency_source") + UNCAPPED_NOTE)
+                                 .otherwise(c("compute_efficiency_source")))
+    return info, ops
 
 
 def price_ops(
