@@ -113,5 +113,8 @@ def test_rows_without_a_finite_prediction_are_counted_not_dropped():
     none = configuration_repeatability(rows.with_columns(predicted=pl.lit(None, pl.Float64)),
                                        predicted="predicted").summary
     assert (none["mape_model"], none["mape_model_rows"], none["mape_model_skipped"]) == (None, 0, 5)
+    # a prediction column of dtype Null (pl.lit(None), or a list of Nones) counts every row as skipped
+    untyped = configuration_repeatability(rows.with_columns(predicted=pl.lit(None)), predicted="predicted").summary
+    assert (untyped["mape_model"], untyped["mape_model_rows"], untyped["mape_model_skipped"]) == (None, 0, 5)
     with pytest.raises(ValueError, match="predicted must be numeric"):
         configuration_repeatability(_rows().with_columns(pl.col("predicted").cast(pl.String)), predicted="predicted")

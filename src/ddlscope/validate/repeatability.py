@@ -86,9 +86,10 @@ def configuration_repeatability(rows: pl.DataFrame, key: Sequence[str] | None = 
         pooled figures are None.
 
     Raises:
-        ValueError: a named column is missing (all are named), the measured or predicted column
-            is not numeric, or a measurement is null, not finite or not > 0 (naming how many rows). ``key`` may be
-            one column name.
+        ValueError: a named column is missing (all are named), the measured column is not
+            numeric, the predicted one neither numeric nor of dtype Null (a Null column: every
+            row skipped), or a measurement is null, not finite or not > 0 (naming how many rows).
+            ``key`` may be one column name.
     """
     if isinstance(key, str):
         key = [key]
@@ -103,7 +104,7 @@ def configuration_repeatability(rows: pl.DataFrame, key: Sequence[str] | None = 
                          f"some of {', '.join(CONFIGURATION_COLUMNS)}")
     if not rows.schema[measured].is_numeric():
         raise ValueError(f"configuration_repeatability: {measured} must be numeric, got {rows.schema[measured]}")
-    if predicted and not rows.schema[predicted].is_numeric():
+    if predicted and not (rows.schema[predicted].is_numeric() or rows.schema[predicted] == pl.Null):
         raise ValueError(f"configuration_repeatability: {predicted} must be numeric, got {rows.schema[predicted]}")
     m = pl.col(measured).cast(pl.Float64)
     bad = rows.filter(m.is_null() | ~m.is_finite() | ~(m > 0)).height
