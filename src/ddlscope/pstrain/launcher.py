@@ -52,6 +52,10 @@ from ddlscope.pstrain.worker import WorkerConfig
 STOP_GRACE_S = 5.0
 """Seconds a process gets to exit after SIGTERM before SIGKILL."""
 SERVER_STOP_TIMEOUT_S = 30.0
+KILLED_PEER_GRACE_S = 1.0
+"""Seconds the supervisor waits, when only processes that exited with a status died, for another to be
+reaped as killed by a signal: the likelier root cause (a killed server's sockets close while it is still
+exiting, so the workers whose RPCs fail can be reaped first on a loaded machine)."""
 
 
 class PsTrainFailedError(RuntimeError):
@@ -618,20 +622,30 @@ def _train(cfg: RunConfig, inp: RunInput, stage: Path, signals: _Signals, warn: 
                         proc.rpcs = msg.get("rpcs", proc.rpcs)
                     elif ev == "error":
                         proc.error = msg.get("message")
-            newly_dead = []
-            for p in procs:
-                if not p.exited and p.popen.poll() is not None:
-                    p.exited = True
-                    for msg in _read(p):
-                        if msg.get("event") == "error":
-                            p.error = msg.get("message")
-                        elif msg.get("event") == "done":
-                            p.done = True
-                    with contextlib.suppress(KeyError, ValueError):
-                        sel.unregister(p.popen.stdout)
-                    clean = p.popen.returncode == 0 and p.done and (p.role == "worker" or p.stop_sent)
-                    if not clean:
-                        newly_dead.append(p)
+            def reap(p: _Proc) -> bool:
+                """Mark an exited process, read what it wrote last; True if it did not end cleanly."""
+                p.exited = True
+                for msg in _read(p):
+                    if msg.get("event") == "error":
+                        p.error = msg.get("message")
+                    elif msg.get("event") == "done":
+                        p.done = True
+                with contextlib.suppress(KeyError, ValueError):
+                    sel.unregister(p.popen.stdout)
+                return not (p.popen.returncode == 0 and p.done and (p.role == "worker" or p.stop_sent))
+
+            newly_dead = [p for p in procs if not p.exited and p.popen.poll() is not None and reap(p)]
+            if newly_dead and all(p.popen.returncode >= 0 for p in newly_dead):
+                # a process killed by a signal closes its sockets before it can be reaped, so the workers
+                # whose RPCs it broke may be reaped first (on a loaded machine): wait a moment for it
+                grace = time.monotonic() + KILLED_PEER_GRACE_S
+                while time.monotonic() < grace:
+                    killed = [p for p in procs if not p.exited and p.popen.poll() is not None
+                              and p.popen.returncode < 0 and reap(p)]
+                    if killed:
+                        newly_dead.extend(killed)
+                        break
+                    time.sleep(0.02)
             if newly_dead:
                 # a process killed by a signal is the likelier root cause than one whose RPCs then failed
                 newly_dead.sort(key=lambda p: (p.popen.returncode >= 0, p.role != "server"))
