@@ -209,25 +209,28 @@ def test_lambda_tables_every_row_accounted_for(shared_data):
     expected_in = 0
     left_out = 0
     not_measured = 0
+    unsynchronised = 0
     for precision in ("fp32", "fp16"):
         thr = pl.read_csv(shared_data / "lambda_benchmarks" / f"pytorch-train-throughput-{precision}.csv")
         for bench in (*LAMBDA_MODELS, *LEFT_OUT):
             n = int((thr[bench] > 0).sum())
             expected_in += n
             left_out += n if bench in LEFT_OUT else 0
-            # Transformer-XL's multi-GPU runs are independent replicas (no --multi_gpu): left out
-            left_out += int(((thr[bench] > 0) & (thr["num_gpu"] > 1)).sum()) if bench in UNSYNCHRONISED_MULTI_GPU else 0
+            # Transformer-XL's multi-GPU runs are independent replicas (no --multi_gpu): not a DDP measurement
+            if bench in UNSYNCHRONISED_MULTI_GPU:
+                unsynchronised += int(((thr[bench] > 0) & (thr["num_gpu"] > 1)).sum())
             not_measured += int((thr[bench].is_null() | (thr[bench] == 0)).sum())
     # every cell is a row or counted: the empty and 0 cells (Lambda did not run that model there) too
     assert not_measured == 80
     assert t.rows_in == expected_in + not_measured
     assert int((t.rejected["reason"] == "left_out").sum()) == left_out
     assert int((t.rejected["reason"] == "not_measured").sum()) == not_measured
-    # no row of a converted benchmark is lost without a reason
-    assert t.rejected.filter(pl.col("reason") != "left_out")["detail"].str.contains(":").all()
-    # the 80 Transformer-XL multi-GPU rows (40 base, 40 large) are named with their file:line
-    txl = t.rejected.filter(pl.col("detail").str.contains("synchronise no gradients"))
-    assert txl.height == 80 and txl["detail"].str.contains(r"\.csv:\d+: transformerxl(base|large) on [248] GPUs").all()
+    assert int((t.rejected["reason"] == "not_synchronised").sum()) == unsynchronised == 80
+    # no row is lost without a reason, and every reason names the file and line
+    assert t.rejected["detail"].str.contains(r"pytorch-train-throughput-fp(32|16)\.csv:\d+: ").all()
+    # the 80 Transformer-XL multi-GPU rows (40 base, 40 large) say why
+    txl = t.rejected.filter(pl.col("reason") == "not_synchronised")
+    assert txl["detail"].str.contains(r"\.csv:\d+: transformerxl(base|large) on [248] GPUs: independent replicas").all()
     assert t.rows.filter(pl.col("model").str.starts_with("transformer_xl"))["gpus"].unique().to_list() == [1]
 
 
@@ -252,6 +255,30 @@ def test_a_bad_lambda_cell_is_a_rejected_row_not_a_lost_one(shared_data, tmp_pat
     assert after.rows.height == before.rows.height - 2
     bad = after.rejected.filter(pl.col("reason").is_in(["out_of_range", "not_a_number"])).sort("line")
     assert bad["line"].to_list() == [2, 3] and bad["reason"].to_list() == ["out_of_range", "not_a_number"]
+
+
+@pytest.mark.parametrize(("num_gpu", "reason", "says"), [
+    ("0", "out_of_range", "gpus = 0: expected >= 1"), ("1.5", "not_an_integer", "gpus = 1.5"),
+    ("eight", "not_an_integer", "gpus = eight"),
+])
+def test_a_bad_lambda_gpu_count_rejects_its_line_naming_the_file(shared_data, tmp_path, num_gpu, reason, says):
+    # num_gpu 0 divided the server's batch by zero (a traceback), 1.5 was truncated to one GPU: now each
+    # converted benchmark of that line is a rejected row naming the file and line; the other lines stay
+    folder = tmp_path / "lambda_benchmarks"
+    shutil.copytree(shared_data / "lambda_benchmarks", folder)
+    path = folder / "pytorch-train-throughput-fp32.csv"
+    lines = path.read_text().splitlines()
+    cells = lines[1].split(",")
+    cells[1] = num_gpu
+    lines[1] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+    before, after = lambda_measurements(shared_data), lambda_measurements(tmp_path)
+    line2 = (pl.col("source") == "lambda fp32") & (pl.col("line") == 2)
+    assert after.rows.filter(line2).height == 0
+    bad = after.rejected.filter(line2 & (pl.col("reason") == reason))
+    assert bad.height == before.rows.filter(line2).height == 7  # the seven converted benchmarks of line 2
+    assert bad["detail"].str.contains(f"pytorch-train-throughput-fp32.csv:2: {says}", literal=True).all()
+    assert after.rows.height == before.rows.height - 7
 
 
 def test_cli_measurements_and_option_errors(tmp_path):

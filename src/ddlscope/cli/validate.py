@@ -260,7 +260,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Train zoo models for real on this machine (one process, and DDP over gloo) and compare the
         measured step, compute-bound, memory-bound and communication times with the model's prediction
-        on the calibrated profile; or, with --published, predict the Pollux and NVIDIA ResNet-50 tables.
+        on the calibrated profile; or, with --published, predict the published tables (Pollux, NVIDIA
+        DeepLearningExamples ResNet-50, Lambda's 1-8 GPU benchmarks).
         """
         expected_one_of(fmt, FORMATS)  # before any training or calibration
         if report is not None:

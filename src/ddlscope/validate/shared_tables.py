@@ -43,19 +43,23 @@ Conversion (:func:`lambda_measurements`), each choice with its reason:
 - **Models**: :data:`LAMBDA_MODELS` maps each benchmark to a zoo model, its throughput unit, input
   (``synthetic``: ResNet-50 runs on synthetic data, SOURCES.md) and sizes (BERT SQuAD fine-tuning:
   sequence length 384, the DLE default). :data:`LEFT_OUT` gives, for each benchmark not converted,
-  why; its rows are counted as rejected with that reason. :data:`UNSYNCHRONISED_MULTI_GPU` does the same
-  for the multi-GPU rows of benchmarks that Lambda runs as independent replicas (Transformer-XL).
+  why; its rows are counted as rejected with that reason. The multi-GPU rows of the benchmarks that Lambda runs as
+  independent replicas (:data:`UNSYNCHRONISED_MULTI_GPU`: Transformer-XL) are rejected with reason
+  ``not_synchronised``. Every rejected row's detail names its file and line.
+- **GPU count**: ``num_gpu`` divides the server's batch only where it is a whole number >= 1; any other
+  value is kept as written, so the checks reject the line's rows naming it.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
 import polars as pl
 
 from ddlscope.specs.catalog import Catalog
-from ddlscope.validate.measurements import MeasurementError, MeasurementTable, check_measurements
+from ddlscope.validate.measurements import MeasurementError, MeasurementTable, check_measurements, concat_tables
 
 LAMBDA_MODELS: dict[str, dict[str, str]] = {
     "resnet50": {"model": "resnet50", "throughput_unit": "images/s", "input_data": "synthetic"},
@@ -110,13 +114,16 @@ LEFT_OUT: dict[str, str] = {
 
 UNSYNCHRONISED_MULTI_GPU: dict[str, str] = dict.fromkeys(
     ("transformerxlbase", "transformerxllarge"),
-    "the multi-GPU runs synchronise no gradients: Lambda's config passes DeepLearningExamples' train.py "
-    "no --multi_gpu, so it leaves the model unwrapped (para_model = model, no DistributedDataParallel) "
-    "and torch.distributed.launch runs independent replicas whose tokens/s are summed (the 8x A100 80GB "
-    "SXM4 log, pytorch/results/8xA100_80GB_SXM4/PyTorch_transformerxlbase_FP32/, prints multi_gpu=None, "
-    "world size: 8): not data-parallel training, so not a communication measurement")
-"""Lambda benchmarks whose multi-GPU rows are left out (counted, with this reason); their one-GPU
-rows are converted."""
+    "independent replicas that synchronise no gradients (Lambda runs train.py without --multi_gpu): "
+    "not data-parallel training")
+"""Lambda benchmarks whose multi-GPU rows are not data-parallel training, so not a communication
+measurement: they are counted as rejected with reason ``not_synchronised`` and this detail; their
+one-GPU rows are converted. Lambda's config passes DeepLearningExamples' Transformer-XL ``train.py``
+no ``--multi_gpu``, and ``train.py`` wraps the model in ``DistributedDataParallel`` only for
+``--multi_gpu ddp`` (else ``para_model = model``), so ``torch.distributed.launch`` starts independent
+replicas whose tokens/s ``train.py`` sums; the 8x A100 80GB SXM4 log (lambdal/deeplearning-benchmark
+``pytorch/results/8xA100_80GB_SXM4/PyTorch_transformerxlbase_FP32/``) prints ``multi_gpu=None``,
+``world size: 8``."""
 
 _COUNT = re.compile(r"\s*\b\d+\s*x\s*", re.IGNORECASE)
 _VENDOR = re.compile(r"^(LambdaCloud|DellTexas|Dell|SMC|1CC|RAIDZ1)\s+")
@@ -152,7 +159,7 @@ def lambda_measurements(data_dir: str | Path, catalog: Catalog | None = None) ->
         MeasurementError: a file missing, or a throughput file whose rows do not match its batch-size file.
     """
     folder = Path(data_dir, "lambda_benchmarks")
-    parts, left = [], []
+    parts, left, checked = [], [], []
     for precision, label in (("fp32", "tf32"), ("fp16", "fp16")):
         thr_path = folder / f"pytorch-train-throughput-{precision}.csv"
         bs_path = folder / f"pytorch-train-bs-{precision}.csv"
@@ -167,14 +174,23 @@ def lambda_measurements(data_dir: str | Path, catalog: Catalog | None = None) ->
             if bench not in thr.columns:
                 raise MeasurementError(f"{thr_path}: no column {bench}")
             value = thr[bench].cast(pl.Float64, strict=False)
-            gpus = thr["num_gpu"].cast(pl.Float64, strict=False)
-            per_gpu = bs[bench].cast(pl.Float64, strict=False) / gpus  # the file holds per-server totals
+            gpus_text = thr["num_gpu"].str.strip_chars()
+            gpus = gpus_text.cast(pl.Float64, strict=False)
+            whole = gpus.is_finite() & (gpus >= 1) & (gpus == gpus.floor())
+            # the file holds per-server totals: divided by a whole number of GPUs; any other num_gpu stays
+            # as written, and the checks reject the row naming it
+            batch_text = bs[bench].str.strip_chars()
+            per_gpu = [x if not w else None if b is None else b / g
+                       for b, x, g, w in zip(batch_text.cast(pl.Float64, strict=False), batch_text, gpus,
+                                             whole.fill_null(False), strict=True)]
             t = pl.DataFrame({
                 "line": thr["line"].cast(pl.Int64),
                 "name_gpu": thr["name_gpu"],
-                "gpus": gpus.cast(pl.Int64).cast(pl.String),
-                "batch_per_gpu": pl.Series([None if b is None else str(int(b)) if b == int(b) else str(b)
-                                            for b in per_gpu], dtype=pl.String),
+                "gpus": pl.Series([str(int(g)) if w else x for g, x, w in zip(gpus, gpus_text, whole.fill_null(False),
+                                                                                strict=True)], dtype=pl.String),
+                "batch_per_gpu": pl.Series([b if b is None or isinstance(b, str) else str(int(b))
+                                            if math.isfinite(b) and b == int(b) else str(b) for b in per_gpu],
+                                           dtype=pl.String),
                 "throughput": thr[bench],
                 "value": value,
             })
@@ -189,12 +205,13 @@ def lambda_measurements(data_dir: str | Path, catalog: Catalog | None = None) ->
             t = t.filter(~unmeasured)
             if bench in LEFT_OUT:
                 left.append(t.select("line", source=pl.lit(f"lambda {precision}"), reason=pl.lit("left_out"),
-                                     detail=pl.lit(f"{bench} ({precision}): {LEFT_OUT[bench]}")))
+                                     detail=pl.format(f"{thr_path}:{{}}: {bench}: {LEFT_OUT[bench]}",
+                                                      pl.col("line"))))
                 continue
             if bench in UNSYNCHRONISED_MULTI_GPU:
                 multi = pl.col("gpus").cast(pl.Int64, strict=False).fill_null(1) > 1
                 left.append(t.filter(multi).select(
-                    "line", source=pl.lit(f"lambda {precision}"), reason=pl.lit("left_out"),
+                    "line", source=pl.lit(f"lambda {precision}"), reason=pl.lit("not_synchronised"),
                     detail=pl.format(f"{thr_path}:{{}}: {bench} on {{}} GPUs: {UNSYNCHRONISED_MULTI_GPU[bench]}",
                                      pl.col("line"), pl.col("gpus"))))
                 t = t.filter(~multi)
@@ -217,9 +234,11 @@ def lambda_measurements(data_dir: str | Path, catalog: Catalog | None = None) ->
             if bench in BERT_ADAM_IN_FP32 and label != "fp16":  # run_squad.py's own BertAdam
                 t = t.with_columns(optimizer=pl.lit("bert_adam"))
             parts.append(t)
-    raw = pl.concat(parts, how="diagonal_relaxed")
-    table = check_measurements(raw, folder, catalog)
-    rejected = pl.concat([table.rejected, *left]) if left else table.rejected
+        if parts:  # checked per file, so that a rejected row's detail names its file and line
+            checked.append(check_measurements(pl.concat(parts, how="diagonal_relaxed"), thr_path, catalog))
+        parts = []
+    table = concat_tables(checked)
+    rejected = pl.concat([table.rejected, *left], how="diagonal_relaxed") if left else table.rejected
     return MeasurementTable(rows=table.rows, rejected=rejected.sort("source", "line"), path=str(folder))
 
 
