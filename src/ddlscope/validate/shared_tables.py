@@ -237,6 +237,8 @@ def lambda_measurements(data_dir: str | Path, catalog: Catalog | None = None) ->
         if parts:  # checked per file, so that a rejected row's detail names its file and line
             checked.append(check_measurements(pl.concat(parts, how="diagonal_relaxed"), thr_path, catalog))
         parts = []
+    if not checked:
+        raise MeasurementError(f"{folder}: no data row of a converted benchmark")
     table = concat_tables(checked)
     rejected = pl.concat([table.rejected, *left], how="diagonal_relaxed") if left else table.rejected
     return MeasurementTable(rows=table.rows, rejected=rejected.sort("source", "line"), path=str(folder))
