@@ -226,6 +226,10 @@ def test_lambda_tables_every_row_accounted_for(shared_data):
     assert int((t.rejected["reason"] == "left_out").sum()) == left_out
     assert int((t.rejected["reason"] == "not_measured").sum()) == not_measured
     assert int((t.rejected["reason"] == "not_synchronised").sum()) == unsynchronised == 80
+    # SOURCES.md's outliers: NCF on 4 and 8 H100 SXM5 at 4-42 times one GPU's rate per GPU
+    odd = t.rejected.filter(pl.col("reason") == "implausible")
+    assert odd.height == 20 and odd["detail"].str.contains(r"\.csv:\d+: ncf on [48] GPUs measures [\d.]+ times").all()
+    assert t.rows_in == t.rows.height + t.rejected.height
     # no row is lost without a reason, and every reason names the file and line
     assert t.rejected["detail"].str.contains(r"pytorch-train-throughput-fp(32|16)\.csv:\d+: ").all()
     # the 80 Transformer-XL multi-GPU rows (40 base, 40 large) say why
@@ -604,3 +608,41 @@ def test_shared_tables_run_the_optimizer_as_their_pytorch_did(shared_data):
     assert set(lam.filter(bert)["optimizer_kernels"]) == {"foreach"}
     assert set(lam.filter(~bert)["optimizer_kernels"]) == {"for_loop"}
     assert set(dle_measurements(shared_data).rows["optimizer_kernels"]) == {"for_loop"}
+
+
+def test_ncf_throughput_is_converted_to_the_samples_trained(shared_data):
+    """DLE's ncf.py counts a whole epoch of MovieLens-20M (19,861,770 ratings x 5) but trains only the
+    splits it keeps: ceil(share / local batch) - 1 steps per rank (the last split dropped)."""
+    from ddlscope.validate.shared_tables import NCF_EPOCH_SAMPLES, ncf_trained_samples_per_s
+
+    assert NCF_EPOCH_SAMPLES == 99_308_850
+    # the 8x A100 80GB SXM4 log: 332,199,903.6 "samples/s", 64 M global batch: each rank's 12,413,606
+    # samples split into 8 M + 4.4 M, the second dropped: one step of 64 M in 0.299 s
+    assert ncf_trained_samples_per_s(332_199_903.6, 8, 64_000_000) == pytest.approx(
+        332_199_903.6 * 64_000_000 / 99_308_850, rel=1e-12)
+    # one GPU, 8 M: 13 splits, 12 kept, 96 M of the 99.3 M counted
+    assert ncf_trained_samples_per_s(1.0, 1, 8_000_000) == pytest.approx(96_000_000 / 99_308_850, rel=1e-12)
+    # a local batch above the rank's share: one split, dropped, nothing trained
+    assert ncf_trained_samples_per_s(1.0, 8, 8 * 13_000_000) is None
+    assert ncf_trained_samples_per_s(1.0, 8, 7) is None  # a local batch of 0
+    # the shared table's 8x A100 80GB SXM4 TF32 row: 338,056,437 reported -> 217.9 M trained
+    t = lambda_measurements(shared_data)
+    row = t.rows.filter((pl.col("model") == "ncf_dle") & (pl.col("testbed") == "A100 80GB SXM4")
+                        & (pl.col("gpus") == 8) & (pl.col("precision") == "tf32"))
+    assert row["measured"].to_list() == pytest.approx([338_056_437 * 64_000_000 / 99_308_850], rel=1e-12)
+    assert row["measured_step_s"][0] == pytest.approx(99_308_850 / 338_056_437, rel=1e-12)  # one step an epoch
+
+
+def test_an_ncf_row_that_trains_no_step_is_rejected_with_its_reason(shared_data, tmp_path):
+    folder = tmp_path / "lambda_benchmarks"
+    shutil.copytree(shared_data / "lambda_benchmarks", folder)
+    path = folder / "pytorch-train-bs-fp32.csv"
+    lines = path.read_text().splitlines()
+    header = lines[0].split(",")
+    cells = lines[1].split(",")
+    cells[header.index("ncf")] = "200000000"  # 200 M on one GPU: more than the epoch
+    lines[1] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+    t = lambda_measurements(tmp_path)
+    bad = t.rejected.filter(pl.col("reason") == "no_step")
+    assert bad["line"].to_list() == [2] and bad["detail"].str.contains("pytorch-train-throughput-fp32.csv:2: ncf").all()

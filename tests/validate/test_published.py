@@ -369,8 +369,10 @@ def test_published_json_lists_every_row_not_used(shared_data):
     tables = out["measurement_tables"]
     assert len(tables["rejected"]) == sum(tables["rejected_by_reason"].values())
     # left out: GNMT, Tacotron2, WaveGlow (318); not synchronised: Transformer-XL's multi-GPU runs (80)
-    assert tables["rejected_by_reason"] == {"left_out": 318, "not_measured": 80, "not_synchronised": 80}
-    assert all(r["line"] >= 2 and r["reason"] in ("left_out", "not_measured", "not_synchronised")
+    # implausible: the NCF rows on 4 and 8 H100 SXM5 that SOURCES.md calls outliers (20)
+    assert tables["rejected_by_reason"] == {"left_out": 318, "not_measured": 80, "not_synchronised": 80,
+                                            "implausible": 20}
+    assert all(r["line"] >= 2 and r["reason"] in ("left_out", "not_measured", "not_synchronised", "implausible")
                for r in tables["rejected"])
     assert any(n.startswith("imagenet: warning: step_overhead_us") for n in out["notes"])
     assert "lists each with its file:line" in res.stderr

@@ -48,6 +48,11 @@ Conversion (:func:`lambda_measurements`), each choice with its reason:
   ``not_synchronised``. Every rejected row's detail names its file and line.
 - **GPU count**: ``num_gpu`` divides the server's batch only where it is a whole number >= 1; any other
   value is kept as written, so the checks reject the line's rows naming it.
+- **NCF throughput**: DLE's ``ncf.py`` counts a whole epoch but trains only the splits it keeps, so the
+  reported samples/s is converted to the samples trained (:func:`ncf_trained_samples_per_s`: 0.906-0.992
+  on one GPU at Lambda's batches, 0.644 on eight at 8 M each).
+- **Implausible rows**: a multi-GPU row above :data:`MAX_SCALING_EFFICIENCY` times its testbed's one-GPU
+  throughput per GPU is rejected with reason ``implausible`` (SOURCES.md's NCF outliers).
 """
 
 from __future__ import annotations
@@ -125,6 +130,43 @@ replicas whose tokens/s ``train.py`` sums; the 8x A100 80GB SXM4 log (lambdal/de
 ``pytorch/results/8xA100_80GB_SXM4/PyTorch_transformerxlbase_FP32/``) prints ``multi_gpu=None``,
 ``world size: 8``."""
 
+NCF_EPOCH_SAMPLES = 19_861_770 * (1 + 4)
+"""Samples DeepLearningExamples' ``ncf.py`` counts in an epoch of MovieLens-20M: 19,861,770 training
+ratings (the Lambda logs print ``input_size: 19861770``) with 4 negatives each (``negative_samples: 4``),
+``epoch_samples = len(train_ratings) * (negative_samples + 1)``."""
+
+
+def ncf_trained_samples_per_s(throughput: float, gpus: int, server_batch: int) -> float | None:
+    """The samples per second a Lambda NCF row trained, from the throughput it reports.
+
+    DeepLearningExamples' ``ncf.py`` reports ``epoch_samples / train_time`` with ``epoch_samples`` =
+    :data:`NCF_EPOCH_SAMPLES`, but each rank trains on its share of the epoch, ``int(N / gpus)``
+    samples, split into local batches of ``server_batch // gpus``, and drops the last split
+    (``prepare_epoch_train_data``: "the last batch will almost certainly be smaller, drop it"), so
+    an epoch trains ``steps = ceil(share / local batch) - 1`` steps of ``server_batch`` samples in
+    ``N / throughput`` seconds (the epoch's data preparation, timed too, included). At Lambda's
+    batches this matters: eight GPUs with 8 M samples each run one step of the 1.55 the throughput
+    counts (the 8x A100 80GB SXM4 log: 0.30 s an epoch, 332 M "samples/s", 214 M trained); one GPU
+    with 8 M runs 12 steps of 12.4 (0.967).
+
+    Args:
+        throughput: the reported samples/s of the whole server (> 0).
+        gpus: GPUs of the run (>= 1).
+        server_batch: the global batch, ``--batch_size`` (Lambda's batch-size file), samples.
+
+    Returns:
+        ``throughput x steps x server_batch / N`` (samples/s), or None where the split leaves no
+        step (a local batch of more than the rank's share: nothing is trained).
+    """
+    share = int(NCF_EPOCH_SAMPLES / gpus)
+    local = server_batch // gpus
+    if local < 1:
+        return None
+    steps = -(-share // local) - 1
+    if steps < 1:
+        return None
+    return throughput * steps * local * gpus / NCF_EPOCH_SAMPLES
+
 _COUNT = re.compile(r"\s*\b\d+\s*x\s*", re.IGNORECASE)
 _VENDOR = re.compile(r"^(LambdaCloud|DellTexas|Dell|SMC|1CC|RAIDZ1)\s+")
 
@@ -148,6 +190,62 @@ def _links(gpu: str) -> tuple[str, str]:
     if "V100" in g or "RTX 8000" in g or ("RTX 6000" in g and "ADA" not in g):
         return "pcie3-x16", "none"
     return "pcie4-x16", "none"
+
+
+def _ncf_trained(t: pl.DataFrame, thr_path: Path, precision: str, left: list[pl.DataFrame]) -> pl.DataFrame:
+    """The NCF rows of one Lambda file with ``throughput`` replaced by the samples per second they
+    trained (:func:`ncf_trained_samples_per_s`) where the row's throughput, GPU count and batch are
+    numbers; rows whose split leaves no step are appended to ``left`` (reason ``no_step``); the
+    others keep their values for the checks to reject with their reasons."""
+    def num(v: str | None) -> float | None:
+        try:
+            x = float(v) if v is not None else None
+        except ValueError:
+            return None
+        return x if x is not None and math.isfinite(x) else None
+
+    trained, none_trained = [], []
+    for thr, g, b in zip(t["throughput"], t["gpus"], t["batch_per_gpu"], strict=True):
+        thr_f, g_f, b_f = num(thr), num(g), num(b)
+        usable = (thr_f is not None and thr_f > 0 and g_f is not None and g_f >= 1 and g_f == int(g_f)
+                  and b_f is not None and b_f > 0)
+        rate = ncf_trained_samples_per_s(thr_f, int(g_f), round(b_f * g_f)) if usable else None
+        trained.append(thr if rate is None else repr(rate))
+        none_trained.append(usable and rate is None)
+    t = t.with_columns(throughput=pl.Series(trained, dtype=pl.String), __none=pl.Series(none_trained))
+    left.append(t.filter(pl.col("__none")).select(
+        "line", source=pl.lit(f"lambda {precision}"), reason=pl.lit("no_step"),
+        detail=pl.format(f"{thr_path}:{{}}: ncf with a batch of {{}} per GPU on {{}} GPUs: ncf.py's split of the "
+                         f"epoch ({NCF_EPOCH_SAMPLES:,} samples) leaves no step", pl.col("line"),
+                         pl.col("batch_per_gpu"), pl.col("gpus"))))
+    return t.filter(~pl.col("__none")).drop("__none")
+
+
+MAX_SCALING_EFFICIENCY = 2.0
+"""A multi-GPU row whose throughput per GPU is more than this many times its testbed's one-GPU row
+(same model and precision) is rejected (reason ``implausible``): synchronous data parallelism runs
+each GPU's share at best at the one-GPU rate, and no cache or batch effect doubles it. SOURCES.md
+flags such rows (NCF on 4 and 8 H100 SXM5, above 10^9 samples/s: 20-50 times one GPU)."""
+
+
+def _drop_superlinear(t: pl.DataFrame, bench: str, thr_path: Path, precision: str,
+                      left: list[pl.DataFrame]) -> pl.DataFrame:
+    """``t`` (one benchmark of one Lambda file) without its multi-GPU rows above
+    :data:`MAX_SCALING_EFFICIENCY` times the same testbed's one-GPU throughput per GPU; those are
+    appended to ``left`` with their file:line and the factor."""
+    rate = pl.col("throughput").cast(pl.Float64, strict=False)
+    n = pl.col("gpus").cast(pl.Float64, strict=False)
+    t = t.with_columns(__bed=pl.col("name_gpu").map_elements(_system_name, return_dtype=pl.String))
+    one = t.filter(n == 1).group_by("__bed").agg(__one=rate.max())
+    t = t.join(one, on="__bed", how="left").with_columns(__eff=rate / n / pl.col("__one"))
+    bad = (n > 1) & (pl.col("__eff") > MAX_SCALING_EFFICIENCY)
+    left.append(t.filter(bad.fill_null(False)).select(
+        "line", source=pl.lit(f"lambda {precision}"), reason=pl.lit("implausible"),
+        detail=pl.format(f"{thr_path}:{{}}: {bench} on {{}} GPUs measures {{}} times its testbed's one-GPU "
+                         f"throughput per GPU (more than {MAX_SCALING_EFFICIENCY:g}: not synchronous data "
+                         "parallelism; SOURCES.md's outliers)", pl.col("line"), pl.col("gpus"),
+                         pl.col("__eff").round(1))))
+    return t.filter(~bad.fill_null(False)).drop("__bed", "__one", "__eff")
 
 
 def lambda_measurements(data_dir: str | Path, catalog: Catalog | None = None) -> MeasurementTable:
@@ -208,6 +306,8 @@ def lambda_measurements(data_dir: str | Path, catalog: Catalog | None = None) ->
                                      detail=pl.format(f"{thr_path}:{{}}: {bench}: {LEFT_OUT[bench]}",
                                                       pl.col("line"))))
                 continue
+            if bench == "ncf":  # ncf.py's throughput counts the samples of the splits it drops too
+                t = _ncf_trained(t, thr_path, precision, left)
             if bench in UNSYNCHRONISED_MULTI_GPU:
                 multi = pl.col("gpus").cast(pl.Int64, strict=False).fill_null(1) > 1
                 left.append(t.filter(multi).select(
@@ -215,6 +315,7 @@ def lambda_measurements(data_dir: str | Path, catalog: Catalog | None = None) ->
                     detail=pl.format(f"{thr_path}:{{}}: {bench} on {{}} GPUs: {UNSYNCHRONISED_MULTI_GPU[bench]}",
                                      pl.col("line"), pl.col("gpus"))))
                 t = t.filter(~multi)
+            t = _drop_superlinear(t, bench, thr_path, precision, left)
             spec = LAMBDA_MODELS[bench]
             gpu = [_gpu_name(n) for n in t["name_gpu"]]
             links = [_links(g) for g in gpu]
