@@ -167,6 +167,7 @@ def ncf_trained_samples_per_s(throughput: float, gpus: int, server_batch: int) -
         return None
     return throughput * steps * local * gpus / NCF_EPOCH_SAMPLES
 
+
 _COUNT = re.compile(r"\s*\b\d+\s*x\s*", re.IGNORECASE)
 _VENDOR = re.compile(r"^(LambdaCloud|DellTexas|Dell|SMC|1CC|RAIDZ1)\s+")
 
