@@ -238,24 +238,31 @@ def test_lambda_tables_every_row_accounted_for(shared_data):
     assert t.rows.filter(pl.col("model").str.starts_with("transformer_xl"))["gpus"].unique().to_list() == [1]
 
 
+def _lambda_copy(shared_data, tmp_path, file: str, edits: dict[tuple[int, str], str]):
+    """A copy of the shared Lambda folder under ``tmp_path`` with cells of ``file`` replaced:
+    ``edits`` maps (file line, 1-based as the reader numbers it; column name) to the new text, or to a
+    callable of the old text. Returns the data folder to pass to :func:`lambda_measurements`."""
+    folder = tmp_path / "lambda_benchmarks"
+    shutil.copytree(shared_data / "lambda_benchmarks", folder)
+    path = folder / file
+    lines = path.read_text().splitlines()
+    header = lines[0].split(",")
+    for (line, column), value in edits.items():
+        cells = lines[line - 1].split(",")
+        col = header.index(column)
+        cells[col] = value(cells[col]) if callable(value) else value
+        lines[line - 1] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+    return tmp_path
+
+
 def test_a_bad_lambda_cell_is_a_rejected_row_not_a_lost_one(shared_data, tmp_path):
     # a negative or non-numeric throughput goes to the checks (out_of_range / not_a_number, with its
     # file:line), not silently away with the empty cells
-    folder = tmp_path / "lambda_benchmarks"
-    shutil.copytree(shared_data / "lambda_benchmarks", folder)
-    path = folder / "pytorch-train-throughput-fp16.csv"
-    lines = path.read_text().splitlines()
-    header = lines[0].split(",")
-    cells = lines[1].split(",")
-    col = header.index("resnet50")
-    cells[col] = "-" + cells[col]
-    lines[1] = ",".join(cells)
-    cells = lines[2].split(",")
-    cells[col] = "abc"
-    lines[2] = ",".join(cells)
-    path.write_text("\n".join(lines) + "\n")
+    data = _lambda_copy(shared_data, tmp_path, "pytorch-train-throughput-fp16.csv",
+                        {(2, "resnet50"): lambda v: "-" + v, (3, "resnet50"): "abc"})
     before = lambda_measurements(shared_data)
-    after = lambda_measurements(tmp_path)
+    after = lambda_measurements(data)
     assert after.rows.height == before.rows.height - 2
     bad = after.rejected.filter(pl.col("reason").is_in(["out_of_range", "not_a_number"])).sort("line")
     assert bad["line"].to_list() == [2, 3] and bad["reason"].to_list() == ["out_of_range", "not_a_number"]
@@ -268,15 +275,8 @@ def test_a_bad_lambda_cell_is_a_rejected_row_not_a_lost_one(shared_data, tmp_pat
 def test_a_bad_lambda_gpu_count_rejects_its_line_naming_the_file(shared_data, tmp_path, num_gpu, reason, says):
     # num_gpu 0 divided the server's batch by zero (a traceback), 1.5 was truncated to one GPU: now each
     # converted benchmark of that line is a rejected row naming the file and line; the other lines stay
-    folder = tmp_path / "lambda_benchmarks"
-    shutil.copytree(shared_data / "lambda_benchmarks", folder)
-    path = folder / "pytorch-train-throughput-fp32.csv"
-    lines = path.read_text().splitlines()
-    cells = lines[1].split(",")
-    cells[1] = num_gpu
-    lines[1] = ",".join(cells)
-    path.write_text("\n".join(lines) + "\n")
-    before, after = lambda_measurements(shared_data), lambda_measurements(tmp_path)
+    data = _lambda_copy(shared_data, tmp_path, "pytorch-train-throughput-fp32.csv", {(2, "num_gpu"): num_gpu})
+    before, after = lambda_measurements(shared_data), lambda_measurements(data)
     line2 = (pl.col("source") == "lambda fp32") & (pl.col("line") == 2)
     assert after.rows.filter(line2).height == 0
     bad = after.rejected.filter(line2 & (pl.col("reason") == reason))
@@ -634,15 +634,8 @@ def test_ncf_throughput_is_converted_to_the_samples_trained(shared_data):
 
 
 def test_an_ncf_row_that_trains_no_step_is_rejected_with_its_reason(shared_data, tmp_path):
-    folder = tmp_path / "lambda_benchmarks"
-    shutil.copytree(shared_data / "lambda_benchmarks", folder)
-    path = folder / "pytorch-train-bs-fp32.csv"
-    lines = path.read_text().splitlines()
-    header = lines[0].split(",")
-    cells = lines[1].split(",")
-    cells[header.index("ncf")] = "200000000"  # 200 M on one GPU: more than the epoch
-    lines[1] = ",".join(cells)
-    path.write_text("\n".join(lines) + "\n")
-    t = lambda_measurements(tmp_path)
+    # 200 M on one GPU: more than the epoch
+    t = lambda_measurements(_lambda_copy(shared_data, tmp_path, "pytorch-train-bs-fp32.csv",
+                                         {(2, "ncf"): "200000000"}))
     bad = t.rejected.filter(pl.col("reason") == "no_step")
     assert bad["line"].to_list() == [2] and bad["detail"].str.contains("pytorch-train-throughput-fp32.csv:2: ncf").all()
