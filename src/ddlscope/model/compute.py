@@ -400,7 +400,7 @@ def _op_seconds() -> pl.Expr:
     is16 = c("dtype") == "float16"
     isbf = c("dtype") == "bfloat16"
     gemm_peak = pl.when(is16).then(c("peak_fp16")).when(isbf).then(c("peak_bf16")).otherwise(c("peak_f32"))
-    tc = pl.when(is16).then(c("tc_fp16")).when(isbf).then(c("tc_bf16")).otherwise(c("tc_f32"))
+    tc = _on_tensor_cores()
     tensor_eff = (pl.when(c("attention") == "v1").then(c("attn_v1_eff"))
                   .when(c("attention") == "v2").then(c("attn_eff"))
                   .when(is16 | isbf).then(c("tensor_eff")).otherwise(c("tf32_eff")))
@@ -417,9 +417,7 @@ def _op_seconds() -> pl.Expr:
 
 def _transpose_seconds() -> pl.Expr:
     """Seconds of the NCHW<->NHWC transposes around a tensor-core convolution (0 elsewhere)."""
-    is16 = c("dtype") == "float16"
-    isbf = c("dtype") == "bfloat16"
-    tc = pl.when(is16).then(c("tc_fp16")).when(isbf).then(c("tc_bf16")).otherwise(c("tc_f32"))
+    tc = _on_tensor_cores()
     k = 2.0 * c("kernels")
     t = TRANSPOSE_PASSES * c("bytes") / (c("bw") * c("memory_eff")) + k * (c("memory_fill_s") + c("launch_s"))
     return pl.when(c("is_conv") & tc & c("nchw") & (c("bytes") > 0)).then(t).otherwise(0.0)
